@@ -1,0 +1,78 @@
+// Package conn defines the small transport interface that dlock's core speaks to Redis through.
+//
+// The core never imports a Redis client directly: adapters in dlock/rueidisconn (rueidis) and
+// dlock/goredisconn (go-redis v9) implement Conn. A third adapter needs only this package.
+package conn
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+)
+
+// Script is a Lua script that adapters run by SHA, falling back to the full source when the server
+// answers NOSCRIPT (after a restart, failover or SCRIPT FLUSH).
+type Script struct {
+	Name string // file name, for error messages
+	Src  string
+	SHA  string // hex SHA-1 of Src, as SCRIPT LOAD returns it
+}
+
+// NewScript returns a Script with its SHA computed from src.
+func NewScript(name, src string) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{Name: name, Src: src, SHA: hex.EncodeToString(sum[:])}
+}
+
+// Call is one script invocation in a pipeline.
+type Call struct {
+	Script *Script
+	Keys   []string
+	Args   []string
+}
+
+// Result is the reply to one Call. Every dlock script replies with an integer or an array of
+// integers; an integer reply is returned as a one-element slice.
+type Result struct {
+	Ints []int64
+	Err  error
+}
+
+// Handler receives pub/sub events. Both functions are called from the listener's own goroutine,
+// one event at a time, and must not block.
+type Handler struct {
+	// Message is called for each message published on a subscribed channel.
+	Message func(channel, payload string)
+	// Subscribed is called when the server confirms a subscription to channel (also after a
+	// reconnect re-subscribes it).
+	Subscribed func(channel string)
+}
+
+// Listener is one dedicated pub/sub connection.
+type Listener interface {
+	// Subscribe asks the server to subscribe to channels. Confirmation arrives later through
+	// Handler.Subscribed; the call may return before it.
+	Subscribe(ctx context.Context, channels ...string) error
+	// Unsubscribe asks the server to unsubscribe from channels.
+	Unsubscribe(ctx context.Context, channels ...string) error
+	// Done is closed when the connection is lost or the listener closed, after at most one
+	// error saying why; no event is delivered after it.
+	Done() <-chan error
+	// Close closes the connection and waits for the listener's goroutines to exit.
+	Close() error
+}
+
+// Conn is what dlock needs from a Redis client.
+type Conn interface {
+	// Eval runs s by SHA (EVALSHA), falling back to EVAL on NOSCRIPT.
+	Eval(ctx context.Context, s *Script, keys, args []string) ([]int64, error)
+	// EvalMulti sends calls in one pipeline (one round trip where the client allows) and
+	// returns one Result per call, in order.
+	EvalMulti(ctx context.Context, calls []Call) []Result
+	// Listen opens a dedicated pub/sub connection whose events go to h.
+	Listen(ctx context.Context, h Handler) (Listener, error)
+	// Addr names the server(s) for error messages, e.g. "127.0.0.1:6379".
+	Addr() string
+	// Close releases what the adapter owns. An adapter wrapping a caller's client does not close it.
+	Close() error
+}

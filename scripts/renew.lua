@@ -1,0 +1,15 @@
+-- renew: extend many leases in one call (the renewal loop batches every due lease of a client).
+-- KEYS[i]      lock keys
+-- ARGV[2i-1]   owner secret for KEYS[i]
+-- ARGV[2i]     new lease in milliseconds for KEYS[i]
+-- Reply        array: 1 where the lease was extended, 0 where the owner no longer holds the lock.
+local r = {}
+for i = 1, #KEYS do
+  if redis.call('HGET', KEYS[i], 'o') == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+    r[i] = 1
+  else
+    r[i] = 0
+  end
+end
+return r
