@@ -1,0 +1,626 @@
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustDo(t *testing.T, s *Server, args ...string) string {
+	t.Helper()
+	v, err := s.Do(ctxTimeout(t, 5*time.Second), args...)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return v
+}
+
+func TestStartDo(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+
+	if want := "redis://127.0.0.1:" + strconv.Itoa(s.Port) + "/0"; s.URL() != want {
+		t.Errorf("URL = %q, want %q", s.URL(), want)
+	}
+	if s.Addr != "127.0.0.1:"+strconv.Itoa(s.Port) {
+		t.Errorf("Addr = %q, Port = %d", s.Addr, s.Port)
+	}
+	if fi, err := os.Stat(s.Dir); err != nil || !fi.IsDir() {
+		t.Fatalf("Dir %q: %v", s.Dir, err)
+	}
+	if got := mustDo(t, s, "PING"); got != "PONG" {
+		t.Errorf("PING = %q", got)
+	}
+	if got := mustDo(t, s, "SET", "k", "v a l\r\nue"); got != "OK" {
+		t.Errorf("SET = %q", got)
+	}
+	if got := mustDo(t, s, "GET", "k"); got != "v a l\r\nue" {
+		t.Errorf("GET = %q", got)
+	}
+	if got := mustDo(t, s, "GET", "missing"); got != "" {
+		t.Errorf("GET missing = %q", got)
+	}
+	if got := mustDo(t, s, "INCRBY", "n", "-7"); got != "-7" {
+		t.Errorf("INCRBY = %q", got)
+	}
+	mustDo(t, s, "RPUSH", "l", "a", "b", "c")
+	if got := mustDo(t, s, "LRANGE", "l", "0", "-1"); got != "a\nb\nc" {
+		t.Errorf("LRANGE = %q", got)
+	}
+	if got := mustDo(t, s, "CONFIG", "GET", "save"); got != "save\n" {
+		t.Errorf("CONFIG GET save = %q, want persistence off", got)
+	}
+	if got := mustDo(t, s, "CONFIG", "GET", "appendonly"); got != "appendonly\nno" {
+		t.Errorf("CONFIG GET appendonly = %q", got)
+	}
+
+	_, err := s.Do(ctxTimeout(t, 5*time.Second), "SET", "l", "x", "BOGUS")
+	var re *Error
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Msg, "ERR") {
+		t.Errorf("bad SET: err = %v, want *Error starting with ERR", err)
+	}
+	if _, err := s.Do(ctxTimeout(t, 5*time.Second), "LPUSH", "k", "x"); !errors.As(err, &re) || !strings.HasPrefix(re.Msg, "WRONGTYPE") {
+		t.Errorf("LPUSH on string: err = %v", err)
+	}
+	if !strings.Contains(s.Log(), "Ready to accept connections") {
+		t.Errorf("log lacks readiness line:\n%s", s.Log())
+	}
+}
+
+func TestCloseRemovesEverything(t *testing.T) {
+	t.Parallel()
+	s, err := StartProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := s.PID()
+	if pid == 0 {
+		t.Fatal("PID = 0 for a running server")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+		t.Errorf("Dir still exists after Close: %v", err)
+	}
+	// The child was reaped, so its pid no longer exists (not even a zombie).
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("kill(%d, 0) = %v, want ESRCH", pid, err)
+	}
+	if !strings.Contains(s.Log(), "Redis version") {
+		t.Errorf("Log after Close lost the log:\n%s", s.Log())
+	}
+	if err := s.Kill(); err != nil {
+		t.Errorf("Kill after Close: %v", err)
+	}
+	if err := s.Restart(); err == nil {
+		t.Error("Restart after Close succeeded")
+	}
+}
+
+func TestKillRestart(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	mustDo(t, s, "SET", "k", "v")
+	port, oldPID := s.Port, s.PID()
+
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatalf("second Kill: %v", err)
+	}
+	if _, err := s.Do(ctxTimeout(t, time.Second), "PING"); err == nil {
+		t.Fatal("PING succeeded on a killed server")
+	}
+	if err := s.Pause(); err == nil {
+		t.Error("Pause on a killed server succeeded")
+	}
+
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Port != port || s.Addr != "127.0.0.1:"+strconv.Itoa(port) {
+		t.Fatalf("port changed: %d -> %d", port, s.Port)
+	}
+	if s.PID() == oldPID {
+		t.Error("PID unchanged after Restart")
+	}
+	if got := mustDo(t, s, "GET", "k"); got != "" {
+		t.Errorf("GET after Restart = %q, want empty data", got)
+	}
+	if got := mustDo(t, s, "DBSIZE"); got != "0" {
+		t.Errorf("DBSIZE after Restart = %q", got)
+	}
+	// Restart of a running server kills it first.
+	mustDo(t, s, "SET", "k", "v2")
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustDo(t, s, "DBSIZE"); got != "0" {
+		t.Errorf("DBSIZE after second Restart = %q", got)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := s.Do(ctxTimeout(t, 200*time.Millisecond), "PING")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("PING on paused server: err = %v, want deadline exceeded", err)
+	}
+	if el := time.Since(start); el < 190*time.Millisecond {
+		t.Errorf("PING failed after %v, before its deadline", el)
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustDo(t, s, "PING"); got != "PONG" {
+		t.Errorf("PING after Resume = %q", got)
+	}
+	// Close must also work on a paused server.
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCancelInterruptsDo(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Resume()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := s.Do(ctx, "PING")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("cancel took %v", el)
+	}
+}
+
+func TestRequirepass(t *testing.T) {
+	t.Parallel()
+	s := Start(t, WithArgs("--requirepass", "s3cret"))
+	if got := mustDo(t, s, "SET", "k", "v"); got != "OK" {
+		t.Errorf("SET with auto-AUTH = %q", got)
+	}
+	_, err := Do(ctxTimeout(t, 5*time.Second), s.Addr, "GET", "k")
+	var re *Error
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Msg, "NOAUTH") {
+		t.Errorf("unauthenticated GET: err = %v, want NOAUTH", err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustDo(t, s, "PING"); got != "PONG" {
+		t.Errorf("PING after Restart = %q", got)
+	}
+}
+
+func TestBadArgsFailFast(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	_, err := StartProcess(WithArgs("--no-such-option", "1"))
+	if err == nil {
+		t.Fatal("StartProcess with a bad option succeeded")
+	}
+	if !strings.Contains(err.Error(), "no-such-option") {
+		t.Errorf("error does not include the server's complaint: %v", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("failing start took %v", el)
+	}
+}
+
+// fatalTB records Fatalf and stops the calling goroutine like testing.T does.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func TestNotInstalled(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := StartProcess()
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("err = %v, want ErrNotFound", err)
+	}
+	const hint = "redis-server not found on PATH; install it with: apt-get install -y redis-server"
+	ftb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Start(ftb)
+		t.Error("Start returned without calling Fatalf")
+	}()
+	<-done
+	if !strings.Contains(ftb.msg, hint) {
+		t.Errorf("Fatalf message %q lacks %q", ftb.msg, hint)
+	}
+}
+
+// client is a persistent RESP connection for proxy tests.
+type client struct {
+	t    *testing.T
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func dial(t *testing.T, addr string) *client {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &client{t: t, conn: c, r: bufio.NewReader(c)}
+}
+
+func (c *client) send(args ...string) {
+	c.t.Helper()
+	if _, err := c.conn.Write(appendCommand(nil, args)); err != nil {
+		c.t.Fatalf("write %v: %v", args, err)
+	}
+}
+
+// recv reads one reply, waiting at most d.
+func (c *client) recv(d time.Duration) (string, error) {
+	if err := c.conn.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return "", err
+	}
+	rep, err := readReply(c.r, 0)
+	if err != nil {
+		return "", err
+	}
+	if rep.err != nil {
+		return "", rep.err
+	}
+	return rep.String(), nil
+}
+
+func (c *client) roundTrip(args ...string) string {
+	c.t.Helper()
+	c.send(args...)
+	v, err := c.recv(5 * time.Second)
+	if err != nil {
+		c.t.Fatalf("%v: %v", args, err)
+	}
+	return v
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func TestProxyForwards(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	p := NewProxy(t, s.Addr)
+	if p.Target != s.Addr || p.URL() != "redis://"+p.Addr+"/0" {
+		t.Errorf("Target = %q, URL = %q", p.Target, p.URL())
+	}
+	c := dial(t, p.Addr)
+	if got := c.roundTrip("SET", "k", "via-proxy"); got != "OK" {
+		t.Errorf("SET = %q", got)
+	}
+	if got := mustDo(t, s, "GET", "k"); got != "via-proxy" {
+		t.Errorf("GET direct = %q", got)
+	}
+	if got, err := Do(ctxTimeout(t, 5*time.Second), p.Addr, "GET", "k"); err != nil || got != "via-proxy" {
+		t.Errorf("Do via proxy = %q, %v", got, err)
+	}
+	// A value larger than one chunk arrives intact.
+	big := strings.Repeat("0123456789abcdef", 64<<10)
+	c.roundTrip("SET", "big", big)
+	if got := c.roundTrip("GET", "big"); got != big {
+		t.Errorf("GET big: got %d bytes, want %d", len(got), len(big))
+	}
+	if n := p.NumConns(); n != 1 {
+		t.Errorf("NumConns = %d, want 1", n)
+	}
+}
+
+func TestProxyBlockUnblock(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	p := NewProxy(t, s.Addr)
+	before := dial(t, p.Addr)
+	if got := before.roundTrip("PING"); got != "PONG" {
+		t.Fatalf("PING = %q", got)
+	}
+
+	p.Block()
+	p.Block() // idempotent
+	before.send("INCR", "n")
+	if _, err := before.recv(200 * time.Millisecond); !isTimeout(err) {
+		t.Fatalf("existing conn while blocked: err = %v, want timeout", err)
+	}
+	after := dial(t, p.Addr) // accepted, but held
+	after.send("INCR", "n")
+	if _, err := after.recv(200 * time.Millisecond); !isTimeout(err) {
+		t.Fatalf("new conn while blocked: err = %v, want timeout", err)
+	}
+	if _, err := Do(ctxTimeout(t, 200*time.Millisecond), p.Addr, "PING"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do while blocked: err = %v, want deadline exceeded", err)
+	}
+	// Neither request reached the server.
+	if got := mustDo(t, s, "GET", "n"); got != "" {
+		t.Fatalf("n = %q while blocked, want unset", got)
+	}
+
+	p.Unblock()
+	p.Unblock() // idempotent
+	// The held requests are delivered and their replies come back.
+	got1, err1 := before.recv(5 * time.Second)
+	got2, err2 := after.recv(5 * time.Second)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("after Unblock: %v, %v", err1, err2)
+	}
+	if got1+got2 != "12" && got1+got2 != "21" {
+		t.Errorf("INCR replies %q, %q; want 1 and 2", got1, got2)
+	}
+	if got := before.roundTrip("PING"); got != "PONG" {
+		t.Errorf("PING after Unblock = %q", got)
+	}
+}
+
+func TestProxyCutAll(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	p := NewProxy(t, s.Addr)
+	c := dial(t, p.Addr)
+	if got := c.roundTrip("PING"); got != "PONG" {
+		t.Fatalf("PING = %q", got)
+	}
+	p.CutAll()
+	_, err := c.recv(5 * time.Second)
+	if err == nil || isTimeout(err) {
+		t.Fatalf("read after CutAll: err = %v, want connection closed", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.NumConns() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := p.NumConns(); n != 0 {
+		t.Errorf("NumConns after CutAll = %d", n)
+	}
+	// The server side was closed too (Redis notices asynchronously).
+	for {
+		got := mustDo(t, s, "CLIENT", "LIST")
+		if len(strings.Split(strings.TrimSpace(got), "\n")) == 1 { // only CLIENT LIST's own conn
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server still has proxied clients:\n%s", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// New connections still work.
+	if got := dial(t, p.Addr).roundTrip("PING"); got != "PONG" {
+		t.Errorf("PING on new conn = %q", got)
+	}
+}
+
+func TestProxySetDelay(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	p := NewProxy(t, s.Addr)
+	c := dial(t, p.Addr)
+	c.roundTrip("PING")
+
+	p.SetDelay(50 * time.Millisecond)
+	start := time.Now()
+	if got := c.roundTrip("PING"); got != "PONG" {
+		t.Fatalf("PING = %q", got)
+	}
+	if el := time.Since(start); el < 50*time.Millisecond {
+		t.Errorf("round trip with 50ms delay took %v", el)
+	}
+
+	// Many small writes in flight: byte order is preserved.
+	p.SetDelay(2 * time.Millisecond)
+	const n = 300
+	go func() {
+		for i := range n {
+			if _, err := c.conn.Write(appendCommand(nil, []string{"ECHO", strconv.Itoa(i)})); err != nil {
+				return
+			}
+		}
+	}()
+	for i := range n {
+		got, err := c.recv(10 * time.Second)
+		if err != nil {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+		if got != strconv.Itoa(i) {
+			t.Fatalf("reply %d = %q: order not preserved", i, got)
+		}
+	}
+
+	p.SetDelay(0)
+	start = time.Now()
+	c.roundTrip("PING")
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("round trip without delay took %v", el)
+	}
+}
+
+func TestProxyClose(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	p, err := StartProxy(s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, p.Addr)
+	c.roundTrip("PING")
+	// Close must not hang on held bytes or pending delays.
+	p.Block()
+	p.SetDelay(time.Hour)
+	c.send("PING")
+	blocked := dial(t, p.Addr)
+	blocked.send("PING")
+	time.Sleep(20 * time.Millisecond)
+
+	done := make(chan error, 1)
+	go func() { done <- p.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close hung")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := c.recv(5 * time.Second); err == nil || isTimeout(err) {
+		t.Errorf("read after Close: err = %v, want connection closed", err)
+	}
+	if _, err := net.DialTimeout("tcp", p.Addr, time.Second); err == nil {
+		t.Error("proxy still accepts after Close")
+	}
+}
+
+func TestProxyTargetDown(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	p := NewProxy(t, s.Addr)
+	c := dial(t, p.Addr)
+	c.roundTrip("PING")
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.recv(5 * time.Second); err == nil || isTimeout(err) {
+		t.Errorf("read after target died: err = %v, want connection closed", err)
+	}
+	if _, err := Do(ctxTimeout(t, 5*time.Second), p.Addr, "PING"); err == nil {
+		t.Error("PING via proxy to a dead target succeeded")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Do(ctxTimeout(t, 5*time.Second), p.Addr, "PING"); err != nil || got != "PONG" {
+		t.Errorf("PING via proxy after Restart = %q, %v", got, err)
+	}
+}
+
+func TestManyParallel(t *testing.T) {
+	t.Parallel()
+	for i := range 8 {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			t.Parallel()
+			s := Start(t)
+			if got := mustDo(t, s, "SET", "i", strconv.Itoa(i)); got != "OK" {
+				t.Fatal(got)
+			}
+			if got := mustDo(t, s, "GET", "i"); got != strconv.Itoa(i) {
+				t.Fatalf("GET = %q: servers share data?", got)
+			}
+		})
+	}
+}
+
+// TestChildDiesWithTestBinary re-runs this test binary as a helper that
+// starts a server, then SIGKILLs the helper: Pdeathsig must take the server
+// down with it.
+func TestChildDiesWithTestBinary(t *testing.T) {
+	if os.Getenv("REDISTEST_HELPER") == "1" {
+		s, err := StartProcess()
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("pid=%d dir=%s\n", s.PID(), s.Dir)
+		select {} // wait to be killed
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("Pdeathsig is Linux-only")
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildDiesWithTestBinary$")
+	cmd.Env = append(os.Environ(), "REDISTEST_HELPER=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	var pid int
+	var dir string
+	if _, serr := fmt.Sscanf(line, "pid=%d dir=%s", &pid, &dir); err != nil || serr != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("helper said %q (%v)", line, err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) }) // the helper cannot clean up
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for processAlive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("redis-server %d survived its parent", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// processAlive reports whether pid exists and is not a zombie (an orphaned
+// child may wait for a reaper that never comes in a container).
+func processAlive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// Format: pid (comm) state ...
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
+}
