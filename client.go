@@ -1,0 +1,185 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/rueidisconn"
+)
+
+// Conn is the transport a Client speaks to Redis through; see the rueidisconn and goredisconn
+// adapters.
+type Conn = conn.Conn
+
+// Client hands out locks on one Redis deployment. It owns one renewal loop and one pub/sub
+// subscription, shared by all of its locks. A Client is safe for concurrent use.
+type Client struct {
+	conn    conn.Conn
+	opts    options // defaults for every lock
+	meta    string  // holder description for opts.label
+	ownerID string  // 128 random bits; each lease's secret is ownerID + a sequence number
+	seq     atomic.Uint64
+
+	queues   queues
+	renewer  *renewer
+	notifier *notifier
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	done      chan struct{} // closed by Close: waiters stop waiting
+	bg        sync.WaitGroup
+}
+
+// Dial connects to the Redis server at url through rueidis and returns a Client that owns the
+// connection. Accepted forms: redis://[user:password@]host:port[/db], rediss:// (TLS) and
+// unix://path. It fails fast, naming the address, when the server cannot be reached.
+func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
+	o := defaultOptions().with(opts)
+	if o.err != nil {
+		return nil, o.err
+	}
+	cn, err := rueidisconn.Dial(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: dial: %w", err)
+	}
+	c, err := New(cn, opts...)
+	if err != nil {
+		cn.Close()
+		return nil, err
+	}
+	c.opts.ownerConn = true
+	return c, nil
+}
+
+// New returns a Client that speaks through cn, an adapter from rueidisconn or goredisconn.
+// Close does not close the Redis client behind cn; its owner does.
+func New(cn Conn, opts ...Option) (*Client, error) {
+	if cn == nil {
+		return nil, fmt.Errorf("%w: nil connection", ErrInvalid)
+	}
+	o := defaultOptions().with(opts)
+	if o.err != nil {
+		return nil, o.err
+	}
+	var secret [16]byte
+	if _, err := rand.Read(secret[:]); err != nil {
+		return nil, fmt.Errorf("dlock: owner secret: %w", err)
+	}
+	c := &Client{
+		conn:    cn,
+		opts:    o,
+		meta:    holderMeta(o.label),
+		ownerID: base64.RawURLEncoding.EncodeToString(secret[:]) + ":",
+		done:    make(chan struct{}),
+	}
+	c.queues.init(c)
+	c.renewer = newRenewer(c)
+	c.notifier = newNotifier(c)
+	c.bg.Add(2)
+	go func() { defer c.bg.Done(); c.renewer.run() }()
+	go func() { defer c.bg.Done(); c.notifier.run() }()
+	return c, nil
+}
+
+// Close ends every lease this client holds (each is released on the server, best effort, and
+// its context cancelled with cause ErrClosed), makes waiting Lock calls return ErrClosed, stops
+// the renewal loop and the subscription and waits for them to exit. It closes the connection
+// if Dial made it. Calls after the first return nil.
+func (c *Client) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		close(c.done)
+		c.renewer.stop()
+		c.notifier.stop()
+		c.bg.Wait()
+		err = c.releaseAll()
+		if c.opts.ownerConn {
+			err = errors.Join(err, c.conn.Close())
+		}
+	})
+	return err
+}
+
+// releaseAll releases every lease still held when the client closes, in one pipeline.
+func (c *Client) releaseAll() error {
+	held := c.renewer.drain()
+	if len(held) == 0 {
+		return nil
+	}
+	calls := make([]conn.Call, len(held))
+	for i, st := range held {
+		calls[i] = st.releaseCall(true)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var errs []error
+	for i, r := range c.conn.EvalMulti(ctx, calls) {
+		if r.Err != nil {
+			errs = append(errs, fmt.Errorf("dlock: release %q on close: %w", held[i].name, r.Err))
+		}
+		held[i].end(ErrClosed)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) checkOpen() error {
+	if c == nil {
+		return fmt.Errorf("%w: nil client", ErrInvalid)
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// newOwner returns a secret unique to one acquisition: the client's 128 random bits plus a
+// sequence number.
+func (c *Client) newOwner() string {
+	var buf [48]byte
+	b := append(buf[:0], c.ownerID...)
+	b = appendUint(b, c.seq.Add(1))
+	return string(b)
+}
+
+func appendUint(b []byte, v uint64) []byte {
+	var tmp [20]byte
+	i := len(tmp)
+	for {
+		i--
+		tmp[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			break
+		}
+	}
+	return append(b, tmp[i:]...)
+}
+
+var processStart = time.Now()
+
+// holderMeta describes this process for inspection tools (dlock status, dlock list).
+func holderMeta(label string) string {
+	host, _ := os.Hostname()
+	b, _ := json.Marshal(struct {
+		Host  string `json:"host"`
+		PID   int    `json:"pid"`
+		Start int64  `json:"start"`
+		Label string `json:"label,omitempty"`
+	}{host, os.Getpid(), processStart.Unix(), label})
+	return string(b)
+}
+
+// redisErr wraps a transport error with the server address, so "connection refused" says where.
+func (c *Client) redisErr(op string, err error) error {
+	return fmt.Errorf("dlock: %s on %s: %w", op, c.conn.Addr(), err)
+}

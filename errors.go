@@ -1,0 +1,21 @@
+package dlock
+
+import "errors"
+
+var (
+	// ErrNotAcquired is returned by TryLock when another owner holds the lock.
+	ErrNotAcquired = errors.New("dlock: not acquired: held by another owner")
+	// ErrNotHeld is returned when an operation needs a lock the caller does not hold: a second
+	// Unlock, an Unlock, Extend or TTL on a lease that has ended, or a nil lease.
+	ErrNotHeld = errors.New("dlock: not held")
+	// ErrLost is the cause of a lease context's cancellation when the lock may have passed to
+	// someone else: a renewal was refused (the key expired or was taken over), or no renewal
+	// succeeded before the lease could have expired on the server.
+	ErrLost = errors.New("dlock: lock lost")
+	// ErrClosed is returned by every call on a closed Client, and is the cause of the lease
+	// contexts that Close ended.
+	ErrClosed = errors.New("dlock: client closed")
+	// ErrInvalid wraps every error about bad input: an empty or oversized name, a TTL below the
+	// minimum, a bad option or URL.
+	ErrInvalid = errors.New("dlock: invalid argument")
+)

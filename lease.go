@@ -1,0 +1,355 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/conn"
+)
+
+// epoch anchors the monotonic clock readings kept as int64 nanoseconds in leases.
+var epoch = time.Now()
+
+// mono is the monotonic clock, in nanoseconds since epoch; wall-clock jumps do not move it.
+func mono() int64 { return int64(time.Since(epoch)) }
+
+// Lease is one hold of an acquired lock. Unlock it exactly once. A Lease is safe for
+// concurrent use.
+type Lease struct {
+	st       *leaseState
+	unlocked atomic.Bool
+}
+
+// lease states
+const (
+	stateHeld int32 = iota
+	stateReleased
+	stateLost
+	stateClosed
+)
+
+// leaseState is shared by every hold (re-entry) of one acquisition.
+type leaseState struct {
+	c       *Client
+	name    string
+	key     string
+	channel string
+	owner   string
+	token   uint64
+	renew   bool
+
+	ctx    *leaseCtx
+	cancel context.CancelCauseFunc
+
+	state    atomic.Int32
+	deadline atomic.Int64 // mono ns at which the lease counts as lost unless renewed first
+
+	ttl atomic.Int64 // lease length in ns; Extend changes it
+
+	mu       sync.Mutex // guards lastSent, holds
+	lastSent int64      // mono ns when the newest successful acquire/renew was sent
+	holds    int
+
+	// owned by the renewer, under renewer.mu
+	idx int   // index in the renewer's heap, -1 when not in it
+	due int64 // mono ns of the next renewal (or, without renewal, of the deadline)
+}
+
+func newLeaseState(m *Mutex, parent context.Context, owner string, token uint64, sent int64) *leaseState {
+	st := &leaseState{
+		c: m.c, name: m.name, key: m.key, channel: m.channel,
+		owner: owner, token: token, renew: m.o.renew,
+		lastSent: sent, holds: 1, idx: -1,
+	}
+	st.ttl.Store(int64(m.o.ttl))
+	inner, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	st.ctx = &leaseCtx{Context: inner, st: st, cancel: cancel}
+	st.cancel = cancel
+	st.deadline.Store(sent + int64(m.o.ttl-drift(m.o.ttl)))
+	return st
+}
+
+// renewed records a successful renewal (or extension) of the lease to ttl, sent at sent.
+// It reports false when an answer to a later request was already recorded.
+func (st *leaseState) renewed(sent int64, ttl time.Duration) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if sent < st.lastSent {
+		return false
+	}
+	st.lastSent = sent
+	st.ttl.Store(int64(ttl))
+	st.deadline.Store(sent + int64(ttl-drift(ttl)))
+	return true
+}
+
+func (st *leaseState) currentTTL() time.Duration {
+	return time.Duration(st.ttl.Load())
+}
+
+// expired reports, and acts on, a deadline that passed without a renewal: this check makes a
+// lease context report the loss exactly on time even when the renewal loop has not run yet
+// (for instance right after the process was paused).
+func (st *leaseState) expired() bool {
+	if st.state.Load() != stateHeld {
+		return false
+	}
+	if mono() < st.deadline.Load() {
+		return false
+	}
+	st.end(ErrLost)
+	return true
+}
+
+// end moves the lease out of the held state once: cause nil for a release, ErrLost or
+// ErrClosed otherwise. It cancels the lease context, leaves the renewal loop and wakes a
+// local waiter for the name.
+func (st *leaseState) end(cause error) bool {
+	next := stateReleased
+	switch cause {
+	case ErrLost:
+		next = stateLost
+	case ErrClosed:
+		next = stateClosed
+	}
+	if !st.state.CompareAndSwap(stateHeld, next) {
+		return false
+	}
+	st.cancel(cause)
+	st.c.renewer.remove(st)
+	st.c.queues.notice(st.key, st.token)
+	return true
+}
+
+// endedErr is the error for using a lease that is no longer held.
+func (st *leaseState) endedErr() error {
+	switch st.state.Load() {
+	case stateLost:
+		return fmt.Errorf("%w: %q", ErrLost, st.name)
+	case stateClosed:
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %q was released", ErrNotHeld, st.name)
+}
+
+func (st *leaseState) lostAtUnlock() error {
+	return fmt.Errorf("%w: %q was lost before Unlock (%w)", ErrLost, st.name, ErrNotHeld)
+}
+
+func (st *leaseState) releaseCall(all bool) conn.Call {
+	flag := "0"
+	if all {
+		flag = "1"
+	}
+	return conn.Call{
+		Script: scriptRelease,
+		Keys:   []string{st.key},
+		Args:   []string{st.owner, retentionArg, st.channel, flag},
+	}
+}
+
+var retentionArg = strconv.FormatInt(tokenRetention.Milliseconds(), 10)
+
+// leaseCtx is the context of a lease: cancelled when the lease ends. Err and Value check the
+// lease deadline themselves, so a holder that looks at its context after a pause learns of the
+// loss at once, before the renewal loop gets to run.
+type leaseCtx struct {
+	context.Context
+	st     *leaseState
+	cancel context.CancelCauseFunc // cancels the embedded Context
+}
+
+// leaseKey finds a client's lease on one lock key in a context, for re-entry.
+type leaseKey struct {
+	c   *Client
+	key string
+}
+
+func (x *leaseCtx) Err() error {
+	x.sync()
+	return x.Context.Err()
+}
+
+func (x *leaseCtx) Value(k any) any {
+	if lk, ok := k.(leaseKey); ok && lk.c == x.st.c && lk.key == x.st.key {
+		return x.st
+	}
+	x.sync() // context.Cause and context.WithCancel look up the parent's state through Value
+	return x.Context.Value(k)
+}
+
+// sync cancels the context at once if the lease has ended or its deadline has passed.
+func (x *leaseCtx) sync() {
+	x.st.expired()
+	if s := x.st.state.Load(); s != stateHeld {
+		x.cancel(stateCause(s))
+	}
+}
+
+func stateCause(s int32) error {
+	switch s {
+	case stateLost:
+		return ErrLost
+	case stateClosed:
+		return ErrClosed
+	}
+	return nil
+}
+
+// doContext returns the context for the function run by Do: cancelled when parent is, or when
+// the lease ends (with the lease's cause); it carries the lease for re-entry.
+func (st *leaseState) doContext(parent context.Context) (context.Context, func()) {
+	inner, cancel := context.WithCancelCause(parent)
+	stop := context.AfterFunc(st.ctx, func() { cancel(context.Cause(st.ctx)) })
+	return &leaseCtx{Context: inner, st: st, cancel: cancel}, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// heldIn returns the lease on key of client c carried by ctx, or nil.
+func heldIn(ctx context.Context, c *Client, key string) *leaseState {
+	st, _ := ctx.Value(leaseKey{c, key}).(*leaseState)
+	return st
+}
+
+// Token returns the fencing token: larger than the token of every earlier acquisition of this
+// lock name (see the package documentation for the exact guarantee). Pass it to the protected
+// resource and have it refuse requests carrying a smaller token than it has seen. Re-entering
+// holds share the token. A nil lease returns 0.
+func (l *Lease) Token() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.st.token
+}
+
+// Name returns the lock name.
+func (l *Lease) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.st.name
+}
+
+var endedCtx = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(ErrNotHeld)
+	return ctx
+}()
+
+// Context returns a context that is cancelled when the lease ends: with cause ErrLost when the
+// lock was (or may have been) lost, before the server could have given it to anyone else;
+// with cause context.Canceled after the last Unlock; with cause ErrClosed when the client
+// closed. Do the protected work under this context, and check it before each step that must
+// not happen without the lock. It carries the values of the context passed to Lock, and
+// passing it (or a context derived from it) to Lock, TryLock or Do of the same name re-enters
+// the lock. A nil lease returns an already cancelled context.
+func (l *Lease) Context() context.Context {
+	if l == nil {
+		return endedCtx
+	}
+	return l.st.ctx
+}
+
+// Extend sets the lease to ttl from now, as the server counts, if this lease still holds the
+// lock; later automatic renewals use ttl too. If the lock was lost it returns an error wrapping
+// ErrLost and cancels the lease context. On a transport error the lease is unchanged.
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL)
+	}
+	st := l.st
+	if l.unlocked.Load() || st.expired() || st.state.Load() != stateHeld {
+		return st.endedErr()
+	}
+	sent := mono()
+	res, err := st.c.conn.Eval(ctx, scriptRenew, []string{st.key}, []string{st.owner, strconv.FormatInt(ttl.Milliseconds(), 10)})
+	if err != nil {
+		return st.c.redisErr("extend", err)
+	}
+	if len(res) != 1 || res[0] != 1 {
+		st.end(ErrLost)
+		return st.endedErr()
+	}
+	if st.renewed(sent, ttl) {
+		st.c.renewer.reschedule(st)
+	}
+	return nil
+}
+
+// TTL returns the remaining lease as the server sees it. It returns an error wrapping ErrLost
+// (and cancels the lease context) when the lease no longer holds the lock.
+func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	if l == nil {
+		return 0, fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	st := l.st
+	if l.unlocked.Load() || st.expired() || st.state.Load() != stateHeld {
+		return 0, st.endedErr()
+	}
+	res, err := st.c.conn.Eval(ctx, scriptPTTL, []string{st.key}, []string{st.owner})
+	if err != nil {
+		return 0, st.c.redisErr("ttl", err)
+	}
+	if len(res) != 1 || res[0] < 0 {
+		st.end(ErrLost)
+		return 0, st.endedErr()
+	}
+	return time.Duration(res[0]) * time.Millisecond, nil
+}
+
+// unlockTimeout bounds an Unlock; it runs even when the caller's context is already done, so
+// that a deferred Unlock after a cancelled request still frees the lock.
+const unlockTimeout = 5 * time.Second
+
+// Unlock gives up this hold. When it is the last hold of the lock, the lock is released on the
+// server (only if this lease still owns it), waiters are woken, and the lease context is
+// cancelled. Whatever the outcome, the hold is over when Unlock returns: the lease is no longer
+// renewed by this hold. It returns an error wrapping ErrNotHeld when this hold was already
+// unlocked (or l is nil), wrapping ErrLost when the lock was lost before the Unlock, and a
+// transport error when the server could not be told (the lock then expires after its TTL).
+func (l *Lease) Unlock(ctx context.Context) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	if !l.unlocked.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: %q already unlocked", ErrNotHeld, l.st.name)
+	}
+	st := l.st
+	st.mu.Lock()
+	st.holds--
+	last := st.holds == 0
+	st.mu.Unlock()
+	st.expired()
+	state := st.state.Load()
+	if state == stateClosed {
+		return ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+	defer cancel()
+	call := st.releaseCall(last)
+	res, err := st.c.conn.Eval(ctx, call.Script, call.Keys, call.Args)
+	switch {
+	case err != nil:
+		if last {
+			st.end(nil)
+		}
+		return st.c.redisErr("unlock", err)
+	case state == stateLost:
+		return st.lostAtUnlock()
+	case len(res) != 1 || res[0] < 0:
+		st.end(ErrLost)
+		return st.lostAtUnlock()
+	case last:
+		st.end(nil)
+	}
+	return nil
+}

@@ -1,0 +1,250 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock/conn"
+)
+
+// Mutex is a handle on one named lock. It is cheap to make (no I/O) and safe for concurrent
+// use; each Lock or TryLock that succeeds returns its own Lease.
+type Mutex struct {
+	c       *Client
+	name    string
+	key     string   // <prefix>{<name>}: the name is the cluster hash tag
+	keys    []string // {key}, for script calls
+	channel string   // <prefix>{<name>}:rel, where releases are announced
+	ttlArg  string   // lease in ms
+	meta    string
+	o       options
+	err     error // bad name or option, reported by Lock and TryLock
+}
+
+// Mutex returns a handle on the lock called name. Options override the client's defaults for
+// this lock. An invalid name or option is reported by Lock and TryLock.
+func (c *Client) Mutex(name string, opts ...Option) *Mutex {
+	m := &Mutex{c: c, name: name}
+	if c == nil {
+		m.err = fmt.Errorf("%w: nil client", ErrInvalid)
+		return m
+	}
+	m.o = c.opts.with(opts)
+	m.err = m.o.err
+	if err := checkName(name); err != nil {
+		m.err = err
+	}
+	m.key = m.o.prefix + "{" + name + "}"
+	m.keys = []string{m.key}
+	m.channel = m.key + ":rel"
+	m.ttlArg = strconv.FormatInt(m.o.ttl.Milliseconds(), 10)
+	m.meta = c.meta
+	if m.o.label != c.opts.label {
+		m.meta = holderMeta(m.o.label)
+	}
+	return m
+}
+
+// Name returns the lock name.
+func (m *Mutex) Name() string { return m.name }
+
+// Lock acquires the lock, waiting as long as ctx allows. Waiting costs no polling and no
+// pooled connection: a release anywhere wakes the waiters (a crashed holder's lease is waited
+// out); waiters of one client queue first-in first-out. If ctx carries a lease on this lock
+// from the same client (a lease's Context, or the context inside Do), Lock re-enters it: same
+// token, one more hold. On failure it returns an error that wraps ctx.Err(), ErrClosed,
+// ErrInvalid or the transport error, and holds nothing.
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	return m.lock(ctx, true)
+}
+
+// TryLock makes one attempt to acquire the lock (or re-enter it, as Lock does). When another
+// owner holds it, it returns an error wrapping ErrNotAcquired.
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
+	return m.lock(ctx, false)
+}
+
+func (m *Mutex) lock(ctx context.Context, wait bool) (*Lease, error) {
+	if m == nil {
+		return nil, fmt.Errorf("%w: nil mutex", ErrInvalid)
+	}
+	if m.err != nil {
+		return nil, m.err
+	}
+	if err := m.c.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, m.ctxErr(ctx)
+	}
+	if st := heldIn(ctx, m.c, m.key); st != nil {
+		return m.reenter(ctx, st)
+	}
+	if !wait {
+		l, b, err := m.attempt(ctx)
+		if err != nil || l != nil {
+			return l, err
+		}
+		return nil, fmt.Errorf("%w: %q (its lease has %v left)", ErrNotAcquired, m.name, b.pttl)
+	}
+	if m.c.queues.waiting(m.key) {
+		return m.wait(ctx, nil) // join the local queue: only its head talks to Redis
+	}
+	l, b, err := m.attempt(ctx)
+	if err != nil || l != nil {
+		return l, err
+	}
+	return m.wait(ctx, &b)
+}
+
+// busy describes the holder that refused an attempt.
+type busy struct {
+	pttl  time.Duration // its remaining lease; <= 0 when unknown
+	token uint64        // its token
+}
+
+// attempt runs the acquire script once with a new owner secret.
+func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
+	owner := m.c.newOwner()
+	sent := mono()
+	res, err := m.c.conn.Eval(ctx, scriptAcquire, m.keys, []string{owner, m.ttlArg, m.meta})
+	if err != nil {
+		if ctx.Err() != nil {
+			// The script may have run after all: make sure that lease does not linger.
+			m.c.renewer.orphan(m.releaseCall(owner))
+			return nil, busy{}, m.ctxErr(ctx)
+		}
+		return nil, busy{}, m.c.redisErr("lock "+strconv.Quote(m.name), err)
+	}
+	if len(res) != 3 {
+		return nil, busy{}, fmt.Errorf("dlock: lock %q: unexpected reply %v from %s", m.name, res, m.c.conn.Addr())
+	}
+	if res[0] != 1 {
+		return nil, busy{pttl: time.Duration(res[1]) * time.Millisecond, token: uint64(res[2])}, nil
+	}
+	st := newLeaseState(m, ctx, owner, uint64(res[1]), sent)
+	if !m.c.renewer.add(st) {
+		m.c.renewer.orphan(m.releaseCall(owner))
+		return nil, busy{}, ErrClosed
+	}
+	return &Lease{st: st}, busy{}, nil
+}
+
+func (m *Mutex) releaseCall(owner string) conn.Call {
+	return conn.Call{Script: scriptRelease, Keys: m.keys, Args: []string{owner, retentionArg, m.channel, "1"}}
+}
+
+// reenter adds a hold to st, a lease of this client on this lock found in the caller's context.
+func (m *Mutex) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
+	if st.expired() || st.state.Load() != stateHeld {
+		return nil, st.endedErr()
+	}
+	ttl := st.currentTTL()
+	sent := mono()
+	res, err := m.c.conn.Eval(ctx, scriptAcquire, m.keys,
+		[]string{st.owner, strconv.FormatInt(ttl.Milliseconds(), 10), m.meta, "r"})
+	if err != nil {
+		return nil, m.c.redisErr("re-enter "+strconv.Quote(m.name), err)
+	}
+	if len(res) != 3 || res[0] != 1 || uint64(res[1]) != st.token {
+		st.end(ErrLost)
+		return nil, st.endedErr()
+	}
+	st.mu.Lock()
+	st.holds++
+	st.mu.Unlock()
+	if st.renewed(sent, ttl) {
+		m.c.renewer.reschedule(st)
+	}
+	return &Lease{st: st}, nil
+}
+
+// wait queues behind this client's other waiters for the lock, then, as the head of that queue,
+// alternates attempts with waiting for a release notice or the holder's lease to run out.
+// known, when set, is the answer of an attempt made just before.
+func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
+	q, w, head := m.c.queues.join(m.key, m.channel)
+	if !head {
+		select {
+		case <-w.turn:
+		case <-ctx.Done():
+			m.c.queues.leave(q, w, nil)
+			return nil, m.ctxErr(ctx)
+		case <-m.c.done:
+			m.c.queues.leave(q, w, nil)
+			return nil, ErrClosed
+		}
+		known = w.handoff // the previous head just took the lock: wait for its release
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		var b busy
+		if known != nil {
+			b, known = *known, nil
+		} else {
+			q.drain()
+			l, bb, err := m.attempt(ctx)
+			if err != nil {
+				m.c.queues.leave(q, w, nil)
+				return nil, err
+			}
+			if l != nil {
+				m.c.queues.leave(q, w, l.st)
+				return l, nil
+			}
+			b = bb
+		}
+		q.block(b.token)
+		// Retry when the holder's lease runs out (a crashed holder sends no notice). PTTL is
+		// rounded down to the millisecond; a negative one means the server did not say.
+		d := b.pttl + time.Millisecond
+		if b.pttl < 0 {
+			d = m.o.ttl
+		}
+		timer.Reset(d)
+		select {
+		case <-q.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			m.c.queues.leave(q, w, nil)
+			return nil, m.ctxErr(ctx)
+		case <-m.c.done:
+			m.c.queues.leave(q, w, nil)
+			return nil, ErrClosed
+		}
+		timer.Stop()
+	}
+}
+
+func (m *Mutex) ctxErr(ctx context.Context) error {
+	return fmt.Errorf("dlock: lock %q: %w", m.name, ctx.Err())
+}
+
+// Do acquires the lock called name (waiting as Lock does), runs fn with a context that is
+// cancelled when ctx is or when the lock is lost (context.Cause then returns ErrLost), and
+// releases the lock when fn returns or panics. Passing fn's context to Lock, TryLock or Do of
+// the same name re-enters the lock. Do returns fn's error, joined with an error wrapping
+// ErrLost when the lock was lost before fn returned, or with the release error: a nil result
+// means fn ran to completion while the lock was held.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) (err error) {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalid)
+	}
+	l, err := c.Mutex(name, opts...).Lock(ctx)
+	if err != nil {
+		return err
+	}
+	fctx, stop := l.st.doContext(ctx)
+	defer func() {
+		stop()
+		if uerr := l.Unlock(ctx); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+	}()
+	return fn(fctx)
+}

@@ -1,0 +1,185 @@
+package dlock
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/conn"
+)
+
+// notifier is the one pub/sub subscription of a Client. Queues whose head waits for a lock
+// register the lock's release channel; the notifier keeps the server-side subscriptions equal
+// to that set and routes each release notice to its queue. It opens its connection on first
+// need and, when the connection drops, reopens it, subscribes again and wakes every head
+// (a notice may have been missed meanwhile). Waiters themselves hold no connection.
+type notifier struct {
+	c *Client
+
+	mu   sync.Mutex
+	subs map[string]*queue // channel -> queue wanting its notices
+
+	dirty chan struct{} // capacity 1: subs changed
+	quit  chan struct{}
+
+	// owned by run
+	ln     conn.Listener
+	active map[string]bool // channels subscribed on ln
+}
+
+func newNotifier(c *Client) *notifier {
+	return &notifier{
+		c:      c,
+		subs:   make(map[string]*queue),
+		dirty:  make(chan struct{}, 1),
+		quit:   make(chan struct{}),
+		active: make(map[string]bool),
+	}
+}
+
+func (n *notifier) add(channel string, q *queue) {
+	n.mu.Lock()
+	n.subs[channel] = q
+	n.mu.Unlock()
+	n.markDirty()
+}
+
+// remove stops routing channel to q (a newer queue for the same lock may have taken its place).
+func (n *notifier) remove(channel string, q *queue) {
+	n.mu.Lock()
+	if n.subs[channel] == q {
+		delete(n.subs, channel)
+	}
+	n.mu.Unlock()
+	n.markDirty()
+}
+
+func (n *notifier) markDirty() {
+	select {
+	case n.dirty <- struct{}{}:
+	default:
+	}
+}
+
+func (n *notifier) stop() { close(n.quit) }
+
+func (n *notifier) lookup(channel string) *queue {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.subs[channel]
+}
+
+func (n *notifier) onMessage(channel, payload string) {
+	if q := n.lookup(channel); q != nil {
+		token, err := strconv.ParseUint(payload, 10, 64)
+		if err != nil {
+			token = wakeAll
+		}
+		q.notify(token)
+	}
+}
+
+func (n *notifier) onSubscribed(channel string) {
+	if q := n.lookup(channel); q != nil {
+		q.notify(wakeAll)
+	}
+}
+
+func (n *notifier) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, q := range n.subs {
+		q.notify(wakeAll)
+	}
+}
+
+func (n *notifier) run() {
+	defer n.closeListener()
+	backoff := time.Duration(0)
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		var lost <-chan error
+		if n.ln != nil {
+			lost = n.ln.Done()
+		}
+		select {
+		case <-n.quit:
+			return
+		case <-n.dirty:
+		case <-retry.C:
+		case <-lost:
+			n.closeListener()
+			n.wakeAll()
+		}
+		if err := n.sync(); err != nil {
+			// Heads fall back on their holders' lease times until the subscription is back.
+			n.closeListener()
+			n.wakeAll()
+			backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
+			retry.Reset(backoff)
+			continue
+		}
+		backoff = 0
+	}
+}
+
+// sync makes the server-side subscriptions equal to subs.
+func (n *notifier) sync() error {
+	n.mu.Lock()
+	var sub, unsub []string
+	for ch := range n.subs {
+		if !n.active[ch] {
+			sub = append(sub, ch)
+		}
+	}
+	for ch := range n.active {
+		if n.subs[ch] == nil {
+			unsub = append(unsub, ch)
+		}
+	}
+	n.mu.Unlock()
+	if len(sub) == 0 && len(unsub) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if n.ln == nil {
+		if len(sub) == 0 {
+			clear(n.active)
+			return nil
+		}
+		ln, err := n.c.conn.Listen(ctx, conn.Handler{Message: n.onMessage, Subscribed: n.onSubscribed})
+		if err != nil {
+			return err
+		}
+		n.ln = ln
+	}
+	if len(sub) > 0 {
+		if err := n.ln.Subscribe(ctx, sub...); err != nil {
+			return err
+		}
+		for _, ch := range sub {
+			n.active[ch] = true
+		}
+	}
+	if len(unsub) > 0 {
+		if err := n.ln.Unsubscribe(ctx, unsub...); err != nil {
+			return err
+		}
+		for _, ch := range unsub {
+			delete(n.active, ch)
+		}
+	}
+	return nil
+}
+
+func (n *notifier) closeListener() {
+	if n.ln != nil {
+		n.ln.Close()
+		n.ln = nil
+	}
+	clear(n.active)
+}

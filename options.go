@@ -1,0 +1,115 @@
+package dlock
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+const (
+	// DefaultTTL is the lease a lock gets when no WithTTL option is given.
+	DefaultTTL = 10 * time.Second
+	// MinTTL is the shortest lease accepted: below it, one network round trip and the drift
+	// allowance leave nothing for renewal.
+	MinTTL = 10 * time.Millisecond
+	// MaxNameLen is the longest lock name accepted, in bytes.
+	MaxNameLen = 512
+	// DefaultPrefix starts every key and channel dlock uses.
+	DefaultPrefix = "dlock:"
+	// tokenRetention is how long a name's last fencing token is kept after a release, so that
+	// the next token is larger even when the server clock has not moved past it.
+	tokenRetention = time.Minute
+)
+
+// Option configures a Client (as the default for all of its locks) or one lock (Mutex, Do),
+// where it overrides the Client's default.
+type Option func(*options)
+
+type options struct {
+	ttl       time.Duration
+	renew     bool
+	prefix    string
+	label     string
+	ownerConn bool // Dial: Close closes the connection it made
+	err       error
+}
+
+func defaultOptions() options {
+	return options{ttl: DefaultTTL, renew: true, prefix: DefaultPrefix}
+}
+
+func (o options) with(opts []Option) options {
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
+
+func (o *options) fail(err error) {
+	if o.err == nil {
+		o.err = err
+	}
+}
+
+// WithTTL sets the lease: how long the server keeps the lock if its holder stops renewing it
+// (crashed, paused or partitioned). With renewal on, the lease is renewed every ttl/3, so a
+// crashed holder's lock frees within ttl. The default is DefaultTTL (10s); the minimum is MinTTL.
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) {
+		if ttl < MinTTL {
+			o.fail(fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL))
+			return
+		}
+		o.ttl = ttl
+	}
+}
+
+// WithoutRenewal gives a fixed lease: the lock is held for the TTL unless Extend is called,
+// and the lease context is cancelled (cause ErrLost) when the TTL could have run out.
+// The default is to renew automatically while the lease is held.
+func WithoutRenewal() Option {
+	return func(o *options) { o.renew = false }
+}
+
+// WithPrefix sets the prefix of every key and channel, so that several applications can share
+// one server. It must not contain '{' or '}' (the lock name is the cluster hash tag).
+// The default is DefaultPrefix ("dlock:").
+func WithPrefix(prefix string) Option {
+	return func(o *options) {
+		if strings.ContainsAny(prefix, "{}") {
+			o.fail(fmt.Errorf("%w: prefix %q contains '{' or '}'", ErrInvalid, prefix))
+			return
+		}
+		o.prefix = prefix
+	}
+}
+
+// WithLabel adds a free-form label to the holder description stored with each lock this
+// client takes (beside host, pid and process start), for inspection tools. The default is none.
+func WithLabel(label string) Option {
+	return func(o *options) {
+		if len(label) > 256 {
+			o.fail(fmt.Errorf("%w: label longer than 256 bytes", ErrInvalid))
+			return
+		}
+		o.label = label
+	}
+}
+
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: lock name is empty", ErrInvalid)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: lock name is %d bytes, longer than %d", ErrInvalid, len(name), MaxNameLen)
+	}
+	return nil
+}
+
+// drift is how much earlier than the server's expiry a holder treats its lease as over: it
+// absorbs clock-rate differences and the latency of the renewal loop's own timer.
+func drift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
