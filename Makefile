@@ -1,0 +1,28 @@
+# make test   — everything CI runs: installs redis-server when missing, vet, race tests with leak checks.
+# make bench  — the Go benchmarks of the library against a private redis-server.
+
+GO      ?= go
+SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+.PHONY: test deps vet fmt-check bench
+
+test: deps fmt-check vet
+	$(GO) test -race -count=1 -timeout 8m ./...
+
+# Tests start real redis-server processes (never a mock); install the Debian package when absent.
+deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server missing: installing the Debian package"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
+	}
+	@redis-server --version
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 -timeout 20m .

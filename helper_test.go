@@ -1,0 +1,140 @@
+package dlock_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Some tests need a lock holder in another process, to kill or pause it. The test binary
+// re-executes itself with helperEnv set; TestMain then runs runHelper instead of the tests.
+const helperEnv = "DLOCK_TEST_HELPER"
+
+// runHelper takes the lock DLOCK_NAME on DLOCK_URL with lease DLOCK_TTL, prints
+// "locked <token>", then, by role:
+//
+//	hold: does nothing until killed;
+//	work: appends its token to the list DLOCK_NAME:writes every 2 ms while its lease context
+//	      is live, and prints "lost <cause>" and exits once it is not.
+func runHelper(role string) int {
+	ctx := context.Background()
+	ttl, err := time.ParseDuration(os.Getenv("DLOCK_TTL"))
+	if err != nil {
+		fmt.Println("bad DLOCK_TTL:", err)
+		return 2
+	}
+	url, name := os.Getenv("DLOCK_URL"), os.Getenv("DLOCK_NAME")
+	c, err := dlock.Dial(ctx, url, dlock.WithTTL(ttl))
+	if err != nil {
+		fmt.Println("dial:", err)
+		return 2
+	}
+	defer c.Close()
+	l, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		fmt.Println("lock:", err)
+		return 2
+	}
+	fmt.Printf("locked %d\n", l.Token())
+	switch role {
+	case "hold":
+		time.Sleep(time.Minute)
+		return 0
+	case "work":
+		o, _ := redis.ParseURL(url)
+		rc := redis.NewClient(o)
+		defer rc.Close()
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			if l.Context().Err() != nil {
+				fmt.Printf("lost %v\n", context.Cause(l.Context()))
+				return 0
+			}
+			// The protected step: only ever taken after checking the lease context.
+			if err := rc.RPush(ctx, name+":writes", l.Token()).Err(); err != nil {
+				fmt.Println("write:", err)
+				return 2
+			}
+		}
+		fmt.Println("timeout")
+		return 1
+	}
+	return 2
+}
+
+// helperProc is a running helper.
+type helperProc struct {
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+func startHelper(t *testing.T, role, url, name string, ttl time.Duration) (*helperProc, uint64) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+role, "DLOCK_URL="+url, "DLOCK_NAME="+name, "DLOCK_TTL="+ttl.String())
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &helperProc{cmd: cmd, lines: make(chan string, 16)}
+	go func() {
+		defer close(h.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+		io.Copy(io.Discard, out)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line := h.next(t, 20*time.Second)
+	var token uint64
+	if _, err := fmt.Sscanf(line, "locked %d", &token); err != nil {
+		t.Fatalf("helper said %q, want \"locked <token>\"", line)
+	}
+	return h, token
+}
+
+func (h *helperProc) next(t *testing.T, within time.Duration) string {
+	t.Helper()
+	select {
+	case line, ok := <-h.lines:
+		if !ok {
+			t.Fatal("helper exited without a line")
+		}
+		return strings.TrimSpace(line)
+	case <-time.After(within):
+		t.Fatalf("no line from helper within %v", within)
+	}
+	return ""
+}
+
+func (h *helperProc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := h.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatal(err)
+	}
+}
