@@ -42,17 +42,18 @@ type leaseState struct {
 	token   uint64
 	renew   bool
 
-	ctx    *leaseCtx
-	cancel context.CancelCauseFunc
+	keys    []string // {key}, shared with the Mutex
 
 	state    atomic.Int32
 	deadline atomic.Int64 // mono ns at which the lease counts as lost unless renewed first
 
 	ttl atomic.Int64 // lease length in ns; Extend changes it
 
-	mu       sync.Mutex // guards lastSent, holds
-	lastSent int64      // mono ns when the newest successful acquire/renew was sent
-	holds    int
+	mu       sync.Mutex      // guards lastSent, holds, parent, ctx
+	lastSent int64           // mono ns when the newest successful acquire/renew was sent
+	holds    int             // holds not yet unlocked
+	parent   context.Context // the context given to Lock, for the values of ctx
+	ctx      *leaseCtx       // made on first use: most callers never ask for it
 
 	// owned by the renewer, under renewer.mu
 	idx int   // index in the renewer's heap, -1 when not in it
@@ -61,14 +62,11 @@ type leaseState struct {
 
 func newLeaseState(m *Mutex, parent context.Context, owner string, token uint64, sent int64) *leaseState {
 	st := &leaseState{
-		c: m.c, name: m.name, key: m.key, channel: m.channel,
+		c: m.c, name: m.name, key: m.key, keys: m.keys, channel: m.channel,
 		owner: owner, token: token, renew: m.o.renew,
-		lastSent: sent, holds: 1, idx: -1,
+		lastSent: sent, holds: 1, parent: parent, idx: -1,
 	}
 	st.ttl.Store(int64(m.o.ttl))
-	inner, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-	st.ctx = &leaseCtx{Context: inner, st: st, cancel: cancel}
-	st.cancel = cancel
 	st.deadline.Store(sent + int64(m.o.ttl-drift(m.o.ttl)))
 	return st
 }
@@ -119,10 +117,30 @@ func (st *leaseState) end(cause error) bool {
 	if !st.state.CompareAndSwap(stateHeld, next) {
 		return false
 	}
-	st.cancel(cause)
+	st.mu.Lock()
+	ctx := st.ctx
+	st.mu.Unlock()
+	if ctx != nil {
+		ctx.cancel(cause)
+	}
 	st.c.renewer.remove(st)
 	st.c.queues.notice(st.key, st.token)
 	return true
+}
+
+// context returns the lease context, making it on first use.
+func (st *leaseState) context() *leaseCtx {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ctx == nil {
+		inner, cancel := context.WithCancelCause(context.WithoutCancel(st.parent))
+		st.ctx = &leaseCtx{Context: inner, st: st, cancel: cancel}
+		st.parent = nil
+		if s := st.state.Load(); s != stateHeld {
+			cancel(stateCause(s)) // ended before anyone asked; end saw no context to cancel
+		}
+	}
+	return st.ctx
 }
 
 // endedErr is the error for using a lease that is no longer held.
@@ -147,7 +165,7 @@ func (st *leaseState) releaseCall(all bool) conn.Call {
 	}
 	return conn.Call{
 		Script: scriptRelease,
-		Keys:   []string{st.key},
+		Keys:   st.keys,
 		Args:   []string{st.owner, retentionArg, st.channel, flag},
 	}
 }
@@ -204,7 +222,8 @@ func stateCause(s int32) error {
 // the lease ends (with the lease's cause); it carries the lease for re-entry.
 func (st *leaseState) doContext(parent context.Context) (context.Context, func()) {
 	inner, cancel := context.WithCancelCause(parent)
-	stop := context.AfterFunc(st.ctx, func() { cancel(context.Cause(st.ctx)) })
+	lctx := st.context()
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	return &leaseCtx{Context: inner, st: st, cancel: cancel}, func() {
 		stop()
 		cancel(nil)
@@ -253,7 +272,7 @@ func (l *Lease) Context() context.Context {
 	if l == nil {
 		return endedCtx
 	}
-	return l.st.ctx
+	return l.st.context()
 }
 
 // Extend sets the lease to ttl from now, as the server counts, if this lease still holds the
@@ -306,8 +325,8 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	return time.Duration(res[0]) * time.Millisecond, nil
 }
 
-// unlockTimeout bounds an Unlock; it runs even when the caller's context is already done, so
-// that a deferred Unlock after a cancelled request still frees the lock.
+// unlockTimeout bounds an Unlock whose context is already done: it still runs, so that a
+// deferred Unlock after a cancelled request frees the lock.
 const unlockTimeout = 5 * time.Second
 
 // Unlock gives up this hold. When it is the last hold of the lock, the lock is released on the
@@ -316,6 +335,8 @@ const unlockTimeout = 5 * time.Second
 // renewed by this hold. It returns an error wrapping ErrNotHeld when this hold was already
 // unlocked (or l is nil), wrapping ErrLost when the lock was lost before the Unlock, and a
 // transport error when the server could not be told (the lock then expires after its TTL).
+// A ctx that is already done does not stop Unlock: it still asks the server, within 5 s, so
+// that a deferred Unlock after a cancelled request frees the lock.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)
@@ -333,8 +354,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if state == stateClosed {
 		return ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-	defer cancel()
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+	}
 	call := st.releaseCall(last)
 	res, err := st.c.conn.Eval(ctx, call.Script, call.Keys, call.Args)
 	switch {
