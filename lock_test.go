@@ -346,8 +346,8 @@ func TestReentrancy(t *testing.T) {
 		if inner.Token() != outer.Token() {
 			t.Fatalf("re-entry token %d, want %d", inner.Token(), outer.Token())
 		}
-		if n := redisDo(t, shared, "HGET", keyOf(name), "n"); n != "2" {
-			t.Fatalf("hold count in Redis = %q, want 2", n)
+		if v := lockValue(t, name); v[2] != "2" {
+			t.Fatalf("hold count in Redis = %q, want 2", v[2])
 		}
 		var depth int
 		err = c.Do(inner.Context(), name, func(ctx context.Context) error {
@@ -451,8 +451,8 @@ func TestFencingToken_StateExpiresAfterRelease(t *testing.T) {
 	if pttl <= 0 || pttl > int(time.Minute/time.Millisecond) {
 		t.Fatalf("PTTL of a released name = %d ms, want in (0, 60000]", pttl)
 	}
-	if fields := redisDo(t, shared, "HKEYS", keyOf(name)); fields != "t" {
-		t.Fatalf("fields kept after release = %q, want only the token", fields)
+	if v := lockValue(t, name); len(v) != 3 || v[0] != "-" || v[2] != "0" {
+		t.Fatalf("value kept after release = %q, want only the token", v)
 	}
 }
 
@@ -555,8 +555,8 @@ func TestUnlock_WithCancelledContextStillReleases(t *testing.T) {
 	if err := l.Unlock(reqCtx); err != nil {
 		t.Fatal(err)
 	}
-	if fields := redisDo(t, shared, "HKEYS", keyOf(name)); fields != "t" {
-		t.Fatalf("lock still held after Unlock with a cancelled context: fields %q", fields)
+	if v := lockValue(t, name); v[0] != "-" {
+		t.Fatalf("lock still held after Unlock with a cancelled context: value %q", v)
 	}
 }
 

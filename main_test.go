@@ -23,7 +23,11 @@ import (
 var shared *redistest.Server
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv(helperEnv); role != "" {
+	switch role := os.Getenv(helperEnv); role {
+	case "":
+	case "hot":
+		os.Exit(runHotHelper())
+	default:
 		os.Exit(runHelper(role))
 	}
 	s, err := redistest.StartProcess()
@@ -32,6 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shared = s
+	exampleURL = s.URL()
 	code := m.Run()
 	s.Close()
 	if code == 0 {
@@ -94,6 +99,16 @@ func uniqueName(t testing.TB) string {
 
 // keyOf is the Redis key of a lock with the default prefix (see docs/PROTOCOL.md).
 func keyOf(name string) string { return dlock.DefaultPrefix + "{" + name + "}" }
+
+// lockValue splits the lock's value: owner, token, holds, description (docs/PROTOCOL.md).
+func lockValue(t testing.TB, name string) []string {
+	t.Helper()
+	v := strings.SplitN(redisDo(t, shared, "GET", keyOf(name)), " ", 4)
+	if len(v) < 3 {
+		t.Fatalf("value of %s = %q, want at least owner, token and holds", keyOf(name), v)
+	}
+	return v
+}
 
 func redisDo(t testing.TB, s *redistest.Server, args ...string) string {
 	t.Helper()

@@ -58,7 +58,7 @@ func TestRenewal_BatchedOneLoopNoGoroutinePerLease(t *testing.T) {
 	})
 }
 
-func scriptCalls(t *testing.T, s *redistest.Server) int {
+func scriptCalls(t testing.TB, s *redistest.Server) int {
 	t.Helper()
 	n := 0
 	for _, line := range strings.Split(redisDo(t, s, "INFO", "commandstats"), "\n") {

@@ -5,16 +5,20 @@
 -- ARGV[3]  release channel: <prefix>{<name>}:rel
 -- ARGV[4]  "1" to drop every hold at once, "0" to drop one
 -- Reply    holds left (0 = released and waiters notified), or -1 when the caller does not own the lock.
-local v = redis.call('HMGET', KEYS[1], 'o', 'n', 't')
-if v[1] ~= ARGV[1] then
+-- The release notice carries the released token, so waiters can ignore stale notices.
+local v = redis.call('GET', KEYS[1])
+if not v then
   return -1
 end
-local n = tonumber(v[2]) - 1
+local o, t, n, m = string.match(v, '^(%S+) (%d+) (%d+) ?(.*)$')
+if o ~= ARGV[1] then
+  return -1
+end
+n = tonumber(n) - 1
 if n > 0 and ARGV[4] ~= '1' then
-  redis.call('HSET', KEYS[1], 'n', n)
+  redis.call('SET', KEYS[1], o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'KEEPTTL')
   return n
 end
-redis.call('HDEL', KEYS[1], 'o', 'n', 'm')
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PUBLISH', ARGV[3], v[3])
+redis.call('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[2])
+redis.call('PUBLISH', ARGV[3], t)
 return 0

@@ -5,7 +5,9 @@
 -- Reply        array: 1 where the lease was extended, 0 where the owner no longer holds the lock.
 local r = {}
 for i = 1, #KEYS do
-  if redis.call('HGET', KEYS[i], 'o') == ARGV[2 * i - 1] then
+  local v = redis.call('GET', KEYS[i])
+  local o = ARGV[2 * i - 1]
+  if v and string.sub(v, 1, #o + 1) == o .. ' ' then
     redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
     r[i] = 1
   else
