@@ -1,0 +1,78 @@
+// Package dlock provides distributed locks for Go services on Redis: a lease that renews
+// itself and tells its holder when it is lost, a fencing token with every acquisition,
+// waiting woken by releases (no polling), and re-entry.
+//
+// # Use
+//
+//	c, err := dlock.Dial(ctx, "redis://127.0.0.1:6379/0")
+//	...
+//	defer c.Close()
+//	err = c.Do(ctx, "orders:42", func(ctx context.Context) error {
+//		// ctx is cancelled (context.Cause(ctx) == dlock.ErrLost) if the lock is lost.
+//		return chargeCard(ctx)
+//	})
+//
+// Or, when the hold does not fit one function: l, err := c.Mutex("orders:42").Lock(ctx),
+// then l.Token(), l.Context(), and l.Unlock(ctx).
+//
+// # What is guaranteed
+//
+// Mutual exclusion is by lease. A holder keeps the lock while its client renews the lease
+// (every TTL/3, batched for all locks of the client). The lock is free again when the holder
+// unlocks, or, if it crashed, paused or lost its connection, when its lease runs out on the
+// server: at most TTL after its last successful renewal.
+//
+// The lease context (Lease.Context, or the context inside Do) is cancelled with cause ErrLost
+// when the lock is, or may be, lost: a renewal was refused, or no renewal succeeded in time.
+// "In time" is measured on the holder's monotonic clock from the moment the last successful
+// acquire or renewal was SENT, minus a drift allowance of TTL/100 + 2 ms; since the server
+// started its lease no earlier than that moment, the holder's context ends before the server
+// can give the lock to anyone else. This assumes the holder's and the server's clocks run at
+// about the same rate (within 1%), and it cannot stop a holder that is paused (GC, SIGSTOP, a
+// VM freeze) between its last check of the context and its next write: the context is
+// cancelled the instant the holder runs again (Err checks the deadline itself), but a write
+// already under way is not recalled. That is what fencing tokens are for.
+//
+// Fencing tokens: Lease.Token is strictly larger than the token of every earlier acquisition
+// of the same lock name, by any client, including holders that crashed and whose lease
+// expired. A token is max(previous token + 1, the server's clock in microseconds); the
+// previous token is kept with the lock while it is held and for one minute after its release.
+// So tokens keep increasing as long as the Redis server's wall clock does not step back by more
+// than the time since the name's state expired (at least one minute after a release, at least
+// the lease after a crash), and the server's data is not lost with its clock behind (a restart
+// without persistence or a failover to a replica, with clocks stepped back). Redis memory does
+// not grow with the number of names ever locked: a released name's key expires within a
+// minute, a crashed holder's within its lease.
+//
+// Have the protected resource remember the largest token it has seen and refuse requests with
+// a smaller one. For a read-modify-write, check the token on the read as well as on the write
+// (or make the write conditional on what was read): with a fenced write alone, an old holder's
+// late write can land between a newer holder's read and write.
+//
+// # What is not guaranteed
+//
+// Redis replication is asynchronous: if the master fails over to a replica that had not yet
+// received a lock, a second client can acquire it while the first still believes it holds it
+// (the lease context of the first is not cancelled, since its renewals succeed on the new
+// master only if the key made it there). Fencing tokens keep the resource safe in that case
+// too, as long as the new master's clock is not behind. A restart without persistence has the
+// same effect. Clock jumps on the server shorten or lengthen leases.
+//
+// # Waiting
+//
+// Lock waits without polling: a release publishes a notice on the lock's channel, and each
+// Client holds one subscription that routes notices to its waiters. Waiters of one client
+// queue first-in first-out per lock name and only the first of them talks to Redis; waiting
+// holds no pooled connection. A holder that crashed sends no notice: the waiter retries when
+// the lease reported by its failed attempt runs out.
+//
+// # Re-entry
+//
+// Lock, TryLock and Do re-enter a lock when their context carries a lease on the same name
+// from the same Client (a Lease's Context, or the context inside Do): same token, one more
+// hold; the lock is released when the last hold is unlocked. A context without the lease, even
+// in the same goroutine, waits like any other caller.
+//
+// docs/PROTOCOL.md describes the keys, values, scripts and channels; docs/CORRECTNESS.md and
+// docs/BENCHMARKS.md give the measured figures.
+package dlock
