@@ -42,7 +42,7 @@ type leaseState struct {
 	token   uint64
 	renew   bool
 
-	keys    []string // {key}, shared with the Mutex
+	keys []string // {key}, shared with the Mutex
 
 	state    atomic.Int32
 	deadline atomic.Int64 // mono ns at which the lease counts as lost unless renewed first
