@@ -193,8 +193,13 @@ func (x *leaseCtx) Err() error {
 }
 
 func (x *leaseCtx) Value(k any) any {
-	if lk, ok := k.(leaseKey); ok && lk.c == x.st.c && lk.key == x.st.key {
-		return x.st
+	switch k := k.(type) {
+	case leaseKey:
+		if k.c == x.st.c && k.key == x.st.key {
+			return x.st
+		}
+	case tokenKey:
+		return x.st.token
 	}
 	x.sync() // context.Cause and context.WithCancel look up the parent's state through Value
 	return x.Context.Value(k)
@@ -228,6 +233,17 @@ func (st *leaseState) doContext(parent context.Context) (context.Context, func()
 		stop()
 		cancel(nil)
 	}
+}
+
+// tokenKey finds the token of the innermost lease in a context.
+type tokenKey struct{}
+
+// TokenFromContext returns the fencing token of the lease whose context ctx is (or derives
+// from): a Lease's Context, or the context Do passes to its function. With nested locks it is
+// the innermost one's. ok is false when ctx carries no lease.
+func TokenFromContext(ctx context.Context) (token uint64, ok bool) {
+	token, ok = ctx.Value(tokenKey{}).(uint64)
+	return token, ok
 }
 
 // heldIn returns the lease on key of client c carried by ctx, or nil.

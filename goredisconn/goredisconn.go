@@ -23,6 +23,10 @@ type adapter struct {
 var _ conn.Conn = (*adapter)(nil)
 
 // New wraps c. Closing the returned Conn does not close c.
+//
+// Set ContextTimeoutEnabled in c's options so that context deadlines bound each command (by
+// default go-redis bounds reads by ReadTimeout only). dlock's lost-lock signal does not depend
+// on it, but Lock, Unlock and Close return sooner on a dead connection with it.
 func New(c redis.UniversalClient) conn.Conn {
 	var addr string
 	switch cc := c.(type) {
