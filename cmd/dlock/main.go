@@ -1,0 +1,188 @@
+// Command dlock is the command-line face of the dlock library: a self-contained demo of the
+// problem it solves, and (later) tools to run a command under a lock and to inspect locks.
+//
+// Usage:
+//
+//	dlock <command> [flags]
+//
+// Run "dlock help" for the list of commands and "dlock <command> --help" for one command.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3"; otherwise the module
+// version recorded in the binary is shown.
+var version = ""
+
+// stdio is where a command reads and writes; tests and the demo's worker protocol use it.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+// command is one subcommand. To add one, write its run function (with its own flag.FlagSet,
+// see newFlagSet) in a file named after it and list it in init below.
+type command struct {
+	name    string
+	summary string // one line for "dlock help"
+	hidden  bool   // internal: not listed by help
+	run     func(ctx context.Context, std *stdio, args []string) int
+}
+
+var commands map[string]*command
+
+func init() {
+	commands = make(map[string]*command)
+	for _, c := range []*command{
+		{name: "demo", summary: "oversell a stock without a lock, with a hand-made SETNX lock, and not with dlock", run: runDemo},
+		{name: demoWorkerCmd, summary: "one buyer process of the demo (started by demo)", hidden: true, run: runDemoWorker},
+		{name: "help", summary: "show the commands, or one command's flags", run: runHelp},
+		{name: "version", summary: "print the version", run: runVersion},
+	} {
+		commands[c.name] = c
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := dispatch(ctx, &stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK        = 0
+	exitFailure   = 1   // the command ran and reports a failure
+	exitUsage     = 2   // bad command line
+	exitInterrupt = 130 // stopped by Ctrl-C or SIGTERM
+)
+
+func dispatch(ctx context.Context, std *stdio, args []string) int {
+	if len(args) == 0 {
+		printCommands(std.err)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		name = "help"
+	case "-version", "--version":
+		name = "version"
+	}
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(std.err, "dlock: unknown command %q\n\n", args[0])
+		printCommands(std.err)
+		return exitUsage
+	}
+	return c.run(ctx, std, args[1:])
+}
+
+func printCommands(w io.Writer) {
+	fmt.Fprintln(w, "dlock: distributed locks on Redis.")
+	fmt.Fprintln(w, "\nUsage:\n  dlock <command> [flags]\n\nCommands:")
+	names := make([]string, 0, len(commands))
+	for n, c := range commands {
+		if !c.hidden {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun \"dlock <command> --help\" for a command's flags and an example.")
+}
+
+// newFlagSet returns the flag set of a command; usage is the text shown by --help above the
+// flag list: what the command does and at least one example.
+func newFlagSet(name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("dlock "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: dlock %s [flags]\n\n%s\n", name, strings.TrimSpace(usage))
+		var hasFlags bool
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(w, "\nFlags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parseFlags parses args into fs; positional arguments after the flags (fs.Args) are an error
+// unless positional is set. It returns done=true with the exit code when the command must
+// stop: after --help (usage on stdout, exit 0) or a bad command line (error on stderr, exit 2).
+func parseFlags(fs *flag.FlagSet, std *stdio, args []string, positional bool) (done bool, code int) {
+	fs.SetOutput(io.Discard) // errors are reported below, in one line
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(std.out)
+		fs.Usage()
+		return true, exitOK
+	case err != nil:
+		fmt.Fprintf(std.err, "%s: %v\nRun \"%s --help\" for usage.\n", fs.Name(), err, fs.Name())
+		return true, exitUsage
+	case fs.NArg() > 0 && !positional:
+		fmt.Fprintf(std.err, "%s: unexpected argument %q\nRun \"%s --help\" for usage.\n", fs.Name(), fs.Arg(0), fs.Name())
+		return true, exitUsage
+	}
+	return false, exitOK
+}
+
+func runHelp(ctx context.Context, std *stdio, args []string) int {
+	if len(args) == 0 {
+		printCommands(std.out)
+		return exitOK
+	}
+	c, ok := commands[args[0]]
+	if !ok || c.name == "help" {
+		if !ok {
+			fmt.Fprintf(std.err, "dlock help: unknown command %q\n\n", args[0])
+			printCommands(std.err)
+			return exitUsage
+		}
+		printCommands(std.out)
+		return exitOK
+	}
+	return c.run(ctx, std, []string{"--help"})
+}
+
+func runVersion(_ context.Context, std *stdio, args []string) int {
+	fs := newFlagSet("version", `
+Print the version of dlock and of the Go toolchain that built it.
+
+Example:
+  dlock version`)
+	if done, code := parseFlags(fs, std, args, false); done {
+		return code
+	}
+	fmt.Fprintf(std.out, "dlock %s (%s %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return exitOK
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
