@@ -2,8 +2,8 @@ package dlock_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,30 +17,45 @@ import (
 // The benchmarks share the test binary's private redis-server (TestMain). Run them with
 // `make bench`; docs/BENCHMARKS.md records the figures and the ratios between them.
 
-const benchParallelism = 64 // goroutines = benchParallelism × GOMAXPROCS / GOMAXPROCS: see setParallel
+// benchGoroutines is how many goroutines the parallel benchmarks run, whatever GOMAXPROCS is.
+const benchGoroutines = 64
 
-// setParallel makes RunParallel use 64 goroutines in all, whatever GOMAXPROCS is.
 func setParallel(b *testing.B) {
-	p := benchParallelism / testingProcs()
-	if p < 1 {
-		p = 1
-	}
-	b.SetParallelism(p)
+	b.SetParallelism(max(1, benchGoroutines/runtimeGOMAXPROCS()))
 }
 
 var benchSeq atomic.Int64
 
 // BenchmarkUncontended: Lock+Unlock pairs on distinct names from 64 goroutines, dlock through
 // each adapter beside the raw floors (SET NX PX + DEL, no safety at all) of the same clients.
+// redis-cpu-µs/op is the server's CPU time per pair.
 func BenchmarkUncontended(b *testing.B) {
 	ctx := context.Background()
 	b.Run("dlock-rueidis", func(b *testing.B) {
 		c := transports[0].dial(b, shared.URL())
-		benchDlock(b, ctx, c)
+		benchPairs(b, func() func() error {
+			m := c.Mutex("bench:" + strconv.FormatInt(benchSeq.Add(1), 10))
+			return func() error {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					return err
+				}
+				return l.Unlock(ctx)
+			}
+		})
 	})
 	b.Run("dlock-goredis", func(b *testing.B) {
 		c := transports[1].dial(b, shared.URL())
-		benchDlock(b, ctx, c)
+		benchPairs(b, func() func() error {
+			m := c.Mutex("bench:" + strconv.FormatInt(benchSeq.Add(1), 10))
+			return func() error {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					return err
+				}
+				return l.Unlock(ctx)
+			}
+		})
 	})
 	b.Run("raw-rueidis", func(b *testing.B) {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{shared.Addr}, DisableCache: true})
@@ -48,67 +63,65 @@ func BenchmarkUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer rc.Close()
-		setParallel(b)
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
+		benchPairs(b, func() func() error {
 			key := "raw:" + strconv.FormatInt(benchSeq.Add(1), 10)
-			for pb.Next() {
+			return func() error {
 				if err := rc.Do(ctx, rc.B().Set().Key(key).Value("owner").Nx().PxMilliseconds(10000).Build()).Error(); err != nil {
-					b.Error(err)
-					return
+					return err
 				}
-				if err := rc.Do(ctx, rc.B().Del().Key(key).Build()).Error(); err != nil {
-					b.Error(err)
-					return
-				}
+				return rc.Do(ctx, rc.B().Del().Key(key).Build()).Error()
 			}
 		})
 	})
 	b.Run("raw-goredis", func(b *testing.B) {
-		rc := redis.NewClient(&redis.Options{Addr: shared.Addr, PoolSize: benchParallelism})
+		rc := redis.NewClient(&redis.Options{Addr: shared.Addr, PoolSize: benchGoroutines})
 		defer rc.Close()
-		setParallel(b)
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
+		benchPairs(b, func() func() error {
 			key := "raw:" + strconv.FormatInt(benchSeq.Add(1), 10)
-			for pb.Next() {
+			return func() error {
 				if err := rc.SetNX(ctx, key, "owner", 10*time.Second).Err(); err != nil {
-					b.Error(err)
-					return
+					return err
 				}
-				if err := rc.Del(ctx, key).Err(); err != nil {
-					b.Error(err)
-					return
-				}
+				return rc.Del(ctx, key).Err()
 			}
 		})
 	})
 }
 
-func benchDlock(b *testing.B, ctx context.Context, c *dlock.Client) {
+// benchPairs runs pair (made once per goroutine by newPair) from 64 goroutines and reports the
+// server's CPU per pair beside the usual figures.
+func benchPairs(b *testing.B, newPair func() func() error) {
 	setParallel(b)
 	b.ReportAllocs()
+	before := serverCPU(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		m := c.Mutex("bench:" + strconv.FormatInt(benchSeq.Add(1), 10))
+		pair := newPair()
 		for pb.Next() {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := l.Unlock(ctx); err != nil {
+			if err := pair(); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
+	b.StopTimer()
+	b.ReportMetric(float64((serverCPU(b)-before).Nanoseconds())/1000/float64(b.N), "redis-cpu-µs/op")
 }
 
-func testingProcs() int {
-	return max(1, runtimeGOMAXPROCS())
+// serverCPU returns the CPU time the shared redis-server has used so far.
+func serverCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var total float64
+	for _, line := range strings.Split(redisDo(b, shared, "INFO", "cpu"), "\n") {
+		line = strings.TrimSpace(line)
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, f); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				total += x
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
-var _ = fmt.Sprint
+var _ = dlock.DefaultTTL
