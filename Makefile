@@ -25,4 +25,4 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 -timeout 20m .
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 -benchtime 2s -timeout 20m . | tee bench.out

@@ -57,22 +57,29 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		})
 	})
-	b.Run("raw-rueidis", func(b *testing.B) {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{shared.Addr}, DisableCache: true})
-		if err != nil {
-			b.Fatal(err)
+	// The raw rueidis floor with rueidis's defaults, and with the flush delay dlock.Dial sets.
+	for _, flush := range []time.Duration{0, 20 * time.Microsecond} {
+		name := "raw-rueidis"
+		if flush > 0 {
+			name += "-flush" + flush.String()
 		}
-		defer rc.Close()
-		benchPairs(b, func() func() error {
-			key := "raw:" + strconv.FormatInt(benchSeq.Add(1), 10)
-			return func() error {
-				if err := rc.Do(ctx, rc.B().Set().Key(key).Value("owner").Nx().PxMilliseconds(10000).Build()).Error(); err != nil {
-					return err
-				}
-				return rc.Do(ctx, rc.B().Del().Key(key).Build()).Error()
+		b.Run(name, func(b *testing.B) {
+			rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{shared.Addr}, DisableCache: true, MaxFlushDelay: flush})
+			if err != nil {
+				b.Fatal(err)
 			}
+			defer rc.Close()
+			benchPairs(b, func() func() error {
+				key := "raw:" + strconv.FormatInt(benchSeq.Add(1), 10)
+				return func() error {
+					if err := rc.Do(ctx, rc.B().Set().Key(key).Value("owner").Nx().PxMilliseconds(10000).Build()).Error(); err != nil {
+						return err
+					}
+					return rc.Do(ctx, rc.B().Del().Key(key).Build()).Error()
+				}
+			})
 		})
-	})
+	}
 	b.Run("raw-goredis", func(b *testing.B) {
 		rc := redis.NewClient(&redis.Options{Addr: shared.Addr, PoolSize: benchGoroutines})
 		defer rc.Close()
