@@ -14,8 +14,11 @@ import (
 
 // Bad input gets a clear error, never a panic and never a silent success.
 func TestBadInput(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) { testBadInput(t, tr.dial(t, shared.URL())) })
+}
+
+func testBadInput(t *testing.T, c *dlock.Client) {
 	ctx := ctxT(t)
-	c := transports[0].dial(t, shared.URL())
 	cases := []struct {
 		name string
 		err  func() error

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/goredisconn"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -450,68 +453,92 @@ func TestFencingToken_StrictlyIncreasing(t *testing.T) {
 
 // Memory stays bounded: what a name leaves behind after release expires.
 func TestFencingToken_StateExpiresAfterRelease(t *testing.T) {
-	ctx := ctxT(t)
-	name := uniqueName(t)
-	c := transports[0].dial(t, shared.URL())
-	l, err := c.Mutex(name).Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Unlock(ctx)
-	pttl, _ := strconv.Atoi(redisDo(t, shared, "PTTL", keyOf(name)))
-	if pttl <= 0 || pttl > int(time.Minute/time.Millisecond) {
-		t.Fatalf("PTTL of a released name = %d ms, want in (0, 60000]", pttl)
-	}
-	if v := lockValue(t, name); len(v) != 3 || v[0] != "-" || v[2] != "0" {
-		t.Fatalf("value kept after release = %q, want only the token", v)
-	}
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		c := tr.dial(t, shared.URL())
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Unlock(ctx)
+		pttl, _ := strconv.Atoi(redisDo(t, shared, "PTTL", keyOf(name)))
+		if pttl <= 0 || pttl > int(time.Minute/time.Millisecond) {
+			t.Fatalf("PTTL of a released name = %d ms, want in (0, 60000]", pttl)
+		}
+		if v := lockValue(t, name); len(v) != 3 || v[0] != "-" || v[2] != "0" {
+			t.Fatalf("value kept after release = %q, want only the token", v)
+		}
+	})
 }
 
 // Row "lease shorter than the work" (the told-when-lost half): a holder cut off from Redis
 // has its lease context cancelled with ErrLost before anyone else can take the lock.
 func TestLostSignal_PartitionedHolder(t *testing.T) {
-	eachTransport(t, func(t *testing.T, tr transport) {
-		const ttl = 300 * time.Millisecond
-		ctx := ctxT(t)
-		name := uniqueName(t)
-		proxy := redistest.NewProxy(t, shared.Addr)
-		cut := tr.dial(t, proxy.URL(), dlock.WithTTL(ttl))
-		other := tr.dial(t, shared.URL())
-		l, err := cut.Mutex(name).Lock(ctx)
+	// Also through a go-redis client left at its defaults, whose calls ignore context
+	// deadlines: the renewal loop must keep its deadlines anyway.
+	plain := transport{"goredis-default-timeouts", func(t testing.TB, url string, opts ...dlock.Option) *dlock.Client {
+		o, err := redis.ParseURL(url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lostAt := make(chan time.Time, 1)
-		go func() {
-			<-l.Context().Done()
-			lostAt <- time.Now()
-		}()
-		proxy.Block()
-		defer proxy.Unblock()
-		l2, err := other.Mutex(name).Lock(ctx)
+		rc := redis.NewClient(o)
+		c, err := dlock.New(goredisconn.New(rc), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		acquiredAt := time.Now()
-		defer l2.Unlock(ctx)
-		select {
-		case <-l.Context().Done(): // closed by the renewal loop, not by a check of Err
-		default:
-			t.Fatal("second holder acquired while the partitioned lease context was live")
+		t.Cleanup(func() {
+			c.Close()
+			rc.Close()
+		})
+		return c
+	}}
+	for _, tr := range append(transports[:len(transports):len(transports)], plain) {
+		t.Run(tr.name, func(t *testing.T) { testLostSignalPartitioned(t, tr) })
+	}
+}
+
+func testLostSignalPartitioned(t *testing.T, tr transport) {
+	const ttl = 300 * time.Millisecond
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	proxy := redistest.NewProxy(t, shared.Addr)
+	cut := tr.dial(t, proxy.URL(), dlock.WithTTL(ttl))
+	other := tr.dial(t, shared.URL())
+	l, err := cut.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostAt := make(chan time.Time, 1)
+	go func() {
+		<-l.Context().Done()
+		lostAt <- time.Now()
+	}()
+	proxy.Block()
+	defer proxy.Unblock()
+	l2, err := other.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquiredAt := time.Now()
+	defer l2.Unlock(ctx)
+	select {
+	case <-l.Context().Done(): // closed by the renewal loop, not by a check of Err
+	default:
+		t.Fatal("second holder acquired while the partitioned lease context was live")
+	}
+	select {
+	case at := <-lostAt:
+		t.Logf("lost signal %v before the second holder acquired", acquiredAt.Sub(at))
+		if !at.Before(acquiredAt) {
+			t.Logf("the watching goroutine ran %v after the second holder acquired (scheduling); Done was closed before", at.Sub(acquiredAt))
 		}
-		select {
-		case at := <-lostAt:
-			t.Logf("lost signal %v before the second holder acquired", acquiredAt.Sub(at))
-			if !at.Before(acquiredAt) {
-				t.Logf("the watching goroutine ran %v after the second holder acquired (scheduling); Done was closed before", at.Sub(acquiredAt))
-			}
-		case <-time.After(time.Second):
-			t.Fatal("no lost signal")
-		}
-		if !errors.Is(context.Cause(l.Context()), dlock.ErrLost) {
-			t.Fatalf("cause = %v, want ErrLost", context.Cause(l.Context()))
-		}
-	})
+	case <-time.After(time.Second):
+		t.Fatal("no lost signal")
+	}
+	if !errors.Is(context.Cause(l.Context()), dlock.ErrLost) {
+		t.Fatalf("cause = %v, want ErrLost", context.Cause(l.Context()))
+	}
 }
 
 // Lost signal when the lock is taken away on the server (key deleted by an admin).
@@ -564,20 +591,22 @@ func TestDo(t *testing.T) {
 
 // A deferred Unlock with the request's cancelled context still releases the lock.
 func TestUnlock_WithCancelledContextStillReleases(t *testing.T) {
-	c := transports[0].dial(t, shared.URL())
-	name := uniqueName(t)
-	reqCtx, cancel := context.WithCancel(context.Background())
-	l, err := c.Mutex(name).Lock(reqCtx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := l.Unlock(reqCtx); err != nil {
-		t.Fatal(err)
-	}
-	if v := lockValue(t, name); v[0] != "-" {
-		t.Fatalf("lock still held after Unlock with a cancelled context: value %q", v)
-	}
+	eachTransport(t, func(t *testing.T, tr transport) {
+		c := tr.dial(t, shared.URL())
+		name := uniqueName(t)
+		reqCtx, cancel := context.WithCancel(context.Background())
+		l, err := c.Mutex(name).Lock(reqCtx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := l.Unlock(reqCtx); err != nil {
+			t.Fatal(err)
+		}
+		if v := lockValue(t, name); v[0] != "-" {
+			t.Fatalf("lock still held after Unlock with a cancelled context: value %q", v)
+		}
+	})
 }
 
 // Lock gives up when its context does, with an error that wraps ctx.Err().

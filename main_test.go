@@ -70,6 +70,7 @@ var transports = []transport{
 		if err != nil {
 			t.Fatal(err)
 		}
+		o.ContextTimeoutEnabled = true // as goredisconn.New recommends
 		rc := redis.NewClient(o)
 		c, err := dlock.New(goredisconn.New(rc), opts...)
 		if err != nil {
