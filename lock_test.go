@@ -197,9 +197,12 @@ func TestPausedHolder_LearnsLossBeforeSecondHolder(t *testing.T) {
 		if line := h.next(t, 10*time.Second); line != "lost "+dlock.ErrLost.Error() {
 			t.Fatalf("resumed holder said %q, want %q", line, "lost "+dlock.ErrLost.Error())
 		}
+		// A write whose context check came just before the SIGSTOP is sent after the resume:
+		// that one write is the case fencing exists for. Every check after the resume must
+		// report the loss, so there is never a second.
 		writes := strings.Split(redisDo(t, shared, "LRANGE", name+":writes", "0", "-1"), "\n")
 		for i, w := range writes {
-			if w == marker && i != len(writes)-1 {
+			if w == marker && len(writes)-1-i > 1 {
 				t.Fatalf("paused holder wrote %v after the second holder acquired", writes[i+1:])
 			}
 		}

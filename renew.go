@@ -3,6 +3,7 @@ package dlock
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -113,11 +114,21 @@ func (r *renewer) remove(st *leaseState) {
 	}
 }
 
-// orphan queues a release for an acquisition nobody will use.
+// orphan queues a release for an acquisition nobody will use. Once the client is closing, no
+// round is left to send it: it is sent at once.
 func (r *renewer) orphan(call conn.Call) {
 	r.mu.Lock()
-	r.orphans = append(r.orphans, call)
+	stopped := r.stopped
+	if !stopped {
+		r.orphans = append(r.orphans, call)
+	}
 	r.mu.Unlock()
+	if stopped {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		r.c.conn.EvalMulti(ctx, []conn.Call{call})
+		return
+	}
 	r.poke()
 }
 
@@ -307,7 +318,12 @@ func (r *renewer) finish(results []conn.Result) {
 		results = results[n:] // the orphan releases: nothing to do with their answers
 	}
 	for i, st := range flying {
-		res := results[i/renewBatch]
+		var res conn.Result
+		if i/renewBatch < len(results) {
+			res = results[i/renewBatch]
+		} else {
+			res.Err = errShortReply
+		}
 		switch {
 		case st.state.Load() != stateHeld:
 		case res.Err != nil:
@@ -323,6 +339,8 @@ func (r *renewer) finish(results []conn.Result) {
 		}
 	}
 }
+
+var errShortReply = errors.New("dlock: transport returned fewer replies than calls")
 
 func renewCall(chunk []*leaseState) conn.Call {
 	keys := make([]string, len(chunk))
