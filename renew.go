@@ -204,19 +204,28 @@ func (r *renewer) run() {
 	}
 }
 
-// send runs the pipelines the loop hands it, one at a time.
+// send runs the pipelines the loop hands it, one at a time. Every batch handed over gets an
+// answer, even when the client is closing: the loop waits for it.
 func (r *renewer) send() {
 	for {
 		select {
-		case <-r.quit:
-			return
 		case b := <-r.reqs:
-			ctx, cancel := context.WithTimeout(r.ctx, b.timeout)
-			res := r.c.conn.EvalMulti(ctx, b.calls)
-			cancel()
-			r.resps <- res
+			r.resps <- r.sendBatch(b)
+		case <-r.quit:
+			select {
+			case b := <-r.reqs:
+				r.resps <- r.sendBatch(b) // r.ctx is cancelled: this returns at once
+			default:
+			}
+			return
 		}
 	}
+}
+
+func (r *renewer) sendBatch(b batch) []conn.Result {
+	ctx, cancel := context.WithTimeout(r.ctx, b.timeout)
+	defer cancel()
+	return r.c.conn.EvalMulti(ctx, b.calls)
 }
 
 // nextWake returns how long the loop may sleep: until the earliest lease is due or, while a

@@ -88,3 +88,28 @@ func scriptCalls(t testing.TB, s *redistest.Server) int {
 	}
 	return n
 }
+
+// Close returns while renewals are in flight (a batch handed to the sender as the client
+// closes must still be answered, or Close would wait forever).
+func TestClose_DuringRenewals(t *testing.T) {
+	ctx := ctxT(t)
+	for i := 0; i < 30; i++ {
+		c, err := dlock.Dial(ctx, shared.URL(), dlock.WithTTL(dlock.MinTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 20; j++ {
+			if _, err := c.Mutex(fmt.Sprintf("%s-%d-%d", uniqueName(t), i, j)).TryLock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Duration(i%5) * time.Millisecond) // renewals every ~3 ms
+		done := make(chan error, 1)
+		go func() { done <- c.Close() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Close did not return (iteration %d)", i)
+		}
+	}
+}
