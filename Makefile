@@ -1,13 +1,27 @@
-# make test   — everything CI runs: installs redis-server when missing, vet, race tests with leak checks.
+# make test   — everything CI runs: installs redis-server (and PostgreSQL for examples/inventory) when missing, vet, race tests with leak checks.
 # make bench  — the Go benchmarks of the library against a private redis-server.
 
 GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: test deps vet fmt-check bench
+.PHONY: test deps vet fmt-check bench test-examples deps-examples
 
 test: deps fmt-check vet
 	$(GO) test -race -count=1 -timeout 8m ./...
+	@$(MAKE) --no-print-directory test-examples
+
+# examples/inventory is its own module (SQLite and PostgreSQL drivers stay out of the library's
+# dependencies); its end-to-end tests start redis-server, PostgreSQL and three service replicas.
+test-examples: deps deps-examples
+	cd examples/inventory && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 6m ./...
+
+# The example's tests run a private PostgreSQL server; install the Debian package when absent
+# (the Debian cluster itself is not used).
+deps-examples:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+		echo "PostgreSQL missing: installing the Debian package"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; \
+	}
 
 # Tests start real redis-server processes (never a mock); install the Debian package when absent.
 deps:
