@@ -281,9 +281,12 @@ var endedCtx = func() context.Context {
 // lock was (or may have been) lost, before the server could have given it to anyone else;
 // with cause context.Canceled after the last Unlock; with cause ErrClosed when the client
 // closed. Do the protected work under this context, and check it before each step that must
-// not happen without the lock. It carries the values of the context passed to Lock, and
-// passing it (or a context derived from it) to Lock, TryLock or Do of the same name re-enters
-// the lock. A nil lease returns an already cancelled context.
+// not happen without the lock. It carries the values of the context passed to Lock but not
+// its cancellation: the lease outlives the call that took it. Passing it (or a context derived
+// from it) to Lock, TryLock or Do of the same name re-enters the lock. Its Err method checks
+// the lease deadline itself, so check Err before each protected step: Done is closed by the
+// renewal loop, which after a pause of the process runs a moment later than the holder's own
+// code. A nil lease returns an already cancelled context.
 func (l *Lease) Context() context.Context {
 	if l == nil {
 		return endedCtx
