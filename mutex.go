@@ -112,9 +112,10 @@ func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
 	sent := mono()
 	res, err := m.c.conn.Eval(ctx, scriptAcquire, m.keys, []string{owner, m.ttlArg, m.meta})
 	if err != nil {
+		// The script may have run all the same (the reply was lost, or the caller gave up
+		// waiting for it): release under this owner secret, so that no lease nobody holds lingers.
+		m.c.renewer.orphan(m.releaseCall(owner))
 		if ctx.Err() != nil {
-			// The script may have run after all: make sure that lease does not linger.
-			m.c.renewer.orphan(m.releaseCall(owner))
 			return nil, busy{}, m.ctxErr(ctx)
 		}
 		return nil, busy{}, m.c.redisErr("lock "+strconv.Quote(m.name), err)

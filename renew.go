@@ -175,10 +175,11 @@ func (r *renewer) drain() []*leaseState {
 }
 
 func (r *renewer) run() {
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); r.send() }()
-	defer wg.Wait()
+	senderDone := make(chan struct{})
+	go func() {
+		defer close(senderDone)
+		r.send()
+	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -191,8 +192,16 @@ func (r *renewer) run() {
 			busy := r.busy
 			r.mu.Unlock()
 			if busy {
-				r.finish(<-r.resps) // abandoned by halt: the leases go back for Close to release
+				// The batch is answered (abandoned by halt), or, handed over as the sender
+				// left, never sent. Either way its leases go back for Close to release.
+				select {
+				case res := <-r.resps:
+					r.finish(res)
+				case <-senderDone:
+					r.finish(nil)
+				}
 			}
+			<-senderDone
 			return
 		case <-r.kick:
 		case <-timer.C:
@@ -204,8 +213,7 @@ func (r *renewer) run() {
 	}
 }
 
-// send runs the pipelines the loop hands it, one at a time. Every batch handed over gets an
-// answer, even when the client is closing: the loop waits for it.
+// send runs the pipelines the loop hands it, one at a time, until the client closes.
 func (r *renewer) send() {
 	for {
 		select {
