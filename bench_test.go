@@ -31,32 +31,21 @@ var benchSeq atomic.Int64
 // redis-cpu-µs/op is the server's CPU time per pair.
 func BenchmarkUncontended(b *testing.B) {
 	ctx := context.Background()
-	b.Run("dlock-rueidis", func(b *testing.B) {
-		c := transports[0].dial(b, shared.URL())
-		benchPairs(b, func() func() error {
-			m := c.Mutex("bench:" + strconv.FormatInt(benchSeq.Add(1), 10))
-			return func() error {
-				l, err := m.Lock(ctx)
-				if err != nil {
-					return err
+	for _, tr := range transports {
+		b.Run("dlock-"+tr.name, func(b *testing.B) {
+			c := tr.dial(b, shared.URL())
+			benchPairs(b, func() func() error {
+				m := c.Mutex("bench:" + strconv.FormatInt(benchSeq.Add(1), 10))
+				return func() error {
+					l, err := m.Lock(ctx)
+					if err != nil {
+						return err
+					}
+					return l.Unlock(ctx)
 				}
-				return l.Unlock(ctx)
-			}
+			})
 		})
-	})
-	b.Run("dlock-goredis", func(b *testing.B) {
-		c := transports[1].dial(b, shared.URL())
-		benchPairs(b, func() func() error {
-			m := c.Mutex("bench:" + strconv.FormatInt(benchSeq.Add(1), 10))
-			return func() error {
-				l, err := m.Lock(ctx)
-				if err != nil {
-					return err
-				}
-				return l.Unlock(ctx)
-			}
-		})
-	})
+	}
 	// The raw rueidis floor with rueidis's defaults, and with the flush delay dlock.Dial sets.
 	for _, flush := range []time.Duration{0, 20 * time.Microsecond} {
 		name := "raw-rueidis"

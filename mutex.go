@@ -168,14 +168,14 @@ func (m *Mutex) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 // known, when set, is the answer of an attempt made just before.
 func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 	q, w, head := m.c.queues.join(m.key, m.channel)
+	var got *leaseState // when set, the next head waits for this lease to end
+	defer func() { m.c.queues.leave(q, w, got) }()
 	if !head {
 		select {
 		case <-w.turn:
 		case <-ctx.Done():
-			m.c.queues.leave(q, w, nil)
 			return nil, m.ctxErr(ctx)
 		case <-m.c.done:
-			m.c.queues.leave(q, w, nil)
 			return nil, ErrClosed
 		}
 		known = w.handoff // the previous head just took the lock: wait for its release
@@ -191,11 +191,10 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 			q.drain()
 			l, bb, err := m.attempt(ctx)
 			if err != nil {
-				m.c.queues.leave(q, w, nil)
 				return nil, err
 			}
 			if l != nil {
-				m.c.queues.leave(q, w, l.st)
+				got = l.st
 				return l, nil
 			}
 			b = bb
@@ -212,10 +211,8 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 		case <-q.wake:
 		case <-timer.C:
 		case <-ctx.Done():
-			m.c.queues.leave(q, w, nil)
 			return nil, m.ctxErr(ctx)
 		case <-m.c.done:
-			m.c.queues.leave(q, w, nil)
 			return nil, ErrClosed
 		}
 		timer.Stop()
