@@ -45,8 +45,7 @@ type renewer struct {
 }
 
 type batch struct {
-	calls   []conn.Call
-	timeout time.Duration
+	calls []conn.Call
 }
 
 func newRenewer(c *Client) *renewer {
@@ -230,10 +229,12 @@ func (r *renewer) send() {
 	}
 }
 
+// sendBatch runs one pipeline. It gives the transport no deadline: the loop keeps the leases'
+// deadlines itself, and abandoning a pipeline mid-flight can break a shared connection under
+// other callers' commands (rueidis closes a connection whose synchronous call timed out).
+// Close cancels it.
 func (r *renewer) sendBatch(b batch) []conn.Result {
-	ctx, cancel := context.WithTimeout(r.ctx, b.timeout)
-	defer cancel()
-	return r.c.conn.EvalMulti(ctx, b.calls)
+	return r.c.conn.EvalMulti(r.ctx, b.calls)
 }
 
 // nextWake returns how long the loop may sleep: until the earliest lease is due or, while a
@@ -300,19 +301,8 @@ func (r *renewer) round() {
 		r.flying, r.pending = r.pending, nil
 		b.calls = r.orphans
 		r.orphans = nil
-		limit := int64(-1) // a renewal not back by the earliest deadline is of no use to that lease
 		for i := 0; i < len(r.flying); i += renewBatch {
-			chunk := r.flying[i:min(i+renewBatch, len(r.flying))]
-			b.calls = append(b.calls, renewCall(chunk))
-			for _, st := range chunk {
-				if d := st.deadline.Load(); limit < 0 || d < limit {
-					limit = d
-				}
-			}
-		}
-		b.timeout = time.Second
-		if limit >= 0 {
-			b.timeout = max(time.Duration(limit-now), time.Millisecond)
+			b.calls = append(b.calls, renewCall(r.flying[i:min(i+renewBatch, len(r.flying))]))
 		}
 		r.sentAt = mono()
 	}
