@@ -25,8 +25,14 @@ var (
 	scriptPTTL    = mustScript("pttl.lua")
 )
 
+// The scripts of the inspection and admin calls (admin.go).
+var (
+	scriptInspect     = mustScript("inspect.lua")
+	scriptForceUnlock = mustScript("forceunlock.lua")
+)
+
 // Scripts returns the Lua scripts dlock runs, for inspection and for loading them ahead of time
 // (SCRIPT LOAD) on servers that restrict EVAL.
 func Scripts() []*conn.Script {
-	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL}
+	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptInspect, scriptForceUnlock}
 }

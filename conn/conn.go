@@ -69,6 +69,14 @@ type Conn interface {
 	// EvalMulti sends calls in one pipeline (one round trip where the client allows) and
 	// returns one Result per call, in order.
 	EvalMulti(ctx context.Context, calls []Call) []Result
+	// Command sends one command (args[0] is its name, e.g. "GET", "SCAN", "EVALSHA") and
+	// returns the reply as a string (simple, bulk or verbatim string), an int64, nil (a nil
+	// reply), or a []any of such values (arrays, sets, and nested arrays). Other RESP3 types
+	// are returned as the adapter's client decodes them (maps as a Go map, doubles as float64,
+	// booleans as bool); dlock does not send commands that reply with them. An error reply
+	// is returned as an error. dlock uses it for inspection and admin (Client.Inspect, List,
+	// ForceUnlock); it does not retry EVALSHA on NOSCRIPT.
+	Command(ctx context.Context, args ...string) (any, error)
 	// Listen opens a dedicated pub/sub connection whose events go to h.
 	Listen(ctx context.Context, h Handler) (Listener, error)
 	// Addr names the server(s) for error messages, e.g. "127.0.0.1:6379".

@@ -44,6 +44,18 @@ func (a *adapter) Addr() string { return a.addr }
 
 func (a *adapter) Close() error { return nil }
 
+// Command sends one arbitrary command; see conn.Conn.
+func (a *adapter) Command(ctx context.Context, args ...string) (any, error) {
+	if len(args) == 0 {
+		return nil, errors.New("empty command")
+	}
+	v, err := a.c.Do(ctx, argv(args)...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, err
+}
+
 func argv(args []string) []any {
 	out := make([]any, len(args))
 	for i, s := range args {

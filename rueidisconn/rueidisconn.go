@@ -74,6 +74,21 @@ func (a *adapter) Close() error {
 	return nil
 }
 
+// Command sends one arbitrary command; see conn.Conn.
+func (a *adapter) Command(ctx context.Context, args ...string) (any, error) {
+	if len(args) == 0 {
+		return nil, errors.New("empty command")
+	}
+	dctx, done := noDeadline(ctx)
+	defer done()
+	v, err := a.c.Do(dctx, a.c.B().Arbitrary(args[0]).Args(args[1:]...).Build()).ToAny()
+	err = ctxCause(ctx, err)
+	if rueidis.IsRedisNil(err) {
+		return nil, nil
+	}
+	return v, err
+}
+
 func (a *adapter) evalsha(s *conn.Script, keys, args []string) rueidis.Completed {
 	return a.c.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
@@ -83,14 +98,53 @@ func (a *adapter) eval(s *conn.Script, keys, args []string) rueidis.Completed {
 }
 
 func (a *adapter) Eval(ctx context.Context, s *conn.Script, keys, args []string) ([]int64, error) {
-	resp := a.c.Do(ctx, a.evalsha(s, keys, args))
+	dctx, done := noDeadline(ctx)
+	defer done()
+	resp := a.c.Do(dctx, a.evalsha(s, keys, args))
 	if noScript(resp.Error()) {
-		resp = a.c.Do(ctx, a.eval(s, keys, args))
+		resp = a.c.Do(dctx, a.eval(s, keys, args))
 	}
-	return ints(resp)
+	v, err := ints(resp)
+	return v, ctxCause(ctx, err)
+}
+
+// noDeadline returns a context that is cancelled when ctx is but has no deadline of its own.
+// Given a deadline, rueidis may send a command synchronously with that deadline on the shared
+// connection, and a deadline that passes mid-call then closes the connection under every
+// other command on it (for instance a user's Lock under a renewal batch that timed out).
+// Without one, an expired call is abandoned and the connection stays up.
+func noDeadline(ctx context.Context) (context.Context, func()) {
+	if _, ok := ctx.Deadline(); !ok {
+		return ctx, func() {}
+	}
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	return dctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// ctxCause reports the caller's own context error (DeadlineExceeded, say) in place of the
+// cancellation of the context noDeadline made from it.
+func ctxCause(ctx context.Context, err error) error {
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 func (a *adapter) EvalMulti(ctx context.Context, calls []conn.Call) []conn.Result {
+	out := a.evalMulti(ctx, calls)
+	for i := range out {
+		out[i].Err = ctxCause(ctx, out[i].Err)
+	}
+	return out
+}
+
+func (a *adapter) evalMulti(parent context.Context, calls []conn.Call) []conn.Result {
+	ctx, done := noDeadline(parent)
+	defer done()
 	cmds := make(rueidis.Commands, len(calls))
 	for i, c := range calls {
 		cmds[i] = a.evalsha(c.Script, c.Keys, c.Args)

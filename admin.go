@@ -1,0 +1,314 @@
+package dlock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/conn"
+)
+
+// Info describes one lock as the server stores it, for inspection tools (dlock status, dlock
+// list). It is a snapshot: the lock may change hands as soon as it is read.
+type Info struct {
+	Name string
+	// Held reports whether someone holds the lock.
+	Held bool
+	// Token is the holder's fencing token. For a free lock it is the last token, while the
+	// server keeps it (one minute after a release), else 0.
+	Token uint64
+	// Holds is the holder's number of holds (re-entries count); 0 when free.
+	Holds int
+	// TTL is the remaining lease as the server sees it; 0 when free.
+	TTL time.Duration
+	// Holder is the holder's description, stored with the lock by the library; zero when free.
+	Holder Holder
+	// Waiters is the number of clients subscribed to the lock's release channel (PUBSUB
+	// NUMSUB): each dlock Client subscribes once while any of its goroutines waits for the
+	// lock, so this counts waiting clients, not waiting goroutines. -1 when unknown. From
+	// ForceUnlock: the number of clients its release notice reached.
+	Waiters int
+}
+
+// Holder describes the process that holds a lock: the description the library stores with the
+// lock when it acquires it (docs/PROTOCOL.md).
+type Holder struct {
+	Host  string    // host name
+	PID   int       // process id on Host
+	Start time.Time // when the holding process started (to the second)
+	Label string    // WithLabel's label; empty when none
+}
+
+// TokenTime returns the server-clock time that Token encodes: tokens are made as
+// max(previous token + 1, server time in microseconds), so for a lock taken while the server's
+// clock was ahead of the name's previous token (the usual case) it is the time of the
+// acquisition, to the microsecond. When the clock was behind (it stepped back, or two
+// acquisitions fell in one microsecond) the token is previous + 1 and this time is later than
+// the acquisition. Re-entries keep the token. Zero when Token is 0.
+func (i Info) TokenTime() time.Time {
+	if i.Token == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(int64(i.Token))
+}
+
+// Inspect reads the lock called name: whether it is held, by whom, its token, holds, remaining
+// lease and waiting clients. The client's key prefix applies (WithPrefix). It returns an error
+// when the key holds something that is not a dlock lock value.
+func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
+	if err := c.checkAdmin(name); err != nil {
+		return Info{}, err
+	}
+	key := c.lockKey(name)
+	reply, err := c.evalAny(ctx, scriptInspect, []string{key})
+	if err != nil {
+		return Info{}, c.redisErr("inspect "+strconv.Quote(name), err)
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 2 {
+		return Info{}, c.badReply("inspect", name, reply)
+	}
+	info, err := parseLock(name, arr[0], arr[1])
+	if err != nil {
+		return Info{}, err
+	}
+	info.Waiters = -1
+	if n, err := c.numSub(ctx, []string{key + ":rel"}); err == nil {
+		info.Waiters = n[0]
+	}
+	return info, nil
+}
+
+// List returns every held lock whose name starts with prefix (all held locks when prefix is
+// empty), sorted by name. It walks the keys with SCAN (MATCH on the lock key pattern, COUNT
+// 1000), never KEYS, so it does not block the server; like any SCAN it sees each lock that
+// stays held during the walk, and may or may not see one taken or released meanwhile.
+// It scans the one server the client is connected to (on Redis Cluster, one node).
+func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	keyPrefix := c.opts.prefix + "{"
+	pattern := globEscape(keyPrefix) + globEscape(prefix) + "*}"
+	seen := make(map[string]bool)
+	var out []Info
+	cursor := "0"
+	for {
+		reply, err := c.conn.Command(ctx, "SCAN", cursor, "MATCH", pattern, "COUNT", "1000")
+		if err != nil {
+			return nil, c.redisErr("list", err)
+		}
+		arr, ok := reply.([]any)
+		if !ok || len(arr) != 2 {
+			return nil, c.badReply("scan", prefix, reply)
+		}
+		next, ok1 := arr[0].(string)
+		found, ok2 := arr[1].([]any)
+		if !ok1 || !ok2 {
+			return nil, c.badReply("scan", prefix, reply)
+		}
+		var keys []string
+		for _, k := range found {
+			if s, ok := k.(string); ok && !seen[s] && strings.HasPrefix(s, keyPrefix) && strings.HasSuffix(s, "}") {
+				seen[s] = true
+				keys = append(keys, s)
+			}
+		}
+		if len(keys) > 0 {
+			infos, err := c.inspectKeys(ctx, keys)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, infos...)
+		}
+		if cursor = next; cursor == "0" {
+			break
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// inspectKeys reads the given lock keys in one script call and returns the held ones.
+func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error) {
+	reply, err := c.evalAny(ctx, scriptInspect, keys)
+	if err != nil {
+		return nil, c.redisErr("list", err)
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 2*len(keys) {
+		return nil, c.badReply("list", "", reply)
+	}
+	var held []Info
+	var channels []string
+	for i, key := range keys {
+		name := key[len(c.opts.prefix)+1 : len(key)-1]
+		info, err := parseLock(name, arr[2*i], arr[2*i+1])
+		if err != nil || !info.Held {
+			continue // not a lock value (another application's key), or free
+		}
+		held = append(held, info)
+		channels = append(channels, key+":rel")
+	}
+	if len(held) == 0 {
+		return nil, nil
+	}
+	n, err := c.numSub(ctx, channels)
+	for i := range held {
+		held[i].Waiters = -1
+		if err == nil {
+			held[i].Waiters = n[i]
+		}
+	}
+	return held, nil
+}
+
+// ForceUnlock releases the lock called name whoever holds it, as an administrator would: in
+// one atomic step it writes the released value (keeping the token for a minute, so the next
+// holder's token is larger) and publishes the release notice, which wakes the waiters. The
+// holder's lease is then lost: its next renewal fails and its lease context is cancelled with
+// ErrLost (until then it may still believe it holds the lock: fencing tokens protect the
+// resource). It returns what was held, with Waiters set to the number of clients the notice
+// reached; when the lock was not held it changes nothing and returns an error wrapping
+// ErrNotHeld, with the Info of the free lock.
+func (c *Client) ForceUnlock(ctx context.Context, name string) (Info, error) {
+	if err := c.checkAdmin(name); err != nil {
+		return Info{}, err
+	}
+	key := c.lockKey(name)
+	reply, err := c.evalAny(ctx, scriptForceUnlock, []string{key}, retentionArg, key+":rel")
+	if err != nil {
+		return Info{}, c.redisErr("force unlock "+strconv.Quote(name), err)
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 3 {
+		return Info{}, c.badReply("force unlock", name, reply)
+	}
+	info, err := parseLock(name, arr[0], arr[1])
+	if err != nil {
+		return Info{}, err
+	}
+	woken, ok := arr[2].(int64)
+	if !ok {
+		return Info{}, c.badReply("force unlock", name, reply)
+	}
+	info.Waiters = int(woken)
+	if woken < 0 || !info.Held {
+		info.Waiters = -1
+		return info, fmt.Errorf("%w: %q is free", ErrNotHeld, name)
+	}
+	return info, nil
+}
+
+func (c *Client) checkAdmin(name string) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	return checkName(name)
+}
+
+func (c *Client) lockKey(name string) string { return c.opts.prefix + "{" + name + "}" }
+
+func (c *Client) badReply(op, name string, reply any) error {
+	return fmt.Errorf("dlock: %s %q: unexpected reply %v from %s", op, name, reply, c.conn.Addr())
+}
+
+// evalAny runs s through Conn.Command, so that its reply may hold strings: by SHA, and with the
+// source when the server does not have the script cached.
+func (c *Client) evalAny(ctx context.Context, s *conn.Script, keys []string, args ...string) (any, error) {
+	cmd := make([]string, 0, 3+len(keys)+len(args))
+	cmd = append(cmd, "EVALSHA", s.SHA, strconv.Itoa(len(keys)))
+	cmd = append(cmd, keys...)
+	cmd = append(cmd, args...)
+	reply, err := c.conn.Command(ctx, cmd...)
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		cmd[0], cmd[1] = "EVAL", s.Src
+		reply, err = c.conn.Command(ctx, cmd...)
+	}
+	return reply, err
+}
+
+// numSub returns the number of subscribers of each channel (PUBSUB NUMSUB).
+func (c *Client) numSub(ctx context.Context, channels []string) ([]int, error) {
+	reply, err := c.conn.Command(ctx, append([]string{"PUBSUB", "NUMSUB"}, channels...)...)
+	if err != nil {
+		return nil, err
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 2*len(channels) {
+		return nil, errors.New("unexpected PUBSUB NUMSUB reply")
+	}
+	out := make([]int, len(channels))
+	for i := range channels {
+		n, ok := arr[2*i+1].(int64)
+		if !ok {
+			return nil, errors.New("unexpected PUBSUB NUMSUB reply")
+		}
+		out[i] = int(n)
+	}
+	return out, nil
+}
+
+// parseLock decodes a lock's value and PTTL as the inspect and forceunlock scripts return them
+// (docs/PROTOCOL.md: "<owner> <token> <holds> <description>" or "- <token> 0").
+func parseLock(name string, value, pttl any) (Info, error) {
+	info := Info{Name: name, Waiters: -1}
+	if value == nil {
+		return info, nil
+	}
+	v, ok := value.(string)
+	if !ok {
+		return info, fmt.Errorf("dlock: %q: unexpected lock value %v", name, value)
+	}
+	f := strings.SplitN(v, " ", 4)
+	if len(f) < 3 {
+		return info, fmt.Errorf("dlock: %q: the key does not hold a dlock lock value", name)
+	}
+	token, err1 := strconv.ParseUint(f[1], 10, 64)
+	holds, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
+		return info, fmt.Errorf("dlock: %q: the key does not hold a dlock lock value", name)
+	}
+	info.Token = token
+	if f[0] == "-" {
+		return info, nil // released; the last token is kept for a while
+	}
+	info.Held = true
+	info.Holds = holds
+	if ms, ok := pttl.(int64); ok && ms > 0 {
+		info.TTL = time.Duration(ms) * time.Millisecond
+	}
+	if len(f) == 4 {
+		var d struct {
+			Host  string `json:"host"`
+			PID   int    `json:"pid"`
+			Start int64  `json:"start"`
+			Label string `json:"label"`
+		}
+		if json.Unmarshal([]byte(f[3]), &d) == nil {
+			info.Holder = Holder{Host: d.Host, PID: d.PID, Label: d.Label}
+			if d.Start > 0 {
+				info.Holder.Start = time.Unix(d.Start, 0)
+			}
+		}
+	}
+	return info, nil
+}
+
+// globEscape quotes the characters SCAN's MATCH pattern treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ { // bytewise: names are any bytes
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,23 @@
+-- forceunlock: release a lock whoever holds it (an administrator's "dlock unlock --force"),
+-- exactly as release.lua does for its owner: the last token is kept and waiters are woken.
+-- KEYS[1]  lock key
+-- ARGV[1]  milliseconds to keep the last token (60000)
+-- ARGV[2]  release channel: <prefix>{<name>}:rel
+-- Reply    {value, pttl, woken}
+--          value  the lock's value before the call (nil when there is no key)
+--          pttl   its remaining lease before the call, in milliseconds
+--          woken  -1 when nothing was released (not held, or not a dlock value); otherwise the
+--                 number of clients that received the release notice (PUBLISH's reply)
+-- The holder's renewals, re-entries and Unlock fail from then on: its value is gone.
+local v = redis.call('GET', KEYS[1])
+local pttl = redis.call('PTTL', KEYS[1])
+if not v then
+  return {false, pttl, -1}
+end
+local o, t = string.match(v, '^(%S+) (%d+) %d+')
+if not o or o == '-' then
+  return {v, pttl, -1}
+end
+redis.call('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[1])
+local n = redis.call('PUBLISH', ARGV[2], t)
+return {v, pttl, n}
