@@ -73,6 +73,14 @@
 // hold; the lock is released when the last hold is unlocked. A context without the lease, even
 // in the same goroutine, waits like any other caller.
 //
+// # Inspection
+//
+// Client.Inspect reads one lock (held or free, holder's host, pid and label, token, holds,
+// remaining lease, waiting clients), Client.List the held locks by name prefix (with SCAN),
+// and Client.ForceUnlock releases a lock whoever holds it, waking its waiters; the former
+// holder's lease is lost at its next renewal. The dlock command (cmd/dlock) offers them as
+// dlock status, list and unlock --force, and dlock run runs a command under a lock.
+//
 // docs/PROTOCOL.md describes the keys, values, scripts and channels; docs/CORRECTNESS.md and
 // docs/BENCHMARKS.md give the measured figures.
 package dlock

@@ -18,7 +18,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(cleanupM{m})
+}
+
+// cleanupM removes the binary built for run_test.go once the tests have run.
+type cleanupM struct{ m *testing.M }
+
+func (c cleanupM) Run() int {
+	defer removeBuilt()
+	return c.m.Run()
 }
 
 // smallDemo keeps a full three-mode run to a few seconds.

@@ -1,5 +1,6 @@
 // Command dlock is the command-line face of the dlock library: a self-contained demo of the
-// problem it solves, and (later) tools to run a command under a lock and to inspect locks.
+// problem it solves, "dlock run" to run a command under a lock (a distributed flock), and
+// "dlock status", "list" and "unlock" to inspect and administer locks.
 //
 // Usage:
 //
@@ -49,6 +50,10 @@ func init() {
 	for _, c := range []*command{
 		{name: "demo", summary: "oversell a stock without a lock, with a hand-made SETNX lock, and not with dlock", run: runDemo},
 		{name: demoWorkerCmd, summary: "one buyer process of the demo (started by demo)", hidden: true, run: runDemoWorker},
+		{name: "run", summary: "run a command while holding a lock (a distributed flock)", run: runRun},
+		{name: "status", summary: "show whether a lock is held, by whom, and its token and lease", run: runStatus},
+		{name: "list", summary: "list the held locks", run: runList},
+		{name: "unlock", summary: "release a lock whoever holds it (admin; needs --force)", run: runUnlock},
 		{name: "help", summary: "show the commands, or one command's flags", run: runHelp},
 		{name: "version", summary: "print the version", run: runVersion},
 	} {
@@ -68,6 +73,9 @@ const (
 	exitOK        = 0
 	exitFailure   = 1   // the command ran and reports a failure
 	exitUsage     = 2   // bad command line
+	exitNoServer  = 69  // the Redis server cannot be reached (EX_UNAVAILABLE)
+	exitBusy      = 75  // run: the lock was busy and --wait ran out (EX_TEMPFAIL)
+	exitLost      = 76  // run: the lock was lost while the command ran; it was terminated
 	exitInterrupt = 130 // stopped by Ctrl-C or SIGTERM
 )
 
@@ -111,10 +119,16 @@ func printCommands(w io.Writer) {
 // newFlagSet returns the flag set of a command; usage is the text shown by --help above the
 // flag list: what the command does and at least one example.
 func newFlagSet(name, usage string) *flag.FlagSet {
+	return newFlagSetSynopsis(name, "[flags]", usage)
+}
+
+// newFlagSetSynopsis is newFlagSet for a command that takes arguments besides flags: synopsis
+// follows the command's name on the usage line, e.g. "[flags] NAME".
+func newFlagSetSynopsis(name, synopsis, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet("dlock "+name, flag.ContinueOnError)
 	fs.Usage = func() {
 		w := fs.Output()
-		fmt.Fprintf(w, "Usage: dlock %s [flags]\n\n%s\n", name, strings.TrimSpace(usage))
+		fmt.Fprintf(w, "Usage: dlock %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(usage))
 		var hasFlags bool
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// defaultRedisURL is where run, status, list and unlock connect without --redis.
+const defaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// redisEnv names the environment variable that overrides defaultRedisURL.
+const redisEnv = "DLOCK_REDIS_URL"
+
+// dialTimeout bounds connecting to the server.
+const dialTimeout = 5 * time.Second
+
+// serverFlags are the flags of every command that talks to a Redis server.
+type serverFlags struct {
+	url       string
+	keyPrefix string
+}
+
+func (f *serverFlags) add(fs *flag.FlagSet) {
+	def := os.Getenv(redisEnv)
+	if def == "" {
+		def = defaultRedisURL
+	}
+	fs.StringVar(&f.url, "redis", def, "the Redis server's URL: redis://[user:password@]host:port[/db], rediss:// or unix://path (default: $"+redisEnv+", else "+defaultRedisURL+")")
+	fs.StringVar(&f.keyPrefix, "key-prefix", dlock.DefaultPrefix, "the prefix of dlock's keys, as set by dlock.WithPrefix")
+}
+
+// dial connects; on failure it prints one line and returns the exit code (69 when the server
+// cannot be reached, 2 for a bad URL or option).
+func (f *serverFlags) dial(ctx context.Context, std *stdio, cmd string, opts ...dlock.Option) (*dlock.Client, int) {
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	opts = append([]dlock.Option{dlock.WithPrefix(f.keyPrefix)}, opts...)
+	c, err := dlock.Dial(dctx, f.url, opts...)
+	if err != nil {
+		code := exitNoServer
+		if errors.Is(err, dlock.ErrInvalid) || strings.Contains(err.Error(), "bad redis url") {
+			code = exitUsage
+		}
+		fail(std, cmd, err)
+		return nil, code
+	}
+	return c, exitOK
+}
+
+// fail prints err as one line on stderr: "dlock <cmd>: <error>".
+func fail(std *stdio, cmd string, err error) {
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	for strings.HasPrefix(msg, "dlock: ") {
+		msg = strings.TrimPrefix(msg, "dlock: ")
+	}
+	fmt.Fprintf(std.err, "dlock %s: %s\n", cmd, msg)
+}
+
+// errCode is the exit code for an error from a library call after a successful dial: bad
+// input is a usage error, anything else comes from talking to the server.
+func errCode(err error) int {
+	switch {
+	case errors.Is(err, dlock.ErrInvalid):
+		return exitUsage
+	case errors.Is(err, dlock.ErrNotHeld), errors.Is(err, context.Canceled):
+		return exitFailure
+	}
+	return exitNoServer
+}
+
+// parseInterleaved parses flags that may come before and after the positional arguments
+// (the flag package stops at the first positional one), up to a "--".
+func parseInterleaved(fs *flag.FlagSet, std *stdio, args []string) (positional []string, done bool, code int) {
+	for {
+		if done, code := parseFlags(fs, std, args, true); done {
+			return nil, true, code
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, false, exitOK
+		}
+		if len(args) > 0 && len(rest) < len(args) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), false, exitOK // everything after -- is positional
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// jsonInfo is the JSON form of a lock in "dlock status --json" and "dlock list --json".
+type jsonInfo struct {
+	Name      string      `json:"name"`
+	Held      bool        `json:"held"`
+	Token     uint64      `json:"token"`
+	TokenTime string      `json:"token_time,omitempty"`
+	Holds     int         `json:"holds"`
+	TTLms     int64       `json:"ttl_ms"`
+	Holder    *jsonHolder `json:"holder,omitempty"`
+	Waiters   int         `json:"waiters"`
+}
+
+type jsonHolder struct {
+	Host  string `json:"host"`
+	PID   int    `json:"pid"`
+	Start string `json:"start,omitempty"`
+	Label string `json:"label,omitempty"`
+}
+
+func toJSON(i dlock.Info) jsonInfo {
+	j := jsonInfo{Name: i.Name, Held: i.Held, Token: i.Token, Holds: i.Holds, TTLms: i.TTL.Milliseconds(), Waiters: i.Waiters}
+	if i.Token != 0 {
+		j.TokenTime = i.TokenTime().UTC().Format(time.RFC3339Nano)
+	}
+	if i.Held {
+		j.Holder = &jsonHolder{Host: i.Holder.Host, PID: i.Holder.PID, Label: i.Holder.Label}
+		if !i.Holder.Start.IsZero() {
+			j.Holder.Start = i.Holder.Start.UTC().Format(time.RFC3339)
+		}
+	}
+	return j
+}
+
+const jsonFieldsHelp = `
+JSON fields (one object per lock):
+  name        the lock name
+  held        true while someone holds it
+  token       the holder's fencing token; for a free lock the last token while the server
+              keeps it (one minute after a release), else 0
+  token_time  the server time the token encodes (RFC 3339, UTC): tokens are the server clock
+              in microseconds at acquisition unless that was behind the previous token, so this
+              is when the lock was acquired (docs/PROTOCOL.md); omitted when token is 0
+  holds       the holder's hold count (re-entries count); 0 when free
+  ttl_ms      the remaining lease in milliseconds; 0 when free
+  holder      when held: {"host", "pid", "start" (the holding process's start, RFC 3339),
+              "label" (omitted when empty)}, from the description stored with the lock
+  waiters     clients waiting for the lock (subscribers of its release channel; each client
+              counts once however many of its goroutines wait); -1 when unknown`
+
+func runStatus(ctx context.Context, std *stdio, args []string) int {
+	fs := newFlagSetSynopsis("status", "[flags] NAME", `
+Show whether the lock NAME is held and, if it is, by whom (host, pid, process start, label),
+its fencing token and when it was taken, its hold count, the remaining lease, and how many
+clients wait for it. The exit code is 0 whether the lock is held or free.
+
+Examples:
+  dlock status orders:42
+  dlock status --json --redis redis://10.0.0.5:6379/0 nightly-report
+`+jsonFieldsHelp)
+	var sf serverFlags
+	sf.add(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object (fields below)")
+	pos, done, code := parseInterleaved(fs, std, args)
+	if done {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageErr(fs, std, pos, "NAME")
+	}
+	c, code := sf.dial(ctx, std, "status")
+	if c == nil {
+		return code
+	}
+	defer c.Close()
+	info, err := c.Inspect(ctx, pos[0])
+	if err != nil {
+		fail(std, "status", err)
+		return errCode(err)
+	}
+	if *asJSON {
+		return printJSON(std, "status", toJSON(info))
+	}
+	printStatus(std.out, info)
+	return exitOK
+}
+
+func usageErr(fs *flag.FlagSet, std *stdio, pos []string, want string) int {
+	what := "missing lock name"
+	if len(pos) > 1 {
+		what = fmt.Sprintf("unexpected argument %q after %s", pos[1], want)
+	}
+	fmt.Fprintf(std.err, "%s: %s\nRun \"%s --help\" for usage.\n", fs.Name(), what, fs.Name())
+	return exitUsage
+}
+
+func printJSON(std *stdio, cmd string, v any) int {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		fail(std, cmd, err)
+		return exitFailure
+	}
+	fmt.Fprintf(std.out, "%s\n", b)
+	return exitOK
+}
+
+func printStatus(w io.Writer, i dlock.Info) {
+	if !i.Held {
+		fmt.Fprintf(w, "%s: free\n", i.Name)
+		if i.Token != 0 {
+			fmt.Fprintf(w, "  last token: %d (released within the last minute)\n", i.Token)
+		}
+		return
+	}
+	fmt.Fprintf(w, "%s: held\n", i.Name)
+	fmt.Fprintf(w, "  holder:   %s\n", holderText(i.Holder))
+	fmt.Fprintf(w, "  acquired: %s (server clock, from the token)\n", i.TokenTime().UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "  token:    %d\n", i.Token)
+	fmt.Fprintf(w, "  holds:    %d\n", i.Holds)
+	fmt.Fprintf(w, "  lease:    %v left\n", i.TTL)
+	fmt.Fprintf(w, "  waiters:  %s\n", waitersText(i.Waiters))
+}
+
+func holderText(h dlock.Holder) string {
+	s := fmt.Sprintf("host %s, pid %d", orDash(h.Host), h.PID)
+	if !h.Start.IsZero() {
+		s += ", process started " + h.Start.UTC().Format(time.RFC3339)
+	}
+	if h.Label != "" {
+		s += fmt.Sprintf(", label %q", h.Label)
+	}
+	return s
+}
+
+func waitersText(n int) string {
+	if n < 0 {
+		return "unknown"
+	}
+	return fmt.Sprint(n)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func runList(ctx context.Context, std *stdio, args []string) int {
+	fs := newFlagSet("list", `
+List every held lock (or those whose name starts with --prefix), sorted by name: name, token,
+holds, remaining lease, holder and waiting clients. It walks the keys with SCAN, never KEYS,
+so it does not block the server; locks taken or released during the walk may or may not
+appear. On Redis Cluster it lists the node it connects to only.
+
+Examples:
+  dlock list
+  dlock list --prefix orders: --json
+`+jsonFieldsHelp+`
+With --json the output is one JSON array of such objects ([] when no lock is held).`)
+	var sf serverFlags
+	sf.add(fs)
+	prefix := fs.String("prefix", "", "list only locks whose name starts with this")
+	asJSON := fs.Bool("json", false, "print a JSON array (fields below)")
+	if done, code := parseFlags(fs, std, args, false); done {
+		return code
+	}
+	c, code := sf.dial(ctx, std, "list")
+	if c == nil {
+		return code
+	}
+	defer c.Close()
+	infos, err := c.List(ctx, *prefix)
+	if err != nil {
+		fail(std, "list", err)
+		return errCode(err)
+	}
+	if *asJSON {
+		out := make([]jsonInfo, len(infos))
+		for i, info := range infos {
+			out[i] = toJSON(info)
+		}
+		return printJSON(std, "list", out)
+	}
+	if len(infos) == 0 {
+		fmt.Fprintln(std.out, "no lock is held")
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(std.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTOKEN\tHOLDS\tLEASE\tHOLDER\tSINCE\tWAITERS")
+	for _, i := range infos {
+		holder := fmt.Sprintf("%s:%d", orDash(i.Holder.Host), i.Holder.PID)
+		if i.Holder.Label != "" {
+			holder += " (" + i.Holder.Label + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\n", i.Name, i.Token, i.Holds, i.TTL, holder,
+			i.TokenTime().UTC().Format(time.RFC3339), waitersText(i.Waiters))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func runUnlock(ctx context.Context, std *stdio, args []string) int {
+	fs := newFlagSetSynopsis("unlock", "--force NAME", `
+Release the lock NAME whoever holds it, as an administrator: its waiters are woken and the
+next holder's fencing token is larger than the released one. The holder is not told at once:
+its next renewal fails (within a third of its lease) and its lease context is cancelled then;
+a holder started with "dlock run" terminates its command and exits with 76. It prints who held
+the lock. Exit code 1 when the lock was not held.
+
+Example:
+  dlock unlock --force orders:42`)
+	var sf serverFlags
+	sf.add(fs)
+	force := fs.Bool("force", false, "required: confirms that the lock is to be taken from its holder")
+	pos, done, code := parseInterleaved(fs, std, args)
+	if done {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageErr(fs, std, pos, "NAME")
+	}
+	if !*force {
+		fmt.Fprintf(std.err, "%s: refusing without --force: it takes the lock from its holder\nRun \"%s --help\" for usage.\n", fs.Name(), fs.Name())
+		return exitUsage
+	}
+	c, code := sf.dial(ctx, std, "unlock")
+	if c == nil {
+		return code
+	}
+	defer c.Close()
+	info, err := c.ForceUnlock(ctx, pos[0])
+	if err != nil {
+		fail(std, "unlock", err)
+		return errCode(err)
+	}
+	fmt.Fprintf(std.out, "released %s: it was held by %s (token %d, %d hold(s), %v of lease left); %d waiting client(s) woken\n",
+		info.Name, holderText(info.Holder), info.Token, info.Holds, info.TTL, info.Waiters)
+	return exitOK
+}

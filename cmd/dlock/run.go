@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+const runUsage = `
+Run COMMAND while holding the lock NAME, like flock(1) across machines: wait for the lock,
+start the command with the lease renewed in the background, release the lock when the
+command exits, and exit with the command's exit code.
+
+The command runs in its own process group with DLOCK_NAME (the lock name) and DLOCK_TOKEN
+(the fencing token: pass it to the resource you protect) in its environment; its stdin,
+stdout and stderr are dlock's. SIGINT, SIGTERM and SIGHUP sent to dlock are forwarded to
+the command; the lock is released after it exits.
+
+If the lock is lost while the command runs (a renewal fails, the server is unreachable for
+longer than the lease allows, or dlock itself was paused past its lease and finds the lease
+gone when it resumes), dlock sends SIGTERM to the command's process group, SIGKILL after
+--grace, and exits with 76. The command never keeps running unnoticed without the lock; but
+what it did between the loss and its end is not undone: use DLOCK_TOKEN to fence writes.
+
+Flags may come before or after NAME; "--" ends them (needed when COMMAND starts with "-").
+
+dlock run is made for scripts, cron jobs and services. Since the command has its own process
+group, on an interactive terminal it is a background job: it may write to the terminal, but
+reading from it stops it (SIGTTIN).
+
+Exit codes:
+  the command's   it ran (128+N when signal N ended it)
+  2               bad command line
+  69              the Redis server cannot be reached (the message names its address)
+  75              the lock is busy and --wait ran out (or --wait 0 and it was busy)
+  76              the lock was lost while the command ran; the command was terminated (also
+                  when the loss is found only at release, after the command exited)
+  127             the command could not be started
+  130             interrupted while waiting for the lock
+
+Examples:
+  dlock run nightly-report -- ./report.sh --since yesterday
+  dlock run --wait 0 --ttl 30s deploy -- make deploy       # 75 if a deploy is running
+  DLOCK_REDIS_URL=redis://10.0.0.5:6379/0 dlock run --wait 2m db-migrate -- ./migrate up`
+
+// waitFlag is --wait: unset means wait forever.
+type waitFlag struct {
+	d   time.Duration
+	set bool
+}
+
+func (w *waitFlag) String() string {
+	if !w.set {
+		return ""
+	}
+	return w.d.String()
+}
+
+func (w *waitFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		return errors.New("must not be negative")
+	}
+	w.d, w.set = d, true
+	return nil
+}
+
+// runLockTimeout bounds one Unlock and one status read after the command exits.
+const runLockTimeout = 5 * time.Second
+
+// runPoll is how often run checks the lease besides waiting on its context: the check itself
+// ends a lease whose deadline passed while dlock was paused (SIGSTOP, a frozen VM).
+const runPoll = 100 * time.Millisecond
+
+func runRun(ctx context.Context, std *stdio, args []string) int {
+	fs := newFlagSetSynopsis("run", "[flags] NAME [--] COMMAND [ARGS...]", runUsage)
+	var sf serverFlags
+	sf.add(fs)
+	ttl := fs.Duration("ttl", 10*time.Second, "the lease, renewed automatically (every third of it) while the command runs")
+	var wait waitFlag
+	fs.Var(&wait, "wait", "how long to wait for the lock; 0 = fail at once (exit 75) if it is busy (default: wait forever)")
+	grace := fs.Duration("grace", 5*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL of the command")
+	label := fs.String("label", "", "label stored with the lock, shown by dlock status and list (default: the command's name)")
+
+	name, command, done, code := parseRunArgs(fs, std, args)
+	if done {
+		return code
+	}
+	switch {
+	case *ttl < dlock.MinTTL:
+		return usageLine(fs, std, fmt.Sprintf("--ttl must be at least %v", dlock.MinTTL))
+	case *grace < 0:
+		return usageLine(fs, std, "--grace must not be negative")
+	}
+	if *label == "" {
+		*label = "dlock run " + filepath.Base(command[0])
+	}
+	if len(*label) > 256 {
+		*label = (*label)[:256]
+	}
+
+	c, code := sf.dial(ctx, std, "run", dlock.WithTTL(*ttl), dlock.WithLabel(*label))
+	if c == nil {
+		return code
+	}
+	defer c.Close()
+
+	lease, code := acquire(ctx, std, c, name, wait)
+	if lease == nil {
+		return code
+	}
+	return superviseRun(ctx, std, lease, name, command, *grace)
+}
+
+// parseRunArgs splits "[flags] NAME [flags] [--] COMMAND [ARGS...]".
+func parseRunArgs(fs *flag.FlagSet, std *stdio, args []string) (name string, command []string, done bool, code int) {
+	if done, code := parseFlags(fs, std, args, true); done {
+		return "", nil, true, code
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return "", nil, true, usageLine(fs, std, "missing lock name and command")
+	}
+	name, rest = rest[0], rest[1:]
+	// Flags after NAME, up to "--"; without "--", everything after NAME is the command.
+	for i, a := range rest {
+		if a == "--" {
+			if done, code := parseFlags(fs, std, rest[:i], false); done {
+				return "", nil, true, code
+			}
+			rest = rest[i+1:]
+			break
+		}
+	}
+	if len(rest) == 0 {
+		return "", nil, true, usageLine(fs, std, "missing command")
+	}
+	return name, rest, false, exitOK
+}
+
+func usageLine(fs *flag.FlagSet, std *stdio, msg string) int {
+	fmt.Fprintf(std.err, "%s: %s\nRun \"%s --help\" for usage.\n", fs.Name(), msg, fs.Name())
+	return exitUsage
+}
+
+// acquire takes the lock as --wait says. It returns nil and the exit code when it could not.
+func acquire(ctx context.Context, std *stdio, c *dlock.Client, name string, wait waitFlag) (*dlock.Lease, int) {
+	m := c.Mutex(name)
+	var (
+		l   *dlock.Lease
+		err error
+	)
+	switch {
+	case wait.set && wait.d == 0:
+		l, err = m.TryLock(ctx)
+	case wait.set:
+		wctx, cancel := context.WithTimeout(ctx, wait.d)
+		l, err = m.Lock(wctx)
+		cancel()
+	default:
+		l, err = m.Lock(ctx)
+	}
+	if err == nil {
+		return l, exitOK
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(std.err, "dlock run: interrupted while waiting for lock %q\n", name)
+		return nil, exitInterrupt
+	case errors.Is(err, dlock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
+		msg := fmt.Sprintf("lock %q is busy", name)
+		if wait.d > 0 {
+			msg = fmt.Sprintf("lock %q is still busy after waiting %v", name, wait.d)
+		}
+		ictx, cancel := context.WithTimeout(context.Background(), runLockTimeout)
+		info, ierr := c.Inspect(ictx, name)
+		cancel()
+		if ierr == nil && info.Held {
+			msg += fmt.Sprintf(": held by %s, token %d, %v of lease left", holderText(info.Holder), info.Token, info.TTL)
+		}
+		fmt.Fprintf(std.err, "dlock run: %s\n", msg)
+		return nil, exitBusy
+	}
+	fail(std, "run", err)
+	return nil, errCode(err)
+}
+
+// superviseRun runs the command under the lease and returns dlock's exit code.
+// ctx is cancelled by SIGINT or SIGTERM (see main); from the start of the command on, those
+// signals are forwarded to it instead.
+func superviseRun(ctx context.Context, std *stdio, lease *dlock.Lease, name string, command []string, grace time.Duration) int {
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = std.in, std.out, std.err
+	cmd.Env = append(os.Environ(), "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
+	cmd.SysProcAttr = childAttr() // own process group; SIGKILLed by the kernel if dlock dies (Linux)
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	if ctx.Err() != nil { // interrupted just as the lock was taken: do not start the command
+		release(std, lease, name)
+		fmt.Fprintf(std.err, "dlock run: interrupted before the command started\n")
+		return exitInterrupt
+	}
+
+	if err := cmd.Start(); err != nil {
+		fail(std, "run", err)
+		release(std, lease, name)
+		return 127
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+
+	lctx := lease.Context()
+	tick := time.NewTicker(runPoll)
+	defer tick.Stop()
+	lost := false
+	for !lost {
+		select {
+		case <-exited:
+			code := exitStatus(cmd.ProcessState)
+			if lctx.Err() != nil { // lost while the command ran, noticed only now
+				fmt.Fprintf(std.err, "dlock run: lock %q was lost before the command exited\n", name)
+				return exitLost
+			}
+			if err := release(std, lease, name); errors.Is(err, dlock.ErrLost) {
+				return exitLost
+			}
+			return code
+		case sig := <-sigs:
+			signalGroup(cmd.Process, sig)
+		case <-lctx.Done():
+			lost = true
+		case <-tick.C:
+			lost = lctx.Err() != nil // Err checks the lease deadline itself
+		}
+	}
+
+	fmt.Fprintf(std.err, "dlock run: lock %q lost: terminating the command (SIGTERM, SIGKILL after %v)\n", name, grace)
+	signalGroup(cmd.Process, syscall.SIGTERM)
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+wait:
+	for {
+		select {
+		case <-exited:
+			break wait
+		case sig := <-sigs:
+			signalGroup(cmd.Process, sig)
+		case <-timer.C:
+			break wait
+		}
+	}
+	// Whatever is left of the group (the command, or children that outlived it) is killed:
+	// nothing started under the lock keeps running without it.
+	signalGroup(cmd.Process, syscall.SIGKILL)
+	<-exited
+	return exitLost // the lease has ended locally; there is nothing to release
+}
+
+// release unlocks after the command exited, reporting a failure on stderr.
+func release(std *stdio, lease *dlock.Lease, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), runLockTimeout)
+	defer cancel()
+	err := lease.Unlock(ctx)
+	switch {
+	case errors.Is(err, dlock.ErrLost):
+		fmt.Fprintf(std.err, "dlock run: lock %q was lost before the command exited\n", name)
+	case err != nil:
+		fail(std, "run", fmt.Errorf("release %q (it expires with its lease): %w", name, err))
+	}
+	return err
+}
