@@ -9,6 +9,7 @@ SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 test: deps fmt-check vet
 	$(GO) test -race -count=1 -timeout 8m ./...
 	@$(MAKE) --no-print-directory test-examples
+	@$(MAKE) --no-print-directory test-bench
 
 # examples/inventory is its own module (SQLite and PostgreSQL drivers stay out of the library's
 # dependencies); its end-to-end tests start redis-server, PostgreSQL and three service replicas.
@@ -40,3 +41,19 @@ fmt-check:
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 -benchtime 2s -timeout 20m . | tee bench.out
+
+# The peers comparison (issue 5): bench/ is its own module, so redsync, redislock and rueidislock
+# never enter the library's dependencies. It starts its own redis-server on loopback.
+# bench-peers-quick: every implemented scenario, shorter (under a minute), printed only.
+# bench-peers: the full run (a few minutes); writes the tables into docs/BENCHMARKS.md.
+.PHONY: bench-peers bench-peers-quick test-bench
+
+# The bench harness's own tests (tiny durations), so that it keeps building and working.
+test-bench: deps
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 -timeout 3m ./...
+
+bench-peers-quick: deps
+	cd bench && $(GO) run . --quick
+
+bench-peers: deps
+	cd bench && $(GO) run . --write-docs

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary play the crash-test holder of scenario 6, as the bench binary does.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == holderFlag {
+		os.Exit(runHolder(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestHarness runs every scenario with tiny durations: it proves the harness, every contender
+// and the table output work, not the figures.
+func TestHarness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and runs every contender")
+	}
+	cfg := defaultConfig(true)
+	cfg.reps = 1
+	cfg.s1Goroutines = []int{1, 4}
+	cfg.s1Duration = 50 * time.Millisecond
+	cfg.s1Warm = 10 * time.Millisecond
+	cfg.s2Duration = 200 * time.Millisecond
+	cfg.s6TTL = 300 * time.Millisecond
+	cfg.s6Hold = 50 * time.Millisecond
+	cfg.log = io.Discard
+	out, ok, err := runScenarios(cfg, "go test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out)
+	if !ok {
+		t.Fatal("a measurement failed or mutual exclusion was broken")
+	}
+	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 6.", "| rueidislock |", "| raw rueidis |", "exact"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	// Peers may fail under load (that is a finding for the table); dlock must not.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "| dlock") && strings.Contains(line, "error") || strings.Contains(line, "BROKEN") {
+			t.Errorf("output reports a failure: %s", line)
+		}
+	}
+}
+
+func TestWriteSection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "B.md")
+	if err := os.WriteFile(path, []byte("# Benchmarks\n\nold text\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSection(path, "first\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSection(path, "second\n"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	want := "# Benchmarks\n\nold text\n\n" + markStart + "\nsecond\n" + markEnd + "\n"
+	if string(got) != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	os.WriteFile(path, []byte("x\n"+markStart+"\n"), 0o644)
+	if err := writeSection(path, "y"); err == nil {
+		t.Error("unbalanced markers accepted")
+	}
+}
+
+func TestJainAndMedian(t *testing.T) {
+	if j, m := jain([]int64{5, 5, 5, 5}); j != 1 || m != 1 {
+		t.Errorf("even counts: Jain %v, least served %v", j, m)
+	}
+	if j, _ := jain([]int64{8, 0, 0, 0}); j != 0.25 {
+		t.Errorf("one goroutine served: Jain %v, want 0.25", j)
+	}
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median %v", m)
+	}
+	if m := median([]float64{4, 1, 2, 3}); m != 2.5 {
+		t.Errorf("median %v", m)
+	}
+	if s := thousands(1234567.4); s != "1,234,567" {
+		t.Errorf("thousands %q", s)
+	}
+}

@@ -1,0 +1,205 @@
+// Command bench measures dlock side by side with its peers (go-redsync/redsync, bsm/redislock,
+// rueidis/rueidislock) and the raw SET NX PX + DEL floors, against its own private redis-server
+// on loopback, and prints one markdown table per scenario (issue 5):
+//
+//	go run .                 # full run (about 4 minutes)
+//	go run . --quick         # the same scenarios, shorter (under a minute)
+//	go run . --write-docs    # also write the tables into ../docs/BENCHMARKS.md
+//	go run . --scenarios 1,2 --reps 5
+//
+// It is its own module so that the peers never enter the library's dependencies.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is what one run measures.
+type config struct {
+	quick        bool
+	reps         int
+	scenarios    []int
+	s1Goroutines []int
+	s1Duration   time.Duration
+	s1Warm       time.Duration
+	pairTimeout  time.Duration // a Lock+Unlock pair on a free name slower than this is a stall
+	s2Duration   time.Duration
+	s6TTL        time.Duration
+	s6Hold       time.Duration // how long after acquiring the holder is killed
+	log          io.Writer
+}
+
+func (c config) logf(format string, args ...any) {
+	if c.log != nil {
+		fmt.Fprintf(c.log, format+"\n", args...)
+	}
+}
+
+func defaultConfig(quick bool) config {
+	c := config{
+		reps:         3,
+		scenarios:    []int{1, 2, 6},
+		s1Goroutines: []int{1, 16, 64},
+		s1Duration:   2 * time.Second,
+		s1Warm:       200 * time.Millisecond,
+		pairTimeout:  5 * time.Second,
+		s2Duration:   3 * time.Second,
+		s6TTL:        time.Second,
+		s6Hold:       200 * time.Millisecond,
+		log:          os.Stderr,
+	}
+	if quick {
+		c.quick = true
+		c.s1Duration = 250 * time.Millisecond
+		c.s1Warm = 50 * time.Millisecond
+		c.pairTimeout = 2 * time.Second
+		c.s2Duration = 750 * time.Millisecond
+		c.s6TTL = 500 * time.Millisecond
+		c.s6Hold = 100 * time.Millisecond
+	}
+	return c
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == holderFlag {
+		os.Exit(runHolder(os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout))
+}
+
+func run(args []string, stdout io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
+	reps := fs.Int("reps", 3, "repetitions per measurement (the tables give medians)")
+	scen := fs.String("scenarios", "1,2,6", "comma-separated scenarios to run (1, 2, 6)")
+	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
+	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := defaultConfig(*quick)
+	if *reps < 1 || *reps > 100 {
+		fmt.Fprintln(os.Stderr, "bench: --reps must be 1..100")
+		return 2
+	}
+	cfg.reps = *reps
+	cfg.scenarios = nil
+	for _, f := range strings.Split(*scen, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || !slices.Contains([]int{1, 2, 6}, n) {
+			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (implemented: 1, 2, 6)\n", f)
+			return 2
+		}
+		cfg.scenarios = append(cfg.scenarios, n)
+	}
+	out, ok, err := runScenarios(cfg, "cd bench && go run . "+strings.Join(args, " "))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	fmt.Fprint(stdout, out)
+	if *writeDocs {
+		if err := writeSection(*docs, out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "bench: wrote %s\n", *docs)
+	}
+	if !ok {
+		fmt.Fprintln(os.Stderr, "bench: FAILED: a dlock measurement failed or mutual exclusion was broken (see above)")
+		return 1
+	}
+	return 0
+}
+
+// runScenarios starts the server, runs cfg's scenarios and returns the markdown.
+func runScenarios(cfg config, command string) (string, bool, error) {
+	srv, err := startServer()
+	if err != nil {
+		return "", false, err
+	}
+	defer srv.Close()
+	// Kill the server on an interrupt too (Pdeathsig covers a crash of this process).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	stopSig := make(chan struct{})
+	defer close(stopSig)
+	go func() {
+		select {
+		case s := <-sig:
+			srv.Close()
+			fmt.Fprintln(os.Stderr, "bench: interrupted:", s)
+			os.Exit(130)
+		case <-stopSig:
+			signal.Stop(sig)
+		}
+	}()
+
+	start := time.Now()
+	var b strings.Builder
+	b.WriteString(header(cfg, command))
+	ok := true
+	for _, s := range cfg.scenarios {
+		var out string
+		var sok bool
+		switch s {
+		case 1:
+			out, sok = scenario1(srv, cfg)
+		case 2:
+			out, sok = scenario2(srv, cfg)
+		case 6:
+			out, sok = scenario6(srv, cfg)
+		}
+		b.WriteString("\n" + out)
+		ok = ok && sok
+	}
+	fmt.Fprintf(&b, "\nWhole run: %v.\n", time.Since(start).Round(time.Second))
+	return b.String(), ok, nil
+}
+
+func header(cfg config, command string) string {
+	mode := "full"
+	if cfg.quick {
+		mode = "quick"
+	}
+	return fmt.Sprintf("## Peers: dlock beside redsync, bsm/redislock, rueidislock and the raw floors\n\n"+
+		"Measured by the separate `bench/` module against one private `redis-server` on loopback that it "+
+		"starts itself; client and server share the machine. Medians of %d repetitions (%s mode); "+
+		"\"× best peer\" divides by the best of redsync, redislock and rueidislock in the same table. "+
+		"Scenarios 3–5 of issue 5 are not measured yet.\n\n"+
+		"**Command:** `%s`\n**Machine:** %s\n**Run:** %s\n",
+		cfg.reps, mode, strings.TrimSpace(command), machine(), time.Now().UTC().Format("2006-01-02 15:04 MST"))
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// watchdog ends the run, printing every goroutine's stack, if one measurement outlives limit:
+// a hung contender must not hang the run (redis-server dies with this process by Pdeathsig).
+func watchdog(what string, limit time.Duration) (stop func()) {
+	t := time.AfterFunc(limit, func() {
+		fmt.Fprintf(os.Stderr, "bench: %s did not finish within %v; goroutines:\n", what, limit)
+		pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+		os.Exit(3)
+	})
+	return func() { t.Stop() }
+}

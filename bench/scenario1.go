@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// s1Result is one measurement of scenario 1.
+type s1Result struct {
+	pairs       int64
+	elapsed     time.Duration
+	allocs      float64 // per pair
+	bytes       float64 // per pair
+	redisCPUPer time.Duration
+	err         error
+}
+
+func (r s1Result) rate() float64 { return float64(r.pairs) / r.elapsed.Seconds() }
+
+// maxPairsPerGoroutine bounds every load loop by count as well as by time.
+const maxPairsPerGoroutine = 5_000_000
+
+// runUncontended runs Lock+Unlock pairs from g goroutines, each on its own name, for d after a
+// short warm-up, and measures pairs/s, client allocations and server CPU per pair.
+func runUncontended(srv *server, c *contender, g int, d, warm, pairTimeout time.Duration, tag string) s1Result {
+	ctx := context.Background()
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cl, err := c.open(octx, srv.Addr, 10*time.Second)
+	cancel()
+	if err != nil {
+		return s1Result{err: err}
+	}
+	defer cl.close()
+
+	locks := make([]lockFunc, g)
+	for i := range locks {
+		locks[i] = cl.mutex(fmt.Sprintf("s1:%s:%d", tag, i))
+	}
+	// pass runs every goroutine until stop is closed or its count bound is reached.
+	pass := func(stop <-chan struct{}, counts []int64) error {
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			first error
+		)
+		for i := 0; i < g; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lock := locks[i]
+				var n int64
+				for n < maxPairsPerGoroutine {
+					select {
+					case <-stop:
+						counts[i] = n
+						return
+					default:
+					}
+					lctx, cancel := context.WithTimeout(ctx, pairTimeout)
+					unlock, err := lock(lctx)
+					if err == nil {
+						err = unlock(lctx)
+					}
+					if err != nil && lctx.Err() != nil {
+						err = fmt.Errorf("a Lock+Unlock pair on a free name stalled for %v: %w", pairTimeout, err)
+					}
+					cancel()
+					if err != nil {
+						mu.Lock()
+						if first == nil {
+							first = err
+						}
+						mu.Unlock()
+						break
+					}
+					n++
+				}
+				counts[i] = n
+			}()
+		}
+		wg.Wait()
+		return first
+	}
+	timed := func(d time.Duration, counts []int64) error {
+		stop := make(chan struct{})
+		t := time.AfterFunc(d, func() { close(stop) })
+		defer t.Stop()
+		return pass(stop, counts)
+	}
+
+	counts := make([]int64, g)
+	if err := timed(warm, counts); err != nil {
+		return s1Result{err: fmt.Errorf("warm-up: %w", err)}
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	cpu0 := srv.cpu()
+	start := time.Now()
+	err = timed(d, counts)
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	cpu1 := srv.cpu()
+	if err != nil {
+		return s1Result{err: err}
+	}
+	var pairs int64
+	for _, n := range counts {
+		pairs += n
+	}
+	if pairs == 0 {
+		return s1Result{err: fmt.Errorf("no pair completed")}
+	}
+	return s1Result{
+		pairs:       pairs,
+		elapsed:     elapsed,
+		allocs:      float64(after.Mallocs-before.Mallocs) / float64(pairs),
+		bytes:       float64(after.TotalAlloc-before.TotalAlloc) / float64(pairs),
+		redisCPUPer: (cpu1 - cpu0) / time.Duration(pairs),
+	}
+}
+
+// scenario1 measures every contender at each goroutine count, reps times, rotating the order
+// of contenders from one repetition to the next.
+func scenario1(srv *server, cfg config) (string, bool) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### 1. Uncontended: Lock+Unlock pairs on distinct names\n\n")
+	fmt.Fprintf(&b, "Each goroutine locks and unlocks its own name in a loop for %v (after a %v warm-up); "+
+		"median of %d repetitions, contenders interleaved. Allocations and bytes are the whole "+
+		"process's (client library and its background goroutines) per pair; redis CPU is the "+
+		"server's user+system time per pair.\n\n", cfg.s1Duration, cfg.s1Warm, cfg.reps)
+	ok := true
+	for _, g := range cfg.s1Goroutines {
+		res := map[*contender][]s1Result{}
+		for rep := 0; rep < cfg.reps; rep++ {
+			for i := range contenders {
+				c := contenders[(i+rep)%len(contenders)]
+				srv.flush()
+				stop := watchdog(fmt.Sprintf("scenario 1, %d goroutines, %s", g, c.name), cfg.s1Duration+cfg.s1Warm+30*time.Second)
+				r := runUncontended(srv, c, g, cfg.s1Duration, cfg.s1Warm, cfg.pairTimeout, fmt.Sprintf("%d:%d:%d", g, rep, i))
+				stop()
+				if r.err != nil {
+					// A peer's failure is a finding for the table; dlock's fails the run.
+					ok = ok && c.kind != kindDlock
+					cfg.logf("scenario 1, %d goroutines, rep %d, %s: %v", g, rep+1, c.name, r.err)
+				} else {
+					cfg.logf("scenario 1, %d goroutines, rep %d, %-26s %9.0f pairs/s", g, rep+1, c.name, r.rate())
+				}
+				res[c] = append(res[c], r)
+			}
+		}
+		b.WriteString(s1Table(g, res))
+	}
+	b.WriteString("\nContenders:\n\n")
+	for _, c := range contenders {
+		fmt.Fprintf(&b, "- **%s**: %s\n", c.name, c.config)
+	}
+	return b.String(), ok
+}
+
+func s1Table(g int, res map[*contender][]s1Result) string {
+	type row struct {
+		rate, allocs, bytes, cpu float64
+		n, failed                int
+		err                      error
+	}
+	rows := map[*contender]row{}
+	var bestPeer float64
+	var bestPeerName string
+	for _, c := range contenders {
+		var rates, allocs, bytes, cpu []float64
+		var r row
+		for _, x := range res[c] {
+			if x.err != nil {
+				r.err = x.err
+				r.failed++
+				continue
+			}
+			rates = append(rates, x.rate())
+			allocs = append(allocs, x.allocs)
+			bytes = append(bytes, x.bytes)
+			cpu = append(cpu, float64(x.redisCPUPer.Nanoseconds())/1000)
+		}
+		r.n = len(rates)
+		if r.n > 0 {
+			r.rate, r.allocs, r.bytes, r.cpu = median(rates), median(allocs), median(bytes), median(cpu)
+		}
+		rows[c] = r
+		if c.kind == kindPeer && r.rate > bestPeer {
+			bestPeer, bestPeerName = r.rate, c.name
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n**%d goroutine%s**\n\n", g, plural(g))
+	b.WriteString("| contender | pairs/s (median) | × best peer | allocs/pair | B/pair | redis CPU µs/pair |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+	for _, c := range contenders {
+		r := rows[c]
+		if r.n == 0 {
+			fmt.Fprintf(&b, "| %s | error: %s | | | | |\n", c.name, oneLine(r.err))
+			continue
+		}
+		name := c.name
+		if r.failed > 0 {
+			name += fmt.Sprintf(" (%d of %d repetitions failed)", r.failed, r.failed+r.n)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %s | %.1f |\n", name, thousands(r.rate),
+			ratio(r.rate, bestPeer), r.allocs, thousands(r.bytes), r.cpu)
+	}
+	b.WriteString("\n")
+	for _, c := range contenders {
+		if r := rows[c]; r.err != nil {
+			fmt.Fprintf(&b, "- %s failed: %s.\n", c.name, oneLine(r.err))
+		}
+	}
+	d := rows[contenderByName("dlock (rueidis)")]
+	dg := rows[contenderByName("dlock (go-redis)")]
+	if bestPeer > 0 && d.rate > 0 {
+		fmt.Fprintf(&b, "- dlock (rueidis) = **%s** the best peer (%s)", ratio(d.rate, bestPeer), bestPeerName)
+		if rr := rows[contenderByName("raw rueidis")]; rr.rate > 0 {
+			fmt.Fprintf(&b, ", %s the raw rueidis floor", ratio(d.rate, rr.rate))
+		}
+		if rr := rows[contenderByName("raw rueidis, 20 µs flush")]; rr.rate > 0 {
+			fmt.Fprintf(&b, ", %s the equally tuned raw rueidis floor", ratio(d.rate, rr.rate))
+		}
+		b.WriteString(".\n")
+	}
+	if dg.rate > 0 {
+		if rg := rows[contenderByName("raw go-redis")]; rg.rate > 0 {
+			fmt.Fprintf(&b, "- dlock (go-redis) = %s the raw go-redis floor", ratio(dg.rate, rg.rate))
+			if bestPeer > 0 {
+				fmt.Fprintf(&b, ", %s the best peer", ratio(dg.rate, bestPeer))
+			}
+			b.WriteString(".\n")
+		}
+	}
+	return b.String()
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func oneLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := strings.ReplaceAll(err.Error(), "\n", " ")
+	s = strings.ReplaceAll(s, "|", "/")
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	return s
+}
+
+// thousands formats x rounded to an integer with comma separators.
+func thousands(x float64) string {
+	s := strconv.FormatInt(int64(x+0.5), 10)
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+func ratio(x, best float64) string {
+	if best <= 0 || x <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", x/best)
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// s2Result is one measurement of scenario 2.
+type s2Result struct {
+	handoffs    int64
+	elapsed     time.Duration
+	waitP50     time.Duration
+	waitP99     time.Duration
+	jain        float64
+	minShare    float64
+	changes     int64 // holds by a different goroutine than the previous hold
+	lostUpdates int64 // counter increments lost: mutual exclusion broken
+	overlaps    int64 // times a holder found another holder inside
+	err         error
+}
+
+func (r s2Result) rate() float64 { return float64(r.handoffs) / r.elapsed.Seconds() }
+
+// maxHoldsPerGoroutine bounds the hot loop by count as well as by time.
+const maxHoldsPerGoroutine = 1_000_000
+
+// runHot has g goroutines of one client take and release one name, with an empty critical
+// section, for d. The critical section increments a shared counter with a separate load and
+// store (no read-modify-write atomicity): only mutual exclusion keeps it exact.
+func runHot(srv *server, c *contender, g int, d time.Duration, name string) s2Result {
+	octx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cl, err := c.open(octx, srv.Addr, 10*time.Second)
+	cancel()
+	if err != nil {
+		return s2Result{err: err}
+	}
+	defer cl.close()
+
+	var (
+		counter  atomic.Int64 // loaded and stored separately: see above
+		inside   atomic.Int32
+		overlaps atomic.Int64
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		first    error
+		waits    = make([][]time.Duration, g)
+		counts   = make([]int64, g) // holds that began before the end: the figures
+		holds    atomic.Int64       // every hold: what counter must equal
+		last     atomic.Int32       // goroutine of the previous hold (written inside the lock)
+		changes  atomic.Int64
+	)
+	last.Store(-1)
+	start := time.Now()
+	end := start.Add(d)
+	// Waiting stops at end; the grace lets a holder release after it.
+	runCtx, cancelRun := context.WithDeadline(context.Background(), end)
+	defer cancelRun()
+	for i := 0; i < g; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lock := cl.mutex(name)
+			mine := make([]time.Duration, 0, 1024)
+			var n int64
+			for n < maxHoldsPerGoroutine && runCtx.Err() == nil {
+				t0 := time.Now()
+				unlock, err := lock(runCtx)
+				if err != nil {
+					if runCtx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+						mu.Lock()
+						if first == nil {
+							first = fmt.Errorf("lock: %w", err)
+						}
+						mu.Unlock()
+					}
+					break
+				}
+				held := time.Now()
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				v := counter.Load()
+				counter.Store(v + 1)
+				inside.Add(-1)
+				holds.Add(1)
+				changed := last.Swap(int32(i)) != int32(i)
+				uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err = unlock(uctx)
+				ucancel()
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("unlock: %w", err)
+					}
+					mu.Unlock()
+					break
+				}
+				if held.Before(end) {
+					mine = append(mine, held.Sub(t0))
+					n++
+					if changed {
+						changes.Add(1)
+					}
+				}
+			}
+			waits[i] = mine
+			counts[i] = n
+		}()
+	}
+	wg.Wait()
+	elapsed := min(time.Since(start), d)
+	var all []time.Duration
+	var total int64
+	for i := range waits {
+		all = append(all, waits[i]...)
+		total += counts[i]
+	}
+	r := s2Result{err: first, elapsed: elapsed, handoffs: total, overlaps: overlaps.Load(), changes: changes.Load()}
+	r.lostUpdates = holds.Load() - counter.Load()
+	if len(all) == 0 {
+		if r.err == nil {
+			r.err = errors.New("no acquisition")
+		}
+		return r
+	}
+	slices.Sort(all)
+	r.waitP50 = all[len(all)/2]
+	r.waitP99 = all[len(all)*99/100]
+	r.jain, r.minShare = jain(counts)
+	return r
+}
+
+// jain returns Jain's fairness index over counts (1 = even) and the smallest count over the mean.
+func jain(counts []int64) (float64, float64) {
+	var sum, sumSq float64
+	minC := float64(counts[0])
+	for _, n := range counts {
+		x := float64(n)
+		sum += x
+		sumSq += x * x
+		minC = min(minC, x)
+	}
+	if sumSq == 0 {
+		return 0, 0
+	}
+	return sum * sum / (float64(len(counts)) * sumSq), minC / (sum / float64(len(counts)))
+}
+
+// scenario2 runs the hot-name measurement for every lock (not the raw floors), reps times.
+func scenario2(srv *server, cfg config) (string, bool) {
+	const g = 64
+	var locks []*contender
+	for _, c := range contenders {
+		if c.kind != kindRaw {
+			locks = append(locks, c)
+		}
+	}
+	res := map[*contender][]s2Result{}
+	ok := true
+	for rep := 0; rep < cfg.reps; rep++ {
+		for i := range locks {
+			c := locks[(i+rep)%len(locks)]
+			srv.flush()
+			stop := watchdog("scenario 2, "+c.name, cfg.s2Duration+30*time.Second)
+			r := runHot(srv, c, g, cfg.s2Duration, fmt.Sprintf("hot:%d:%d", rep, i))
+			stop()
+			if r.err != nil {
+				ok = ok && c.kind != kindDlock
+				cfg.logf("scenario 2, rep %d, %s: %v", rep+1, c.name, r.err)
+			}
+			if r.lostUpdates != 0 || r.overlaps != 0 {
+				ok = false
+				cfg.logf("scenario 2, %s: MUTUAL EXCLUSION BROKEN: %d lost updates, %d overlapping holds", c.name, r.lostUpdates, r.overlaps)
+			}
+			cfg.logf("scenario 2, rep %d, %-18s %7.0f handoffs/s, wait p50 %v p99 %v, Jain %.3f",
+				rep+1, c.name, r.rate(), r.waitP50.Round(time.Microsecond), r.waitP99.Round(time.Microsecond), r.jain)
+			res[c] = append(res[c], r)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "### 2. Hot name, one process: %d goroutines, one name, empty critical section\n\n", g)
+	fmt.Fprintf(&b, "%v per measurement, median of %d repetitions, contenders interleaved. Wait = from "+
+		"calling Lock to holding the lock. Jain's index is over the %d goroutines' acquisition counts "+
+		"(1 = perfectly even); \"to another goroutine\" counts only holds whose holder differs from "+
+		"the previous one (a goroutine re-taking the lock it just released is a handoff to itself); least served = fewest acquisitions of a goroutine / the mean. "+
+		"Mutual exclusion: the critical section increments a counter with a separate load and store; "+
+		"it must end equal to the number of holds, and no holder may find another inside.\n\n",
+		cfg.s2Duration, cfg.reps, g)
+	type row struct {
+		rate, changes, p50, p99, jain, minShare float64
+		n                                       int
+		lost, overlaps                          int64
+		err                                     error
+	}
+	rows := map[*contender]row{}
+	var best float64
+	var bestName string
+	for _, c := range locks {
+		var rates, changes, p50, p99, jains, shares []float64
+		var r row
+		for _, x := range res[c] {
+			r.lost += x.lostUpdates
+			r.overlaps += x.overlaps
+			if x.err != nil {
+				r.err = x.err
+			}
+			if x.handoffs == 0 {
+				continue
+			}
+			rates = append(rates, x.rate())
+			changes = append(changes, float64(x.changes)/x.elapsed.Seconds())
+			p50 = append(p50, ms(x.waitP50))
+			p99 = append(p99, ms(x.waitP99))
+			jains = append(jains, x.jain)
+			shares = append(shares, x.minShare)
+		}
+		r.n = len(rates)
+		if r.n > 0 {
+			r.rate, r.changes, r.p50, r.p99, r.jain, r.minShare = median(rates), median(changes), median(p50), median(p99), median(jains), median(shares)
+		}
+		rows[c] = r
+		if c.kind == kindPeer && r.rate > best {
+			best, bestName = r.rate, c.name
+		}
+	}
+	b.WriteString("| contender | handoffs/s (median) | × best peer | to another goroutine /s | wait p50 | wait p99 | Jain | least served | mutual exclusion |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, c := range locks {
+		r := rows[c]
+		mx := "exact"
+		if r.lost != 0 || r.overlaps != 0 {
+			mx = fmt.Sprintf("**BROKEN**: %d lost updates, %d overlaps", r.lost, r.overlaps)
+		}
+		if r.n == 0 {
+			fmt.Fprintf(&b, "| %s | error: %s | | | | | | | %s |\n", c.name, oneLine(r.err), mx)
+			continue
+		}
+		if r.err != nil {
+			mx += " (error in a repetition: " + oneLine(r.err) + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f ms | %.2f ms | %.3f | %.2f | %s |\n", c.name, thousands(r.rate),
+			ratio(r.rate, best), thousands(r.changes), r.p50, r.p99, r.jain, r.minShare, mx)
+	}
+	if d := rows[contenderByName("dlock (rueidis)")]; d.rate > 0 && best > 0 {
+		fmt.Fprintf(&b, "\n- dlock (rueidis) = **%s** the best peer (%s) in handoffs/s", ratio(d.rate, best), bestName)
+		var bestChanges float64
+		var bestChangesName string
+		for _, c := range locks {
+			if r := rows[c]; c.kind == kindPeer && r.changes > bestChanges {
+				bestChanges, bestChangesName = r.changes, c.name
+			}
+		}
+		if bestChanges > 0 {
+			fmt.Fprintf(&b, "; **%s** the best peer (%s) in handoffs to another goroutine", ratio(d.changes, bestChanges), bestChangesName)
+		}
+		b.WriteString(".\n")
+	}
+	return b.String(), ok
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
