@@ -22,8 +22,8 @@ const renewBatch = 256
 // same time are renewed together. A lease whose renewal is refused, or whose deadline passes
 // without a successful renewal, is lost: its context is cancelled with cause ErrLost.
 //
-// The pipeline is sent by a second goroutine, so that the loop keeps its deadlines even when a
-// transport does not return at its context's deadline. No goroutine or timer exists per lease.
+// The pipeline is sent by a second goroutine, so that the loop keeps its deadlines while a
+// pipeline is slow to come back, or never does. No goroutine or timer exists per lease.
 type renewer struct {
 	c *Client
 
@@ -138,7 +138,8 @@ func (r *renewer) poke() {
 	}
 }
 
-// stop ends the loop; run returns once a batch in flight has come back (or been abandoned).
+// stop ends the loop; run returns once a batch in flight has come back (Close's cancellation
+// abandons it) or the sender has left without it.
 func (r *renewer) stop() {
 	r.mu.Lock()
 	r.stopped = true
