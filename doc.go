@@ -24,10 +24,11 @@
 //
 // The lease context (Lease.Context, or the context inside Do) is cancelled with cause ErrLost
 // when the lock is, or may be, lost: a renewal was refused, or no renewal succeeded in time.
-// "In time" is measured on the holder's monotonic clock from the moment the last successful
-// acquire or renewal was SENT, minus a drift allowance of TTL/100 + 2 ms; since the server
-// started its lease no earlier than that moment, the holder's context ends before the server
-// can give the lock to anyone else. This assumes the holder's and the server's clocks run at
+// "In time" means before T + TTL − drift on the holder's monotonic clock, where T is when the
+// last successful acquire or renewal was SENT and the drift allowance is TTL/100 + 2 ms (clock
+// drift) plus TTL/20, at most 50 ms (scheduling delays). The server started its lease no
+// earlier than T, so the holder's context ends before the server can give the lock to anyone
+// else. This assumes the holder's and the server's clocks run at
 // about the same rate (within 1%), and it cannot stop a holder that is paused (GC, SIGSTOP, a
 // VM freeze) between its last check of the context and its next write: the context is
 // cancelled the instant the holder runs again (Err checks the deadline itself), but a write

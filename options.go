@@ -108,8 +108,9 @@ func checkName(name string) error {
 	return nil
 }
 
-// drift is how much earlier than the server's expiry a holder treats its lease as over: it
-// absorbs clock-rate differences and the latency of the renewal loop's own timer.
+// drift is how much earlier than the server's expiry a holder treats its lease as over:
+// TTL/100 + 2 ms for clock-rate differences (the Redlock allowance), plus TTL/20, at most 50 ms,
+// for the delay before the renewal loop's timer runs on a busy machine.
 func drift(ttl time.Duration) time.Duration {
-	return ttl/100 + 2*time.Millisecond
+	return ttl/100 + 2*time.Millisecond + min(ttl/20, 50*time.Millisecond)
 }
