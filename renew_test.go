@@ -19,8 +19,8 @@ func TestRenewal_BatchedOneLoopNoGoroutinePerLease(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		const (
 			leases = 2000
-			ttl    = 300 * time.Millisecond
-			window = 1500 * time.Millisecond
+			ttl    = 600 * time.Millisecond
+			window = 1800 * time.Millisecond
 		)
 		ctx := ctxT(t)
 		s := redistest.Start(t)
