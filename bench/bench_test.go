@@ -9,10 +9,14 @@ import (
 	"time"
 )
 
-// TestMain lets the test binary play the crash-test holder of scenario 6, as the bench binary does.
+// TestMain lets the test binary play the worker processes of scenario 3 and the crash-test holder
+// of scenario 6, as the bench binary does.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == holderFlag {
 		os.Exit(runHolder(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == workerFlag {
+		os.Exit(runWorker(os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }
@@ -29,6 +33,10 @@ func TestHarness(t *testing.T) {
 	cfg.s1Duration = 50 * time.Millisecond
 	cfg.s1Warm = 10 * time.Millisecond
 	cfg.s2Duration = 200 * time.Millisecond
+	cfg.s3Duration = 150 * time.Millisecond
+	cfg.s5Leases = []int{300}
+	cfg.s5TTL = 300 * time.Millisecond
+	cfg.s5Acquire = 10 * time.Second
 	cfg.s6TTL = 300 * time.Millisecond
 	cfg.s6Hold = 50 * time.Millisecond
 	cfg.log = io.Discard
@@ -40,7 +48,7 @@ func TestHarness(t *testing.T) {
 	if !ok {
 		t.Fatal("a measurement failed or mutual exclusion was broken")
 	}
-	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 6.", "| rueidislock |", "| raw rueidis |", "exact"} {
+	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -90,5 +98,27 @@ func TestJainAndMedian(t *testing.T) {
 	}
 	if s := thousands(1234567.4); s != "1,234,567" {
 		t.Errorf("thousands %q", s)
+	}
+}
+
+func TestOverlaps(t *testing.T) {
+	ok := []hold{{token: 1, acquired: 10, released: 20}, {token: 3, acquired: 30, released: 40}, {token: 2, acquired: 20, released: 25}}
+	if n := overlaps(ok, true); n != 0 {
+		t.Errorf("disjoint holds: %d overlaps", n)
+	}
+	if n := overlaps(ok, false); n != 0 {
+		t.Errorf("disjoint holds by time: %d overlaps", n)
+	}
+	bad := []hold{{token: 1, acquired: 10, released: 20}, {token: 2, acquired: 15, released: 25}}
+	if n := overlaps(bad, false); n != 1 {
+		t.Errorf("overlapping holds: %d overlaps, want 1", n)
+	}
+	// Tokens out of time order: token 2 was acquired before token 1 was released.
+	swapped := []hold{{token: 2, acquired: 10, released: 20}, {token: 1, acquired: 21, released: 30}}
+	if n := overlaps(swapped, true); n != 1 {
+		t.Errorf("tokens out of order: %d overlaps, want 1", n)
+	}
+	if n := overlaps([]hold{{token: 5, acquired: 1, released: 2}, {token: 5, acquired: 3, released: 4}}, true); n != 1 {
+		t.Errorf("repeated token: %d overlaps, want 1", n)
 	}
 }

@@ -2,7 +2,7 @@
 // rueidis/rueidislock) and the raw SET NX PX + DEL floors, against its own private redis-server
 // on loopback, and prints one markdown table per scenario (issue 5):
 //
-//	go run .                 # full run (about 4 minutes)
+//	go run .                 # full run (about 5 minutes)
 //	go run . --quick         # the same scenarios, shorter (under a minute)
 //	go run . --write-docs    # also write the tables into ../docs/BENCHMARKS.md
 //	go run . --scenarios 1,2 --reps 5
@@ -34,6 +34,11 @@ type config struct {
 	s1Warm       time.Duration
 	pairTimeout  time.Duration // a Lock+Unlock pair on a free name slower than this is a stall
 	s2Duration   time.Duration
+	s3Duration   time.Duration
+	s5Leases     []int         // how many leases scenario 5 holds, one measurement per count
+	s5TTL        time.Duration // renewal every TTL/3
+	s5Periods    int           // renewal periods measured
+	s5Acquire    time.Duration // a contender that cannot take every lease within this is not measured
 	s6TTL        time.Duration
 	s6Hold       time.Duration // how long after acquiring the holder is killed
 	log          io.Writer
@@ -48,12 +53,17 @@ func (c config) logf(format string, args ...any) {
 func defaultConfig(quick bool) config {
 	c := config{
 		reps:         3,
-		scenarios:    []int{1, 2, 6},
+		scenarios:    []int{1, 2, 3, 5, 6},
 		s1Goroutines: []int{1, 16, 64},
 		s1Duration:   2 * time.Second,
 		s1Warm:       200 * time.Millisecond,
 		pairTimeout:  5 * time.Second,
 		s2Duration:   3 * time.Second,
+		s3Duration:   2 * time.Second,
+		s5Leases:     []int{10_000},
+		s5TTL:        3 * time.Second,
+		s5Periods:    3,
+		s5Acquire:    30 * time.Second,
 		s6TTL:        time.Second,
 		s6Hold:       200 * time.Millisecond,
 		log:          os.Stderr,
@@ -64,6 +74,10 @@ func defaultConfig(quick bool) config {
 		c.s1Warm = 50 * time.Millisecond
 		c.pairTimeout = 2 * time.Second
 		c.s2Duration = 750 * time.Millisecond
+		c.s3Duration = 250 * time.Millisecond
+		c.s5Leases = []int{10_000}
+		c.s5TTL = 450 * time.Millisecond
+		c.s5Acquire = 10 * time.Second
 		c.s6TTL = 500 * time.Millisecond
 		c.s6Hold = 100 * time.Millisecond
 	}
@@ -74,6 +88,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == holderFlag {
 		os.Exit(runHolder(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == workerFlag {
+		os.Exit(runWorker(os.Args[2:]))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout))
 }
 
@@ -81,7 +98,7 @@ func run(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
 	reps := fs.Int("reps", 3, "repetitions per measurement (the tables give medians)")
-	scen := fs.String("scenarios", "1,2,6", "comma-separated scenarios to run (1, 2, 6)")
+	scen := fs.String("scenarios", "1,2,3,5,6", "comma-separated scenarios to run (1, 2, 3, 5, 6)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	if err := fs.Parse(args); err != nil {
@@ -96,8 +113,8 @@ func run(args []string, stdout io.Writer) int {
 	cfg.scenarios = nil
 	for _, f := range strings.Split(*scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || !slices.Contains([]int{1, 2, 6}, n) {
-			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (implemented: 1, 2, 6)\n", f)
+		if err != nil || !slices.Contains([]int{1, 2, 3, 5, 6}, n) {
+			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (implemented: 1, 2, 3, 5, 6)\n", f)
 			return 2
 		}
 		cfg.scenarios = append(cfg.scenarios, n)
@@ -157,6 +174,10 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 			out, sok = scenario1(srv, cfg)
 		case 2:
 			out, sok = scenario2(srv, cfg)
+		case 3:
+			out, sok = scenario3(srv, cfg)
+		case 5:
+			out, sok = scenario5(srv, cfg)
 		case 6:
 			out, sok = scenario6(srv, cfg)
 		}
@@ -176,7 +197,7 @@ func header(cfg config, command string) string {
 		"Measured by the separate `bench/` module against one private `redis-server` on loopback that it "+
 		"starts itself; client and server share the machine. Medians of %d repetitions (%s mode); "+
 		"\"× best peer\" divides by the best of redsync, redislock and rueidislock in the same table. "+
-		"Scenarios 3–5 of issue 5 are not measured yet.\n\n"+
+		"Scenario 4 of issue 5 is not measured yet.\n\n"+
 		"**Command:** `%s`\n**Machine:** %s\n**Run:** %s\n",
 		cfg.reps, mode, strings.TrimSpace(command), machine(), time.Now().UTC().Format("2006-01-02 15:04 MST"))
 }

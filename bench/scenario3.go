@@ -1,0 +1,433 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// workerFlag re-executes this binary as one process of scenario 3: it opens a client, says
+// "ready", waits for "go" on stdin, runs its goroutines on the hot name and prints its holds.
+const workerFlag = "__hot-worker"
+
+const (
+	s3Procs      = 4
+	s3Goroutines = 16
+)
+
+// hold is one acquisition seen by a worker. Times are wall clock (Unix ns), comparable across
+// the processes of one machine. released is taken just before Unlock is called and acquired
+// just after Lock returned, so the interval lies inside the time the server gave the lock.
+type hold struct {
+	proc, g  int
+	token    uint64 // dlock's fencing token; 0 for peers
+	acquired int64
+	released int64
+	wait     int64 // ns from calling Lock to holding
+	counted  bool  // began before the end of the measured window
+}
+
+// runWorker is the body of a worker process. Args: CONTENDER ADDR NAME DURATION GOROUTINES PROC.
+func runWorker(args []string) int {
+	// A worker never outlives its parent's interest: bound its whole life.
+	time.AfterFunc(2*time.Minute, func() { os.Exit(4) })
+	out := bufio.NewWriterSize(os.Stdout, 1<<16)
+	defer out.Flush()
+	fail := func(err error) int {
+		fmt.Fprintln(out, "error:", oneLine(err))
+		return 1
+	}
+	if len(args) != 6 {
+		return fail(errors.New("usage: __hot-worker CONTENDER ADDR NAME DURATION GOROUTINES PROC"))
+	}
+	c := contenderByName(args[0])
+	d, err1 := time.ParseDuration(args[3])
+	g, err2 := strconv.Atoi(args[4])
+	proc, err3 := strconv.Atoi(args[5])
+	if c == nil || err1 != nil || err2 != nil || err3 != nil {
+		return fail(errors.New("bad arguments"))
+	}
+	octx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cl, err := c.open(octx, args[1], 10*time.Second)
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	defer cl.close()
+	// Lock functions that report dlock's fencing token.
+	locks := make([]func(context.Context) (uint64, func(context.Context) error, error), g)
+	for i := range locks {
+		if dc, ok := cl.(*dlockClient); ok {
+			m := dc.c.Mutex(args[2])
+			locks[i] = func(ctx context.Context) (uint64, func(context.Context) error, error) {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					return 0, nil, err
+				}
+				return l.Token(), l.Unlock, nil
+			}
+			continue
+		}
+		lf := cl.mutex(args[2])
+		locks[i] = func(ctx context.Context) (uint64, func(context.Context) error, error) {
+			u, err := lf(ctx)
+			return 0, u, err
+		}
+	}
+	fmt.Fprintln(out, "ready")
+	out.Flush()
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "go" {
+		return fail(fmt.Errorf("no go signal: %q %v", line, err))
+	}
+
+	start := time.Now()
+	end := start.Add(d)
+	runCtx, cancelRun := context.WithDeadline(context.Background(), end)
+	defer cancelRun()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		holds = make([][]hold, g)
+	)
+	for i := 0; i < g; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lock := locks[i]
+			mine := make([]hold, 0, 1024)
+			for n := 0; n < maxHoldsPerGoroutine && runCtx.Err() == nil; n++ {
+				t0 := time.Now()
+				tok, unlock, err := lock(runCtx)
+				if err != nil {
+					if runCtx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+						mu.Lock()
+						first = cmp(first, fmt.Errorf("lock: %w", err))
+						mu.Unlock()
+					}
+					break
+				}
+				held := time.Now()
+				rel := time.Now()
+				uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err = unlock(uctx)
+				ucancel()
+				mine = append(mine, hold{proc: proc, g: i, token: tok, acquired: held.UnixNano(),
+					released: rel.UnixNano(), wait: int64(held.Sub(t0)), counted: held.Before(end)})
+				if err != nil {
+					mu.Lock()
+					first = cmp(first, fmt.Errorf("unlock: %w", err))
+					mu.Unlock()
+					break
+				}
+			}
+			holds[i] = mine
+		}()
+	}
+	wg.Wait()
+	for _, hs := range holds {
+		for _, h := range hs {
+			c := 0
+			if h.counted {
+				c = 1
+			}
+			fmt.Fprintf(out, "h %d %d %d %d %d %d\n", h.g, h.token, h.acquired, h.released, h.wait, c)
+		}
+	}
+	if first != nil {
+		fmt.Fprintln(out, "error:", oneLine(first))
+	}
+	fmt.Fprintln(out, "done")
+	return 0
+}
+
+func cmp(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// s3Result is one measurement of scenario 3.
+type s3Result struct {
+	s2Result
+	holdsChecked int
+}
+
+// runMultiProc starts s3Procs worker processes of s3Goroutines goroutines each on one name,
+// starts them together, merges their holds and checks that no two overlap in time.
+func runMultiProc(srv *server, c *contender, d time.Duration, name string) s3Result {
+	exe, err := os.Executable()
+	if err != nil {
+		return s3Result{s2Result: s2Result{err: err}}
+	}
+	type worker struct {
+		cmd   *exec.Cmd
+		in    io.WriteCloser
+		lines chan string
+		done  chan struct{}
+	}
+	var ws []*worker
+	defer func() {
+		for _, w := range ws {
+			w.in.Close()
+			w.cmd.Process.Kill()
+			<-w.done
+		}
+	}()
+	fail := func(err error) s3Result { return s3Result{s2Result: s2Result{err: err}} }
+	for p := 0; p < s3Procs; p++ {
+		cmd := exec.Command(exe, workerFlag, c.name, srv.Addr, name, d.String(), strconv.Itoa(s3Goroutines), strconv.Itoa(p))
+		cmd.SysProcAttr = childAttr()
+		cmd.Stderr = os.Stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return fail(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return fail(err)
+		}
+		if err := cmd.Start(); err != nil {
+			return fail(err)
+		}
+		w := &worker{cmd: cmd, in: in, lines: make(chan string, 1024), done: make(chan struct{})}
+		ws = append(ws, w)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				w.lines <- sc.Text()
+			}
+			close(w.lines)
+			cmd.Wait()
+			close(w.done)
+		}()
+	}
+	for p, w := range ws {
+		select {
+		case l, ok := <-w.lines:
+			if !ok || l != "ready" {
+				return fail(fmt.Errorf("worker %d: %q", p, l))
+			}
+		case <-time.After(20 * time.Second):
+			return fail(fmt.Errorf("worker %d not ready within 20s", p))
+		}
+	}
+	for _, w := range ws {
+		io.WriteString(w.in, "go\n")
+	}
+	var all []hold
+	var first error
+	deadline := time.After(d + 30*time.Second)
+	for p, w := range ws {
+		finished := false
+		for !finished {
+			select {
+			case l, ok := <-w.lines:
+				switch {
+				case !ok:
+					return fail(fmt.Errorf("worker %d exited without finishing", p))
+				case l == "done":
+					finished = true
+				case strings.HasPrefix(l, "error:"):
+					first = cmp(first, fmt.Errorf("worker %d: %s", p, strings.TrimSpace(l[6:])))
+				case strings.HasPrefix(l, "h "):
+					var h hold
+					var counted int
+					if _, err := fmt.Sscanf(l, "h %d %d %d %d %d %d", &h.g, &h.token, &h.acquired, &h.released, &h.wait, &counted); err != nil {
+						return fail(fmt.Errorf("worker %d: bad line %q", p, l))
+					}
+					h.proc, h.counted = p, counted == 1
+					all = append(all, h)
+				}
+			case <-deadline:
+				return fail(fmt.Errorf("worker %d did not finish within %v", p, d+30*time.Second))
+			}
+		}
+	}
+	r := s3Result{s2Result: s2Result{err: first, elapsed: d}, holdsChecked: len(all)}
+	r.overlaps = overlaps(all, c.kind == kindDlock)
+	// Handoffs to another goroutine: in acquisition order over all processes.
+	slices.SortFunc(all, func(a, b hold) int { return compareInt(a.acquired, b.acquired) })
+	counts := make([]int64, s3Procs*s3Goroutines)
+	var waits []time.Duration
+	prev := -1
+	for _, h := range all {
+		id := h.proc*s3Goroutines + h.g
+		if h.counted {
+			counts[id]++
+			waits = append(waits, time.Duration(h.wait))
+			r.handoffs++
+			if id != prev {
+				r.changes++
+			}
+		}
+		prev = id
+	}
+	if len(waits) == 0 {
+		r.err = cmp(r.err, errors.New("no acquisition"))
+		return r
+	}
+	slices.Sort(waits)
+	r.waitP50 = waits[len(waits)/2]
+	r.waitP99 = waits[len(waits)*99/100]
+	r.jain, r.minShare = jain(counts)
+	return r
+}
+
+func compareInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// overlaps counts holds that overlap the previous one in time. With fencing tokens the holds are
+// ordered by token, which must also be strictly increasing; without, by acquisition time.
+func overlaps(all []hold, byToken bool) int64 {
+	hs := slices.Clone(all)
+	if byToken {
+		slices.SortFunc(hs, func(a, b hold) int {
+			if a.token != b.token {
+				return compareInt(int64(a.token), int64(b.token))
+			}
+			return compareInt(a.acquired, b.acquired)
+		})
+	} else {
+		slices.SortFunc(hs, func(a, b hold) int { return compareInt(a.acquired, b.acquired) })
+	}
+	var n int64
+	for i := 1; i < len(hs); i++ {
+		if hs[i].acquired < hs[i-1].released || byToken && hs[i].token <= hs[i-1].token {
+			n++
+		}
+	}
+	return n
+}
+
+// scenario3 runs the multi-process hot-name measurement for every lock, reps times.
+func scenario3(srv *server, cfg config) (string, bool) {
+	var locks []*contender
+	for _, c := range contenders {
+		if c.kind != kindRaw {
+			locks = append(locks, c)
+		}
+	}
+	res := map[*contender][]s3Result{}
+	ok := true
+	for rep := 0; rep < cfg.reps; rep++ {
+		for i := range locks {
+			c := locks[(i+rep)%len(locks)]
+			srv.flush()
+			stop := watchdog("scenario 3, "+c.name, cfg.s3Duration+90*time.Second)
+			r := runMultiProc(srv, c, cfg.s3Duration, fmt.Sprintf("hot3:%d:%d", rep, i))
+			stop()
+			if r.err != nil {
+				ok = ok && c.kind != kindDlock
+				cfg.logf("scenario 3, rep %d, %s: %v", rep+1, c.name, r.err)
+			}
+			if r.overlaps != 0 {
+				ok = false
+				cfg.logf("scenario 3, %s: MUTUAL EXCLUSION BROKEN: %d overlapping holds of %d", c.name, r.overlaps, r.holdsChecked)
+			}
+			cfg.logf("scenario 3, rep %d, %-18s %7.0f handoffs/s, wait p50 %v p99 %v, Jain %.3f, %d holds checked",
+				rep+1, c.name, r.rate(), r.waitP50.Round(time.Microsecond), r.waitP99.Round(time.Microsecond), r.jain, r.holdsChecked)
+			res[c] = append(res[c], r)
+		}
+	}
+	var b strings.Builder
+	g := s3Procs * s3Goroutines
+	fmt.Fprintf(&b, "### 3. Hot name, %d processes: %d goroutines each, one name, empty critical section\n\n", s3Procs, s3Goroutines)
+	fmt.Fprintf(&b, "%v per measurement, median of %d repetitions, contenders interleaved; each process has its "+
+		"own client (connections, pools, renewal loop). Wait, Jain's index (over all %d goroutines), "+
+		"\"to another goroutine\" (in acquisition order over all processes) and least served as in "+
+		"scenario 2. Mutual exclusion: every process records each hold as (fencing token for dlock, "+
+		"wall-clock time Lock returned, wall-clock time just before Unlock was called); the parent "+
+		"merges them, orders them by token (dlock: tokens must also strictly increase) or by acquisition "+
+		"time (peers) and checks that each hold starts after the previous one ended; \"exact\" gives "+
+		"the number of holds checked (all repetitions).\n\n", cfg.s3Duration, cfg.reps, g)
+	type row struct {
+		rate, changes, p50, p99, jain, minShare float64
+		n                                       int
+		overlaps                                int64
+		checked                                 int
+		err                                     error
+	}
+	rows := map[*contender]row{}
+	var best float64
+	var bestName string
+	for _, c := range locks {
+		var rates, changes, p50, p99, jains, shares []float64
+		var r row
+		for _, x := range res[c] {
+			r.overlaps += x.overlaps
+			r.checked += x.holdsChecked
+			if x.err != nil {
+				r.err = x.err
+			}
+			if x.handoffs == 0 {
+				continue
+			}
+			rates = append(rates, x.rate())
+			changes = append(changes, float64(x.changes)/x.elapsed.Seconds())
+			p50 = append(p50, ms(x.waitP50))
+			p99 = append(p99, ms(x.waitP99))
+			jains = append(jains, x.jain)
+			shares = append(shares, x.minShare)
+		}
+		r.n = len(rates)
+		if r.n > 0 {
+			r.rate, r.changes, r.p50, r.p99, r.jain, r.minShare = median(rates), median(changes), median(p50), median(p99), median(jains), median(shares)
+		}
+		rows[c] = r
+		if c.kind == kindPeer && r.rate > best {
+			best, bestName = r.rate, c.name
+		}
+	}
+	b.WriteString("| contender | handoffs/s (median) | × best peer | to another goroutine /s | wait p50 | wait p99 | Jain | least served | mutual exclusion |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, c := range locks {
+		r := rows[c]
+		mx := fmt.Sprintf("exact (%s holds)", thousands(float64(r.checked)))
+		if r.overlaps != 0 {
+			mx = fmt.Sprintf("**BROKEN**: %d overlapping holds of %s", r.overlaps, thousands(float64(r.checked)))
+		}
+		if r.n == 0 {
+			fmt.Fprintf(&b, "| %s | error: %s | | | | | | | %s |\n", c.name, oneLine(r.err), mx)
+			continue
+		}
+		if r.err != nil {
+			mx += " (error in a repetition: " + oneLine(r.err) + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f ms | %.2f ms | %.3f | %.2f | %s |\n", c.name, thousands(r.rate),
+			ratio(r.rate, best), thousands(r.changes), r.p50, r.p99, r.jain, r.minShare, mx)
+	}
+	if d := rows[contenderByName("dlock (rueidis)")]; d.rate > 0 && best > 0 {
+		fmt.Fprintf(&b, "\n- dlock (rueidis) = **%s** the best peer (%s) in handoffs/s", ratio(d.rate, best), bestName)
+		var bestChanges float64
+		var bestChangesName string
+		for _, c := range locks {
+			if r := rows[c]; c.kind == kindPeer && r.changes > bestChanges {
+				bestChanges, bestChangesName = r.changes, c.name
+			}
+		}
+		if bestChanges > 0 {
+			fmt.Fprintf(&b, "; **%s** the best peer (%s) in handoffs to another goroutine", ratio(d.changes, bestChanges), bestChangesName)
+		}
+		b.WriteString(".\n")
+	}
+	return b.String(), ok
+}
