@@ -192,75 +192,16 @@ func scenario2(srv *server, cfg config) (string, bool) {
 		"Mutual exclusion: the critical section increments a counter with a separate load and store; "+
 		"it must end equal to the number of holds, and no holder may find another inside.\n\n",
 		cfg.s2Duration, cfg.reps, g)
-	type row struct {
-		rate, changes, p50, p99, jain, minShare float64
-		n                                       int
-		lost, overlaps                          int64
-		err                                     error
-	}
-	rows := map[*contender]row{}
-	var best float64
-	var bestName string
+	rows := map[*contender]hotRow{}
 	for _, c := range locks {
-		var rates, changes, p50, p99, jains, shares []float64
-		var r row
-		for _, x := range res[c] {
-			r.lost += x.lostUpdates
-			r.overlaps += x.overlaps
-			if x.err != nil {
-				r.err = x.err
-			}
-			if x.handoffs == 0 {
-				continue
-			}
-			rates = append(rates, x.rate())
-			changes = append(changes, float64(x.changes)/x.elapsed.Seconds())
-			p50 = append(p50, ms(x.waitP50))
-			p99 = append(p99, ms(x.waitP99))
-			jains = append(jains, x.jain)
-			shares = append(shares, x.minShare)
-		}
-		r.n = len(rates)
-		if r.n > 0 {
-			r.rate, r.changes, r.p50, r.p99, r.jain, r.minShare = median(rates), median(changes), median(p50), median(p99), median(jains), median(shares)
-		}
-		rows[c] = r
-		if c.kind == kindPeer && r.rate > best {
-			best, bestName = r.rate, c.name
-		}
+		rows[c] = aggregateHot(res[c])
 	}
-	b.WriteString("| contender | handoffs/s (median) | × best peer | to another goroutine /s | wait p50 | wait p99 | Jain | least served | mutual exclusion |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
-	for _, c := range locks {
-		r := rows[c]
-		mx := "exact"
+	writeHotTable(&b, locks, rows, func(_ *contender, r hotRow) string {
 		if r.lost != 0 || r.overlaps != 0 {
-			mx = fmt.Sprintf("**BROKEN**: %d lost updates, %d overlaps", r.lost, r.overlaps)
+			return fmt.Sprintf("**BROKEN**: %d lost updates, %d overlaps", r.lost, r.overlaps)
 		}
-		if r.n == 0 {
-			fmt.Fprintf(&b, "| %s | error: %s | | | | | | | %s |\n", c.name, oneLine(r.err), mx)
-			continue
-		}
-		if r.err != nil {
-			mx += " (error in a repetition: " + oneLine(r.err) + ")"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f ms | %.2f ms | %.3f | %.2f | %s |\n", c.name, thousands(r.rate),
-			ratio(r.rate, best), thousands(r.changes), r.p50, r.p99, r.jain, r.minShare, mx)
-	}
-	if d := rows[contenderByName("dlock (rueidis)")]; d.rate > 0 && best > 0 {
-		fmt.Fprintf(&b, "\n- dlock (rueidis) = **%s** the best peer (%s) in handoffs/s", ratio(d.rate, best), bestName)
-		var bestChanges float64
-		var bestChangesName string
-		for _, c := range locks {
-			if r := rows[c]; c.kind == kindPeer && r.changes > bestChanges {
-				bestChanges, bestChangesName = r.changes, c.name
-			}
-		}
-		if bestChanges > 0 {
-			fmt.Fprintf(&b, "; **%s** the best peer (%s) in handoffs to another goroutine", ratio(d.changes, bestChanges), bestChangesName)
-		}
-		b.WriteString(".\n")
-	}
+		return "exact"
+	})
 	return b.String(), ok
 }
 

@@ -359,75 +359,21 @@ func scenario3(srv *server, cfg config) (string, bool) {
 		"merges them, orders them by token (dlock: tokens must also strictly increase) or by acquisition "+
 		"time (peers) and checks that each hold starts after the previous one ended; \"exact\" gives "+
 		"the number of holds checked (all repetitions).\n\n", cfg.s3Duration, cfg.reps, g)
-	type row struct {
-		rate, changes, p50, p99, jain, minShare float64
-		n                                       int
-		overlaps                                int64
-		checked                                 int
-		err                                     error
-	}
-	rows := map[*contender]row{}
-	var best float64
-	var bestName string
+	rows := map[*contender]hotRow{}
+	checked := map[*contender]int{}
 	for _, c := range locks {
-		var rates, changes, p50, p99, jains, shares []float64
-		var r row
-		for _, x := range res[c] {
-			r.overlaps += x.overlaps
-			r.checked += x.holdsChecked
-			if x.err != nil {
-				r.err = x.err
-			}
-			if x.handoffs == 0 {
-				continue
-			}
-			rates = append(rates, x.rate())
-			changes = append(changes, float64(x.changes)/x.elapsed.Seconds())
-			p50 = append(p50, ms(x.waitP50))
-			p99 = append(p99, ms(x.waitP99))
-			jains = append(jains, x.jain)
-			shares = append(shares, x.minShare)
+		base := make([]s2Result, len(res[c]))
+		for i, x := range res[c] {
+			base[i] = x.s2Result
+			checked[c] += x.holdsChecked
 		}
-		r.n = len(rates)
-		if r.n > 0 {
-			r.rate, r.changes, r.p50, r.p99, r.jain, r.minShare = median(rates), median(changes), median(p50), median(p99), median(jains), median(shares)
-		}
-		rows[c] = r
-		if c.kind == kindPeer && r.rate > best {
-			best, bestName = r.rate, c.name
-		}
+		rows[c] = aggregateHot(base)
 	}
-	b.WriteString("| contender | handoffs/s (median) | × best peer | to another goroutine /s | wait p50 | wait p99 | Jain | least served | mutual exclusion |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
-	for _, c := range locks {
-		r := rows[c]
-		mx := fmt.Sprintf("exact (%s holds)", thousands(float64(r.checked)))
+	writeHotTable(&b, locks, rows, func(c *contender, r hotRow) string {
 		if r.overlaps != 0 {
-			mx = fmt.Sprintf("**BROKEN**: %d overlapping holds of %s", r.overlaps, thousands(float64(r.checked)))
+			return fmt.Sprintf("**BROKEN**: %d overlapping holds of %s", r.overlaps, thousands(float64(checked[c])))
 		}
-		if r.n == 0 {
-			fmt.Fprintf(&b, "| %s | error: %s | | | | | | | %s |\n", c.name, oneLine(r.err), mx)
-			continue
-		}
-		if r.err != nil {
-			mx += " (error in a repetition: " + oneLine(r.err) + ")"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.2f ms | %.2f ms | %.3f | %.2f | %s |\n", c.name, thousands(r.rate),
-			ratio(r.rate, best), thousands(r.changes), r.p50, r.p99, r.jain, r.minShare, mx)
-	}
-	if d := rows[contenderByName("dlock (rueidis)")]; d.rate > 0 && best > 0 {
-		fmt.Fprintf(&b, "\n- dlock (rueidis) = **%s** the best peer (%s) in handoffs/s", ratio(d.rate, best), bestName)
-		var bestChanges float64
-		var bestChangesName string
-		for _, c := range locks {
-			if r := rows[c]; c.kind == kindPeer && r.changes > bestChanges {
-				bestChanges, bestChangesName = r.changes, c.name
-			}
-		}
-		if bestChanges > 0 {
-			fmt.Fprintf(&b, "; **%s** the best peer (%s) in handoffs to another goroutine", ratio(d.changes, bestChanges), bestChangesName)
-		}
-		b.WriteString(".\n")
-	}
+		return fmt.Sprintf("exact (%s holds)", thousands(float64(checked[c])))
+	})
 	return b.String(), ok
 }
