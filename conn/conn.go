@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"time"
 )
 
 // Script is a Lua script that adapters run by SHA, falling back to the full source when the server
@@ -24,11 +25,19 @@ func NewScript(name, src string) *Script {
 	return &Script{Name: name, Src: src, SHA: hex.EncodeToString(sum[:])}
 }
 
-// Call is one script invocation in a pipeline.
+// Call is one script invocation in a pipeline, or, with a nil Script, a WAIT.
 type Call struct {
 	Script *Script
 	Keys   []string
 	Args   []string
+
+	// A Call with a nil Script is a WAIT: the server answers once WaitReplicas replicas have
+	// acknowledged every write sent before it on the same connection, or after WaitTimeout
+	// (WAIT numreplicas timeout-ms). Its Result.Ints is {replicas that acknowledged}. An adapter
+	// sends a batch that holds a WAIT on one connection, in order, so the WAIT covers the
+	// scripts before it in the batch (also when a NOSCRIPT fallback re-sends them).
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // Result is the reply to one Call. Every dlock script replies with an integer or an array of
@@ -48,7 +57,16 @@ type Handler struct {
 	Subscribed func(channel string)
 }
 
-// Listener is one dedicated pub/sub connection.
+// Clustered is implemented by a Conn whose deployment may be a Redis Cluster.
+type Clustered interface {
+	// Cluster reports whether the deployment is a Redis Cluster. Then keys of one script call
+	// must share a hash slot, and a Listener subscribes with SSUBSCRIBE (sharded pub/sub, on
+	// the node that owns each channel's slot), so that scripts announce with SPUBLISH.
+	Cluster() bool
+}
+
+// Listener is one pub/sub subscription: a dedicated connection, or on a Cluster one per node
+// that owns a subscribed channel's slot.
 type Listener interface {
 	// Subscribe asks the server to subscribe to channels. Confirmation arrives later through
 	// Handler.Subscribed; the call may return before it.
