@@ -1,10 +1,12 @@
 # make test   — everything CI runs: installs redis-server (and PostgreSQL for examples/inventory) when missing, vet, race tests with leak checks.
-# make bench  — the Go benchmarks of the library against a private redis-server.
+# make bench  — dlock beside its peers (bench/ module, ≤ 6 min); writes docs/BENCHMARKS.md and docs/img/.
+# make bench-quick — the same scenarios, shorter (≤ 60 s), printed only.
+# make bench-go — the Go benchmarks of the library against a private redis-server.
 
 GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: test deps vet fmt-check bench test-examples deps-examples
+.PHONY: test deps vet fmt-check bench-go test-examples deps-examples
 
 # -p 1: one package's tests at a time. Several tests hold 200-300 ms leases on purpose (the issue's
 # "renewal keeps a 200 ms lease through 2 s of work"); on two cores, packages racing each other
@@ -42,21 +44,21 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-bench: deps
+bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 -benchtime 2s -timeout 20m . | tee bench.out
 
-# The peers comparison (issue 5): bench/ is its own module, so redsync, redislock and rueidislock
-# never enter the library's dependencies. It starts its own redis-server on loopback.
-# bench-peers-quick: every implemented scenario, shorter (under a minute), printed only.
-# bench-peers: the full run (a few minutes); writes the tables into docs/BENCHMARKS.md.
-.PHONY: bench-peers bench-peers-quick test-bench
+# The peers comparison (issue 5): bench/ is its own module, so redsync, redislock, rueidislock and
+# the plotting library never enter the library's dependencies. It starts its own redis-servers on loopback.
+# bench: the full run (at most 6 minutes); writes the tables into docs/BENCHMARKS.md and the plot into docs/img/.
+# bench-quick: every scenario, shorter (at most a minute), printed only.
+.PHONY: bench bench-quick test-bench
 
 # The bench harness's own tests (tiny durations), so that it keeps building and working.
 test-bench: deps
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 -timeout 3m ./...
 
-bench-peers-quick: deps
+bench-quick: deps
 	cd bench && $(GO) run . --quick
 
-bench-peers: deps
-	cd bench && $(GO) run . --write-docs
+bench: deps
+	cd bench && $(GO) run . --write-docs --via 'make bench'

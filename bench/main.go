@@ -2,8 +2,8 @@
 // rueidis/rueidislock) and the raw SET NX PX + DEL floors, against its own private redis-server
 // on loopback, and prints one markdown table per scenario (issue 5):
 //
-//	go run .                 # full run (about 5 minutes)
-//	go run . --quick         # the same scenarios, shorter (under a minute)
+//	go run .                 # full run (at most 6 minutes); make bench adds --write-docs
+//	go run . --quick         # the same scenarios, shorter (at most a minute): make bench-quick
 //	go run . --write-docs    # also write the tables into ../docs/BENCHMARKS.md
 //	go run . --scenarios 1,2 --reps 5
 //
@@ -101,6 +101,7 @@ func run(args []string, stdout io.Writer) int {
 	scen := fs.String("scenarios", "1,2,3,5,6", "comma-separated scenarios to run (1, 2, 3, 5, 6)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
+	via := fs.String("via", "", "the command that ran this one, for the docs (e.g. \"make bench\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -119,7 +120,11 @@ func run(args []string, stdout io.Writer) int {
 		}
 		cfg.scenarios = append(cfg.scenarios, n)
 	}
-	out, ok, err := runScenarios(cfg, "cd bench && go run . "+strings.Join(args, " "))
+	command := "`cd bench && go run . " + strings.Join(args, " ") + "`"
+	if *via != "" {
+		command = "`" + *via + "` (= " + command + ")"
+	}
+	out, ok, err := runScenarios(cfg, command)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
@@ -198,7 +203,7 @@ func header(cfg config, command string) string {
 		"starts itself; client and server share the machine. Medians of %d repetitions (%s mode); "+
 		"\"× best peer\" divides by the best of redsync, redislock and rueidislock in the same table. "+
 		"Scenario 4 of issue 5 is not measured yet.\n\n"+
-		"**Command:** `%s`\n**Machine:** %s\n**Run:** %s\n",
+		"**Command:** %s\n**Machine:** %s\n**Run:** %s\n",
 		cfg.reps, mode, strings.TrimSpace(command), machine(), time.Now().UTC().Format("2006-01-02 15:04 MST"))
 }
 
