@@ -55,28 +55,29 @@ func defaultConfig(quick bool) config {
 		reps:         3,
 		scenarios:    []int{1, 2, 3, 5, 6},
 		s1Goroutines: []int{1, 16, 64},
-		s1Duration:   2 * time.Second,
+		s1Duration:   time.Second,
 		s1Warm:       200 * time.Millisecond,
 		pairTimeout:  5 * time.Second,
-		s2Duration:   3 * time.Second,
-		s3Duration:   2 * time.Second,
-		s5Leases:     []int{10_000},
+		s2Duration:   2 * time.Second,
+		s3Duration:   1500 * time.Millisecond,
+		s5Leases:     []int{10_000, 100_000},
 		s5TTL:        3 * time.Second,
 		s5Periods:    3,
-		s5Acquire:    30 * time.Second,
+		s5Acquire:    20 * time.Second,
 		s6TTL:        time.Second,
 		s6Hold:       200 * time.Millisecond,
 		log:          os.Stderr,
 	}
 	if quick {
 		c.quick = true
-		c.s1Duration = 250 * time.Millisecond
+		c.reps = 1
+		c.s1Duration = 400 * time.Millisecond
 		c.s1Warm = 50 * time.Millisecond
 		c.pairTimeout = 2 * time.Second
-		c.s2Duration = 750 * time.Millisecond
-		c.s3Duration = 250 * time.Millisecond
-		c.s5Leases = []int{10_000}
-		c.s5TTL = 450 * time.Millisecond
+		c.s2Duration = time.Second
+		c.s3Duration = 500 * time.Millisecond
+		c.s5Leases = []int{10_000, 100_000}
+		c.s5TTL = 1500 * time.Millisecond
 		c.s5Acquire = 10 * time.Second
 		c.s6TTL = 500 * time.Millisecond
 		c.s6Hold = 100 * time.Millisecond
@@ -97,20 +98,23 @@ func main() {
 func run(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
-	reps := fs.Int("reps", 3, "repetitions per measurement (the tables give medians)")
+	reps := fs.Int("reps", 0, "repetitions per measurement, the tables give medians (default: 3, or 1 with --quick)")
 	scen := fs.String("scenarios", "1,2,3,5,6", "comma-separated scenarios to run (1, 2, 3, 5, 6)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
+	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
 	via := fs.String("via", "", "the command that ran this one, for the docs (e.g. \"make bench\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	cfg := defaultConfig(*quick)
-	if *reps < 1 || *reps > 100 {
+	if *reps < 0 || *reps > 100 {
 		fmt.Fprintln(os.Stderr, "bench: --reps must be 1..100")
 		return 2
 	}
-	cfg.reps = *reps
+	if *reps > 0 {
+		cfg.reps = *reps
+	}
 	cfg.scenarios = nil
 	for _, f := range strings.Split(*scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -123,6 +127,17 @@ func run(args []string, stdout io.Writer) int {
 	command := "`cd bench && go run . " + strings.Join(args, " ") + "`"
 	if *via != "" {
 		command = "`" + *via + "` (= " + command + ")"
+	}
+	if *leases != "" {
+		cfg.s5Leases = nil
+		for _, f := range strings.Split(*leases, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 1_000_000 {
+				fmt.Fprintf(os.Stderr, "bench: --leases: %q is not a count in 1..1000000\n", f)
+				return 2
+			}
+			cfg.s5Leases = append(cfg.s5Leases, n)
+		}
 	}
 	out, ok, err := runScenarios(cfg, command)
 	if err != nil {
