@@ -181,7 +181,11 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	key := c.lockKey(name)
-	reply, err := c.evalAny(ctx, scriptForceUnlock, []string{key}, retentionArg, key+":rel")
+	args := []string{retentionArg, key + ":rel"}
+	if c.cluster {
+		args = append(args, "s")
+	}
+	reply, err := c.evalAny(ctx, scriptForceUnlock, []string{key}, args...)
 	if err != nil {
 		return Info{}, c.redisErr("force unlock "+strconv.Quote(name), err)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,9 @@ type Client struct {
 	meta    string  // holder description for opts.label
 	ownerID string  // 128 random bits; each lease's secret is ownerID + a sequence number
 	seq     atomic.Uint64
+
+	quorum  bool // conn is a quorumConn (DialQuorum, NewQuorum)
+	cluster bool // conn is on a Redis Cluster: sharded pub/sub, renewals grouped by slot
 
 	queues   queues
 	renewer  *renewer
@@ -80,6 +84,9 @@ func New(cn Conn, opts ...Option) (*Client, error) {
 		meta:    holderMeta(o.label),
 		ownerID: base64.RawURLEncoding.EncodeToString(secret[:]) + ":",
 		done:    make(chan struct{}),
+	}
+	if cl, ok := cn.(conn.Clustered); ok && cl.Cluster() {
+		c.cluster = true
 	}
 	c.queues.init(c)
 	c.renewer = newRenewer(c)
@@ -177,6 +184,22 @@ func holderMeta(label string) string {
 		Label string `json:"label,omitempty"`
 	}{host, os.Getpid(), processStart.Unix(), label})
 	return string(b)
+}
+
+// releaseArgs are the arguments of release.lua (docs/PROTOCOL.md): on a Cluster it announces
+// with SPUBLISH; in quorum mode the lease's token is the floor of the token kept after release.
+func (c *Client) releaseArgs(owner, channel string, all bool, token uint64) []string {
+	flag := "0"
+	if all {
+		flag = "1"
+	}
+	switch {
+	case c.quorum:
+		return []string{owner, retentionArg, channel, flag, "p", strconv.FormatUint(token, 10)}
+	case c.cluster:
+		return []string{owner, retentionArg, channel, flag, "s"}
+	}
+	return []string{owner, retentionArg, channel, flag}
 }
 
 // redisErr wraps a transport error with the server address, so "connection refused" says where.

@@ -59,6 +59,40 @@
 // too, as long as the new master's clock is not behind. A restart without persistence has the
 // same effect. Clock jumps on the server shorten or lengthen leases.
 //
+// # Quorum mode (Redlock)
+//
+// DialQuorum and NewQuorum make a Client over N independent Redis masters (typically 5) with
+// the same Mutex, Lease and Do API. An acquisition runs the acquire script on every server in
+// parallel and succeeds when a majority granted it before its validity ran out (validity =
+// TTL − the time the acquisition took − the drift allowance above); its latency is that of
+// the fastest majority, not of the slowest server. A failed acquisition is released on every
+// server. Renewals and releases go to every server; the lease context is cancelled (ErrLost)
+// when no majority confirmed a renewal in time. Waiters are woken by a release announced on
+// any server. When too few servers can be reached, Lock and TryLock fail at once with an error
+// matching ErrNotAcquired that names the servers' errors, rather than waiting.
+//
+// Quorum mode survives a minority of servers down, slow or partitioned. It does not survive a
+// server that restarts without its data while a lock is held: that server can then grant the
+// lock to a second client, which reaches a majority with the servers the first holder could not
+// reach. Restart a server without persistence only after a delay longer than the longest
+// lease (Redlock's "delayed restart"); with it, the first holder's lease is lost (and its
+// context cancelled) before the server is back.
+//
+// Fencing tokens in quorum mode: each server has its own counter, and two majorities can
+// return unrelated maxima, so a per-server token alone would not do. A lease's token is the
+// largest token among the majority that granted it, and every release stores that token on
+// each server (the kept token is the larger of the server's and the lease's). Any later
+// majority shares a server with the earlier one, and that server either kept the earlier
+// lease's token (released) or let it expire at least a lease later. So tokens strictly
+// increase across acquisitions provided no server loses its data while it holds a lock or a
+// released token (delayed restart, as above), and the servers' clocks differ by less than the
+// lease TTL (a lease that expired without a release leaves no token, and the next is taken from
+// the clock of a server in the new majority). Outside those conditions, say a server clock set
+// ahead by more than a TTL, a token can repeat or go down.
+//
+// Admin calls in quorum mode: Inspect and List read the first server (in the order given) that
+// answers; ForceUnlock releases on every server.
+//
 // # Waiting
 //
 // Lock waits without polling: a release publishes a notice on the lock's channel, and each

@@ -159,15 +159,7 @@ func (st *leaseState) lostAtUnlock() error {
 }
 
 func (st *leaseState) releaseCall(all bool) conn.Call {
-	flag := "0"
-	if all {
-		flag = "1"
-	}
-	return conn.Call{
-		Script: scriptRelease,
-		Keys:   st.keys,
-		Args:   []string{st.owner, retentionArg, st.channel, flag},
-	}
+	return conn.Call{Script: scriptRelease, Keys: st.keys, Args: st.c.releaseArgs(st.owner, st.channel, all, st.token)}
 }
 
 var retentionArg = strconv.FormatInt(tokenRetention.Milliseconds(), 10)
@@ -381,13 +373,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	call := st.releaseCall(last)
 	res, err := st.c.conn.Eval(ctx, call.Script, call.Keys, call.Args)
 	switch {
+	case state == stateLost:
+		return st.lostAtUnlock() // whatever the server said: the loss is what the caller must know
 	case err != nil:
 		if last {
 			st.end(nil)
 		}
 		return st.c.redisErr("unlock", err)
-	case state == stateLost:
-		return st.lostAtUnlock()
 	case len(res) != 1 || res[0] < 0:
 		st.end(ErrLost)
 		return st.lostAtUnlock()

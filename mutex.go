@@ -127,6 +127,13 @@ func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
 		return nil, busy{pttl: time.Duration(res[1]) * time.Millisecond, token: uint64(res[2])}, nil
 	}
 	st := newLeaseState(m, ctx, owner, uint64(res[1]), sent)
+	if m.c.quorum && mono() >= st.deadline.Load() {
+		// Redlock: the majority took longer than the validity time (TTL − drift) to answer,
+		// so the lease has no time left. Give it back and count the attempt as failed. (On one
+		// server such a lease is returned, already lost: its context tells the holder.)
+		m.c.renewer.orphan(m.releaseCall(owner))
+		return nil, busy{}, nil
+	}
 	if !m.c.renewer.add(st) {
 		m.c.renewer.orphan(m.releaseCall(owner))
 		return nil, busy{}, ErrClosed
@@ -135,7 +142,7 @@ func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
 }
 
 func (m *Mutex) releaseCall(owner string) conn.Call {
-	return conn.Call{Script: scriptRelease, Keys: m.keys, Args: []string{owner, retentionArg, m.channel, "1"}}
+	return conn.Call{Script: scriptRelease, Keys: m.keys, Args: m.c.releaseArgs(owner, m.channel, true, 0)}
 }
 
 // reenter adds a hold to st, a lease of this client on this lock found in the caller's context.
@@ -150,7 +157,8 @@ func (m *Mutex) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 	if err != nil {
 		return nil, m.c.redisErr("re-enter "+strconv.Quote(m.name), err)
 	}
-	if len(res) != 3 || res[0] != 1 || uint64(res[1]) != st.token {
+	// In quorum mode each server has its own token; the lease's is the largest of a majority.
+	if len(res) != 3 || res[0] != 1 || (!m.c.quorum && uint64(res[1]) != st.token) {
 		st.end(ErrLost)
 		return nil, st.endedErr()
 	}

@@ -3,6 +3,7 @@
 -- KEYS[1]  lock key
 -- ARGV[1]  milliseconds to keep the last token (60000)
 -- ARGV[2]  release channel: <prefix>{<name>}:rel
+-- ARGV[3]  optional: "s" to announce with SPUBLISH (Redis Cluster), else PUBLISH
 -- Reply    {value, pttl, woken}
 --          value  the lock's value before the call (nil when there is no key)
 --          pttl   its remaining lease before the call, in milliseconds
@@ -19,5 +20,10 @@ if not o or o == '-' then
   return {v, pttl, -1}
 end
 redis.call('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[1])
-local n = redis.call('PUBLISH', ARGV[2], t)
+local n
+if ARGV[3] == 's' then
+  n = redis.call('SPUBLISH', ARGV[2], t)
+else
+  n = redis.call('PUBLISH', ARGV[2], t)
+end
 return {v, pttl, n}

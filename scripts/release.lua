@@ -4,6 +4,9 @@
 -- ARGV[2]  milliseconds to keep the last token after the final release
 -- ARGV[3]  release channel: <prefix>{<name>}:rel
 -- ARGV[4]  "1" to drop every hold at once, "0" to drop one
+-- ARGV[5]  optional: "s" to announce with SPUBLISH (Redis Cluster, sharded pub/sub), else PUBLISH
+-- ARGV[6]  optional: a token floor (quorum mode): the token kept after the final release is
+--          the larger of the lock's token and this one
 -- Reply    holds left (0 = released and waiters notified), or -1 when the caller does not own the lock.
 -- The release notice carries the released token, so waiters can ignore stale notices.
 local v = redis.call('GET', KEYS[1])
@@ -19,6 +22,14 @@ if n > 0 and ARGV[4] ~= '1' then
   redis.call('SET', KEYS[1], o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'KEEPTTL')
   return n
 end
+local floor = tonumber(ARGV[6])
+if floor and floor > tonumber(t) then
+  t = string.format('%d', floor)
+end
 redis.call('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[2])
-redis.call('PUBLISH', ARGV[3], t)
+if ARGV[5] == 's' then
+  redis.call('SPUBLISH', ARGV[3], t)
+else
+  redis.call('PUBLISH', ARGV[3], t)
+end
 return 0
