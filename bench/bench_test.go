@@ -40,6 +40,8 @@ func TestHarness(t *testing.T) {
 	cfg.s6TTL = 300 * time.Millisecond
 	cfg.s6Hold = 50 * time.Millisecond
 	cfg.log = io.Discard
+	cfg.plotDir = t.TempDir()
+	cfg.plotLink = "img/" + plotFile
 	out, ok, err := runScenarios(cfg, "go test")
 	if err != nil {
 		t.Fatal(err)
@@ -52,6 +54,9 @@ func TestHarness(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
+	}
+	if st, err := os.Stat(filepath.Join(cfg.plotDir, plotFile)); err != nil || st.Size() < 10_000 {
+		t.Errorf("plot: %v (%v)", st, err)
 	}
 	// Peers may fail under load (that is a finding for the table); dlock must not.
 	for _, line := range strings.Split(out, "\n") {

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -42,6 +43,9 @@ type config struct {
 	s6TTL        time.Duration
 	s6Hold       time.Duration // how long after acquiring the holder is killed
 	log          io.Writer
+	fig          *figures // filled by scenarios 1 and 2 for the plot
+	plotDir      string   // where to write the plot ("" = no plot)
+	plotLink     string   // the plot's path as the markdown links it
 }
 
 func (c config) logf(format string, args ...any) {
@@ -103,6 +107,7 @@ func run(args []string, stdout io.Writer) int {
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
+	plotDir := fs.String("plot", "", "write a plot of scenarios 1 and 2 into this directory (as "+plotFile+")")
 	via := fs.String("via", "", "the command that ran this one, for the docs (e.g. \"make bench\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -138,6 +143,16 @@ func run(args []string, stdout io.Writer) int {
 			}
 			cfg.s5Leases = append(cfg.s5Leases, n)
 		}
+	}
+	if *plotDir != "" {
+		cfg.plotDir = *plotDir
+		cfg.plotLink = filepath.Join(*plotDir, plotFile)
+		if *writeDocs {
+			if rel, err := filepath.Rel(filepath.Dir(*docs), cfg.plotLink); err == nil {
+				cfg.plotLink = rel
+			}
+		}
+		cfg.plotLink = filepath.ToSlash(cfg.plotLink)
 	}
 	out, ok, err := runScenarios(cfg, command)
 	if err != nil {
@@ -183,6 +198,7 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 	}()
 
 	start := time.Now()
+	cfg.fig = newFigures()
 	var b strings.Builder
 	b.WriteString(header(cfg, command))
 	ok := true
@@ -203,6 +219,18 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 		}
 		b.WriteString("\n" + out)
 		ok = ok && sok
+	}
+	if cfg.plotDir != "" && (len(cfg.fig.s1) > 0 || len(cfg.fig.s2) > 0) {
+		mode := "full run"
+		if cfg.quick {
+			mode = "quick run"
+		}
+		path, err := writePlot(cfg.plotDir, cfg.fig, fmt.Sprintf("%s, %s, %s", mode, time.Now().UTC().Format("2006-01-02"), shortMachine()))
+		if err != nil {
+			return "", false, err
+		}
+		cfg.logf("bench: wrote %s", path)
+		fmt.Fprintf(&b, "\n![Scenario 1: pairs/s by goroutines per contender; scenario 2: handoffs/s and Jain's index per contender](%s)\n", cfg.plotLink)
 	}
 	fmt.Fprintf(&b, "\nWhole run: %v.\n", time.Since(start).Round(time.Second))
 	return b.String(), ok, nil
