@@ -202,8 +202,8 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 
 	start := time.Now()
 	cfg.fig = newFigures()
+	loadBefore := loadavg()
 	var b strings.Builder
-	b.WriteString(header(cfg, command))
 	ok := true
 	for _, s := range cfg.scenarios {
 		var out string
@@ -238,10 +238,28 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 		fmt.Fprintf(&b, "\n![Scenario 1: pairs/s by goroutines per contender; scenario 2: handoffs/s and Jain's index per contender](%s)\n", cfg.plotLink)
 	}
 	fmt.Fprintf(&b, "\nWhole run: %v.\n", time.Since(start).Round(time.Second))
-	return b.String(), ok, nil
+	// The header goes first, but it says what the run's conditions were: it is written last.
+	head := header(cfg, command, start, loadBefore, loadavg())
+	if t := cfg.fig.targetsTable(); t != "" {
+		head += "\n" + t
+	}
+	return head + b.String(), ok, nil
 }
 
-func header(cfg config, command string) string {
+// loadavg returns the 1, 5 and 15 minute load averages from /proc/loadavg ("" elsewhere).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func header(cfg config, command string, start time.Time, loadBefore, loadAfter string) string {
 	mode := "full"
 	if cfg.quick {
 		mode = "quick"
@@ -251,8 +269,8 @@ func header(cfg config, command string) string {
 		"starts itself; client and server share the machine. Medians of %d repetitions (%s mode); "+
 		"\"× best peer\" divides by the best of redsync, redislock and rueidislock in the same table. "+
 		"Scenario 4 (Redlock) runs against 5 more private servers.\n\n"+
-		"**Command:** %s\n**Machine:** %s\n**Run:** %s\n",
-		cfg.reps, mode, strings.TrimSpace(command), machine(), time.Now().UTC().Format("2006-01-02 15:04 MST"))
+		"**Command:** %s\n**Machine:** %s\n**Run:** started %s\n**Load average** (1, 5, 15 min, `/proc/loadavg`; the machine is shared): %s before the run, %s after it\n",
+		cfg.reps, mode, strings.TrimSpace(command), machine(), start.UTC().Format("2006-01-02 15:04 MST"), loadBefore, loadAfter)
 }
 
 func median(xs []float64) float64 {
