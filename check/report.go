@@ -29,7 +29,7 @@ func ms(d time.Duration) string {
 // markdownTable is the per-run table: one row per scenario and mode.
 func markdownTable(all []*findings) string {
 	var b strings.Builder
-	b.WriteString("| scenario | mode | ops | acquisitions | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before / during / after the next grant (least margin, ms) | context said held after re-acquire | linearizable | verdict |\n")
+	b.WriteString("| scenario | mode | ops | acquisitions | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before the next grant (least margin, ms) / later, never acted on / later, acted on | context said held after re-acquire | linearizable | verdict |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
 	for _, f := range all {
 		rec := "–"
@@ -50,9 +50,9 @@ func markdownTable(all []*findings) string {
 		if len(f.SignalMargins) > 0 {
 			margin = " (" + ms(slices.Min(f.SignalMargins)) + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d / %d | %s / %s | %s | %d: %d / %d / %d%s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s |\n",
 			f.Scenario, f.Mode, f.Ops, f.Cycles, f.Faults, f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
-			ms(f.AcquireP50), ms(f.AcquireP99), rec, f.Signals, f.SignalsBefore, f.SignalsUnsure, f.SignalsAfter, margin,
+			ms(f.AcquireP50), ms(f.AcquireP99), rec, f.Signals, f.SignalsBefore, margin, f.SignalsLate, f.SignalsAfter,
 			live, f.Linearizable, verdict)
 	}
 	return b.String()
