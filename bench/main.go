@@ -60,12 +60,12 @@ func defaultConfig(quick bool) config {
 		reps:         3,
 		scenarios:    []int{1, 2, 3, 4, 5, 6},
 		s1Goroutines: []int{1, 16, 64},
-		s1Duration:   time.Second,
-		s1Warm:       200 * time.Millisecond,
+		s1Duration:   800 * time.Millisecond,
+		s1Warm:       150 * time.Millisecond,
 		pairTimeout:  5 * time.Second,
-		s2Duration:   2 * time.Second,
-		s3Duration:   1500 * time.Millisecond,
-		s4Duration:   1500 * time.Millisecond,
+		s2Duration:   1500 * time.Millisecond,
+		s3Duration:   1200 * time.Millisecond,
+		s4Duration:   time.Second,
 		s5Leases:     []int{10_000, 100_000},
 		s5TTL:        3 * time.Second,
 		s5Periods:    3,
@@ -111,6 +111,7 @@ func run(args []string, stdout io.Writer) int {
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
 	plotDir := fs.String("plot", "", "write a plot of scenarios 1 and 2 into this directory (as "+plotFile+")")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (client side) to this file")
 	via := fs.String("via", "", "the command that ran this one, for the docs (e.g. \"make bench\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -156,6 +157,19 @@ func run(args []string, stdout io.Writer) int {
 			}
 		}
 		cfg.plotLink = filepath.ToSlash(cfg.plotLink)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	out, ok, err := runScenarios(cfg, command)
 	if err != nil {
@@ -208,6 +222,7 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 	for _, s := range cfg.scenarios {
 		var out string
 		var sok bool
+		t0 := time.Now()
 		switch s {
 		case 1:
 			out, sok = scenario1(srv, cfg)
@@ -224,6 +239,7 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 		}
 		b.WriteString("\n" + out)
 		ok = ok && sok
+		cfg.logf("bench: scenario %d took %v", s, time.Since(t0).Round(100*time.Millisecond))
 	}
 	if cfg.plotDir != "" && (len(cfg.fig.s1) > 0 || len(cfg.fig.s2) > 0) {
 		mode := "full run"
