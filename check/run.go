@@ -80,6 +80,7 @@ type slot struct {
 type runner struct {
 	conf  runConf
 	srvs  []*redistest.Server // one, or five for the quorum (Redlock) scenarios
+	group *redistest.SentinelGroup
 	res   *resource
 	slots []*slot
 	exe   string
@@ -113,6 +114,13 @@ func run(conf runConf) (*runData, error) {
 		return nil, err
 	}
 	r := &runner{conf: conf, exe: exe, lock: "check-" + conf.Scenario, ending: make(chan struct{})}
+	if strings.HasPrefix(conf.Scenario, "sentinel-") {
+		r.group, err = redistest.StartSentinel()
+		if err != nil {
+			return nil, err
+		}
+		defer r.group.Close()
+	}
 	for range numServers(conf.Scenario) {
 		srv, err := redistest.StartProcess()
 		if err != nil {
@@ -196,33 +204,38 @@ func run(conf runConf) (*runData, error) {
 	go func() { schedDone <- r.schedule(ctx, sched) }()
 
 	tick := time.NewTicker(20 * time.Millisecond)
-	faultsDone := 0
 	for {
 		<-tick.C
 		if time.Now().After(deadline) {
 			break
 		}
 		r.mu.Lock()
-		faultsDone = 0
-		var lastEnd int64
+		faultsDone := 0
 		for _, f := range r.faults {
 			if f.End != 0 {
 				faultsDone++
-				lastEnd = max(lastEnd, f.End)
 			}
 		}
 		r.mu.Unlock()
-		// Enough writes and faults, and the last fault has been recovered from for at least a
-		// TTL (so its recovery is in the record).
-		if r.res.acceptedWrites() >= conf.Cycles && faultsDone >= conf.MinFaults && lastEnd != 0 &&
-			mono()-lastEnd > int64(conf.TTL)+int64(500*time.Millisecond) {
+		if r.res.acceptedWrites() >= conf.Cycles && faultsDone >= conf.MinFaults {
 			break
 		}
 	}
-	tick.Stop()
 	stopSched()
-	<-schedDone
-	r.faultWG.Wait() // faults under way finish (SIGCONT, Unblock, Redis back up)
+	<-schedDone      // a fault under way plays out first (SIGCONT, Unblock, Redis back up)
+	r.faultWG.Wait() // and whatever it started (a respawn)
+	// Let traffic recover from the last fault, so that its recovery is in the record: wait for
+	// a few more applied writes (bounded: a run whose traffic never recovers says so).
+	w0 := r.res.acceptedWrites()
+	recoverBy := time.Now().Add(3*conf.TTL + 15*time.Second)
+	for r.res.acceptedWrites() < w0+5 {
+		if time.Now().After(recoverBy) {
+			r.infraf("traffic did not recover within %v of the last fault", 3*conf.TTL+15*time.Second)
+			break
+		}
+		<-tick.C
+	}
+	tick.Stop()
 	close(r.ending)
 	r.stopWorkers()
 	data.end = mono()
@@ -263,6 +276,9 @@ func (r *runner) spawn(s *slot) error {
 		Slot: s.i, Inc: s.inc, RedisURLs: urls, Resource: r.res.Addr(), Lock: r.lock,
 		TTL: r.conf.TTL, Log: filepath.Join(r.conf.Dir, fmt.Sprintf("worker-%d.%d.jsonl", s.i, s.inc)),
 		MaxRun: r.conf.MaxRun + time.Minute,
+	}
+	if r.group != nil {
+		conf.Sentinels, conf.Master = r.group.SentinelAddrs(), r.group.MasterName()
 	}
 	b, _ := json.Marshal(conf)
 	cmd := exec.Command(r.exe)
@@ -406,6 +422,8 @@ func (s *schedule) next(kind string, ttl time.Duration) plannedFault {
 	case "restart":
 		p.dur = 100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)))
 		p.work = time.Duration(rng.Int64N(int64(ttl / 2)))
+	case "sentinel-failover":
+		p.work = time.Duration(rng.Int64N(int64(ttl)))
 	case "redlock-minority":
 		p.servers = rng.Perm(5)
 		p.dur = ttl + 300*time.Millisecond + time.Duration(rng.Int64N(int64(500*time.Millisecond)))
@@ -594,6 +612,25 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			}()
 			return p.work, false // the holder is mid-work when its lock vanishes
 		}}
+	case "sentinel-failover":
+		// SIGKILL the master while a holder works; Sentinel promotes a replica; the old master
+		// comes back empty as a replica. Replication is asynchronous: a lock not yet copied
+		// to the promoted replica is gone.
+		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+			r.faultWG.Add(1)
+			close(fired)
+			i := record(faultRec{Kind: kind, Variant: r.group.Master().Addr, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			go func() {
+				defer r.faultWG.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if _, _, err := r.group.Failover(ctx); err != nil {
+					r.infraf("sentinel failover: %v", err)
+				}
+				finish(i)
+			}()
+			return p.work, false
+		}}
 	case "redlock-minority":
 		// Kill a minority (2 of 5) of the servers while a holder works; they come back empty
 		// after more than a lease (a delayed restart).
@@ -651,10 +688,14 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 	return nil
 }
 
-// numServers is how many Redis servers a scenario needs.
+// numServers is how many standalone Redis servers a scenario needs (each worker has a fault
+// proxy in front of each); the Sentinel scenarios use a Sentinel group instead.
 func numServers(scenario string) int {
-	if strings.HasPrefix(scenario, "redlock-") {
+	switch {
+	case strings.HasPrefix(scenario, "redlock-"):
 		return 5
+	case strings.HasPrefix(scenario, "sentinel-"):
+		return 0
 	}
 	return 1
 }

@@ -16,7 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/goredisconn"
 )
 
 // A worker is one client process of the workload: the checker runs its own binary again with
@@ -38,6 +41,8 @@ type workerConf struct {
 	Slot      int           `json:"slot"`
 	Inc       int           `json:"inc"`
 	RedisURLs []string      `json:"redis_urls"` // through the slot's own fault proxies; more than one: quorum
+	Sentinels []string      `json:"sentinels"`  // instead: a Sentinel group, through go-redis's failover client
+	Master    string        `json:"master"`
 	Resource  string        `json:"resource"`
 	Lock      string        `json:"lock"`
 	TTL       time.Duration `json:"ttl"`
@@ -154,7 +159,11 @@ func (w *worker) run(ctx context.Context) error {
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	var client *dlock.Client
 	var err error
-	if len(w.conf.RedisURLs) == 1 {
+	if len(w.conf.Sentinels) > 0 {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: w.conf.Master, SentinelAddrs: w.conf.Sentinels})
+		defer rdb.Close()
+		client, err = dlock.New(goredisconn.New(rdb), dlock.WithTTL(w.conf.TTL))
+	} else if len(w.conf.RedisURLs) == 1 {
 		client, err = dlock.Dial(dctx, w.conf.RedisURLs[0], dlock.WithTTL(w.conf.TTL))
 	} else {
 		client, err = dlock.DialQuorum(dctx, w.conf.RedisURLs, dlock.WithTTL(w.conf.TTL))
