@@ -115,7 +115,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.minFaults, "min-faults", 5, "...and at least this many faults played out")
 	fs.IntVar(&o.sentFaults, "sentinel-faults", 10, "...at least this many failovers per Sentinel run")
 	fs.DurationVar(&o.maxRun, "max-run", 80*time.Second, "...or until this much time passed, per run")
-	fs.DurationVar(&o.linTimeout, "lin-timeout", time.Minute, "porcupine time limit per run (a timeout reports Unknown; fenced: a failure)")
+	fs.DurationVar(&o.linTimeout, "lin-timeout", 30*time.Second, "porcupine time limit per run (a timeout reports Unknown; fenced: a failure)")
 	fs.BoolVar(&o.short, "short", false, "short preset for CI: --cycles 100 --min-faults 1 (pause: 2) --sentinel-faults 1 --max-run 15s --lin-timeout 20s, gaps between faults halved (explicit flags win)")
 	fs.StringVar(&o.writeDocs, "write-docs", "", "write the table between the check markers of this file (docs/CORRECTNESS.md)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run directories (worker logs) under $TMPDIR")
