@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -414,5 +416,32 @@ func TestRun_PauseBeforeWrite(t *testing.T) {
 				t.Fatalf("unfenced: lost %d, overlaps %d, %s", f.LostUpdates, f.Overlaps, f.Linearizable)
 			}
 		})
+	}
+}
+
+func TestWaitStopped(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	pid := cmd.Process.Pid
+	if stopped, err := allStopped(pid); err != nil || stopped {
+		t.Fatalf("running process reported stopped=%v (%v)", stopped, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitStopped(pid, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitStopped(pid, 20*time.Millisecond); err == nil {
+		t.Fatal("a continued process still counts as stopped")
 	}
 }

@@ -481,6 +481,17 @@ func (r *runner) schedule(ctx context.Context, s *schedule) int {
 	}
 }
 
+// stop sends SIGSTOP to pid and returns once the process is frozen.
+func (r *runner) stop(pid int) {
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		r.infraf("SIGSTOP %d: %v", pid, err)
+		return
+	}
+	if err := waitStopped(pid, 2*time.Second); err != nil {
+		r.infraf("%v", err)
+	}
+}
+
 // trapFor builds the trap that injects fault p. fired is closed when it springs, done when
 // the fault is over.
 func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
@@ -513,7 +524,7 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 				close(fired)
 				_, pid, _ := hit(slot, inc)
 				i := record(faultRec{Kind: kind, Variant: p.variant, Slot: slot, Inc: inc, Token: tok, Start: mono()})
-				_ = syscall.Kill(pid, syscall.SIGSTOP)
+				r.stop(pid)
 				time.Sleep(p.dur)
 				_ = syscall.Kill(pid, syscall.SIGCONT)
 				finish(i)
@@ -525,7 +536,7 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			close(fired)
 			_, pid, _ := hit(slot, inc)
 			i := record(faultRec{Kind: kind, Variant: p.variant, Slot: slot, Inc: inc, Token: tok, Start: mono()})
-			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			r.stop(pid) // frozen before it gets its answer
 			go func() {
 				defer r.faultWG.Done()
 				time.Sleep(p.dur)
