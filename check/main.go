@@ -56,6 +56,7 @@ type options struct {
 	minFaults  int
 	sentFaults int
 	maxRun     time.Duration
+	quorumMax  time.Duration
 	linTimeout time.Duration
 	writeDocs  string
 	keep       bool
@@ -115,8 +116,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.minFaults, "min-faults", 5, "...and at least this many faults played out")
 	fs.IntVar(&o.sentFaults, "sentinel-faults", 10, "...at least this many failovers per Sentinel run")
 	fs.DurationVar(&o.maxRun, "max-run", 80*time.Second, "...or until this much time passed, per run")
+	fs.DurationVar(&o.quorumMax, "max-run-redlock", 55*time.Second, "...or this long in the Redlock scenarios (quorum handoffs under contention are slow: see docs/CORRECTNESS.md)")
 	fs.DurationVar(&o.linTimeout, "lin-timeout", 30*time.Second, "porcupine time limit per run (a timeout reports Unknown; fenced: a failure)")
-	fs.BoolVar(&o.short, "short", false, "short preset for CI: --cycles 100 --min-faults 1 (pause: 2) --sentinel-faults 1 --max-run 15s --lin-timeout 20s, gaps between faults halved (explicit flags win)")
+	fs.BoolVar(&o.short, "short", false, "short preset for CI: --cycles 100 --min-faults 1 (pause: 2) --sentinel-faults 1 --max-run 15s --max-run-redlock 15s --lin-timeout 20s, gaps between faults halved (explicit flags win)")
 	fs.StringVar(&o.writeDocs, "write-docs", "", "write the table between the check markers of this file (docs/CORRECTNESS.md)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run directories (worker logs) under $TMPDIR")
 	fs.BoolVar(&o.quiet, "q", false, "print only the table and failures")
@@ -151,6 +153,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		}
 		if !set["max-run"] {
 			o.maxRun = 15 * time.Second
+		}
+		if !set["max-run-redlock"] {
+			o.quorumMax = 15 * time.Second
 		}
 		if !set["lin-timeout"] {
 			o.linTimeout = 20 * time.Second
@@ -223,7 +228,7 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 			}
 			conf := runConf{
 				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, TTL: ttl,
-				Cycles: o.cycles, MinFaults: minFaults(sc, o), MaxRun: o.maxRun, Short: o.short, Logf: logf,
+				Cycles: o.cycles, MinFaults: minFaults(sc, o), MaxRun: maxRun(sc, o), Short: o.short, Logf: logf,
 			}
 			conf.Dir = filepath.Join(root, sc+"-"+conf.mode())
 			logf("run %s %s (seed %d, %d workers, TTL %v)", sc, conf.mode(), o.seed, o.workers, ttl)
@@ -280,4 +285,12 @@ func minFaults(scenario string, o options) int {
 		return max(o.minFaults, 2)
 	}
 	return o.minFaults
+}
+
+// maxRun bounds one run: --max-run-redlock in the quorum scenarios, else --max-run.
+func maxRun(scenario string, o options) time.Duration {
+	if strings.HasPrefix(scenario, "redlock-") {
+		return o.quorumMax
+	}
+	return o.maxRun
 }
