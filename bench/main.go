@@ -133,7 +133,18 @@ func run(args []string, stdout io.Writer) int {
 		}
 		cfg.scenarios = append(cfg.scenarios, n)
 	}
-	command := "`cd bench && go run . " + strings.Join(args, " ") + "`"
+	// The command as the docs show it: without --via, which only names the make target.
+	var shown []string
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "--via" || args[i] == "-via":
+			i++
+		case strings.HasPrefix(args[i], "--via=") || strings.HasPrefix(args[i], "-via="):
+		default:
+			shown = append(shown, args[i])
+		}
+	}
+	command := "`" + strings.TrimSpace("cd bench && go run . "+strings.Join(shown, " ")) + "`"
 	if *via != "" {
 		command = "`" + *via + "` (= " + command + ")"
 	}
@@ -246,7 +257,7 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 		if cfg.quick {
 			mode = "quick run"
 		}
-		path, err := writePlot(cfg.plotDir, cfg.fig, fmt.Sprintf("%s, %s, %s", mode, time.Now().UTC().Format("2006-01-02"), shortMachine()))
+		path, err := writePlot(cfg.plotDir, cfg.fig, fmt.Sprintf("%s, %s, %s, load average %s at the start", mode, start.UTC().Format("2006-01-02 15:04 MST"), shortMachine(), strings.Fields(loadBefore + " ?")[0]))
 		if err != nil {
 			return "", false, err
 		}

@@ -173,13 +173,56 @@ func s1Plot(f *figures) (*plot.Plot, error) {
 		b.Offset = vg.Length(float64(i)-float64(n-1)/2) * bw
 		p.Add(b)
 		p.Legend.Add(c.name, b)
+		if err := missing(p, vals, b.Offset); err != nil {
+			return nil, err
+		}
 	}
+	p.Y.Tick.Marker = thousandsTicks
 	p.Y.Max = top * 1.08
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Legend.TextStyle.Font.Size = vg.Points(8)
 	p.Add(plotter.NewGrid())
 	return p, nil
+}
+
+// thousandsTicks labels an axis's major ticks as integers with comma separators.
+var thousandsTicks = plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = thousands(ticks[i].Value)
+		}
+	}
+	return ticks
+})
+
+// missing marks, with a small "failed" at the foot of where its bar would be, each value of
+// vals that is zero (a contender that failed every repetition).
+func missing(p *plot.Plot, vals plotter.Values, offset vg.Length) error {
+	var xys plotter.XYs
+	var labels []string
+	for i, v := range vals {
+		if v == 0 {
+			xys = append(xys, plotter.XY{X: float64(i), Y: 0})
+			labels = append(labels, "failed")
+		}
+	}
+	if len(xys) == 0 {
+		return nil
+	}
+	l, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: labels})
+	if err != nil {
+		return err
+	}
+	for i := range l.TextStyle {
+		l.TextStyle[i].Font.Size = vg.Points(6)
+		l.TextStyle[i].Rotation = 1.5708
+		l.TextStyle[i].XAlign = -0.5
+	}
+	l.Offset = vg.Point{X: offset + vg.Points(3), Y: vg.Points(2)}
+	p.Add(l)
+	return nil
 }
 
 // shortName breaks a contender's name over two lines for an axis label.
@@ -218,6 +261,10 @@ func s2RatePlot(f *figures) (*plot.Plot, error) {
 	b2.LineStyle.Width = 0
 	b2.Offset = bw / 2
 	p.Add(plotter.NewGrid(), b1, b2)
+	p.Y.Tick.Marker = thousandsTicks
+	if err := missing(p, all, 0); err != nil {
+		return nil, err
+	}
 	p.Legend.Add("all handoffs", b1)
 	p.Legend.Add("to another goroutine", b2)
 	p.Legend.Top = true

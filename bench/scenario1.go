@@ -251,6 +251,8 @@ func s1Table(g int, res map[*contender][]s1Result, fig *figures) string {
 		}{{"redsync", 3}, {"redislock", 3}, {"rueidislock", 1.5}} {
 			if r := rows[contenderByName(p.name)]; r.rate > 0 {
 				fig.target(sc, fmt.Sprintf("≥ %g× %s", p.want, p.name), d.rate >= p.want*r.rate, "%s", ratio(d.rate, r.rate))
+			} else {
+				fig.info(sc, fmt.Sprintf("≥ %g× %s", p.want, p.name), "not measured: %s failed in every repetition (%s)", p.name, oneLine(r.err))
 			}
 		}
 		fewest, fewestName := math.Inf(1), ""
