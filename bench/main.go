@@ -77,10 +77,10 @@ func defaultConfig(quick bool) config {
 	if quick {
 		c.quick = true
 		c.reps = 1
-		c.s1Duration = 400 * time.Millisecond
+		c.s1Duration = 300 * time.Millisecond
 		c.s1Warm = 50 * time.Millisecond
 		c.pairTimeout = 2 * time.Second
-		c.s2Duration = time.Second
+		c.s2Duration = 800 * time.Millisecond
 		c.s3Duration = 500 * time.Millisecond
 		c.s4Duration = 500 * time.Millisecond
 		c.s5Leases = []int{10_000, 100_000}
