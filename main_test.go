@@ -19,8 +19,43 @@ import (
 )
 
 // shared is one redis-server for the tests that need nothing special; each test uses its own
-// lock names.
+// lock names. Clients reach it as a user restricted to the ACL rule of docs/SECURITY.md: its
+// URL carries that user, and the default user has the same rule (so that a client dialled
+// without credentials, through a fault proxy say, is held to it too). shared.Do logs in as an
+// administrator for the tests' raw checks.
 var shared *redistest.Server
+
+// aclRule is the rule docs/SECURITY.md documents for a dlock user.
+var aclRule = redistest.ACLRule
+
+// testOnlyRule widens aclRule for the suite alone: the "work" helper process (helper_test.go)
+// stands in for a protected resource by appending to the list <name>:writes over its dlock URL.
+// A Redis 7 selector allows that one command on those keys and nothing else.
+var testOnlyRule = []string{"(+rpush ~*:writes)"}
+
+const (
+	testUser, testPassword   = "dlock-test", "test-secret"
+	adminUser, adminPassword = "admin", "admin-secret"
+)
+
+// restrictShared puts the shared server's users in place; see shared.
+func restrictShared(s *redistest.Server) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.SetUser(ctx, adminUser, adminPassword, "~*", "&*", "+@all"); err != nil {
+		return err
+	}
+	s.SetDoUser(adminUser, adminPassword)
+	rule := append(append([]string(nil), aclRule...), testOnlyRule...)
+	if err := s.SetUser(ctx, testUser, testPassword, rule...); err != nil {
+		return err
+	}
+	if _, err := s.Do(ctx, append([]string{"ACL", "SETUSER", "default", "reset", "on", "nopass"}, rule...)...); err != nil {
+		return err
+	}
+	s.SetURLUser(testUser, testPassword)
+	return nil
+}
 
 func TestMain(m *testing.M) {
 	switch role := os.Getenv(helperEnv); role {
@@ -36,8 +71,17 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shared = s
+	if err := restrictShared(s); err != nil {
+		fmt.Fprintln(os.Stderr, "dlock tests:", err)
+		s.Close()
+		os.Exit(1)
+	}
 	exampleURL = s.URL()
 	code := m.Run()
+	if os.Getenv("DLOCK_ACL_LOG") != "" {
+		out, _ := s.Do(context.Background(), "ACL", "LOG", "100")
+		fmt.Fprintln(os.Stderr, "ACL LOG:\n"+out)
+	}
 	s.Close()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

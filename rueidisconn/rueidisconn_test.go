@@ -200,14 +200,15 @@ func TestTLS(t *testing.T) {
 // TestSentinel: a client dialled with a Sentinel URL keeps working across failovers, on the
 // new master.
 func TestSentinel(t *testing.T) {
-	g := redistest.NewSentinel(t)
-	c := dial(t, g.URL())
+	// The data servers know the dlock user with docs/SECURITY.md's rule for Sentinel.
+	g := redistest.NewSentinel(t, redistest.WithArgs(redistest.ACLUserArgs(aclUser, aclPassword, sentinelRule()...)...))
+	c := dial(t, withUser(g.URL()))
 	ctx := ctxT(t, 120*time.Second)
 	if c.(conn.Clustered).Cluster() {
 		t.Error("Sentinel client reports Cluster() = true")
 	}
 	for i := range 2 {
-		key := fmt.Sprintf("k%d", i)
+		key := fmt.Sprintf("dlock:k%d", i)
 		if _, err := c.Eval(ctx, setScript, []string{key}, []string{"before"}); err != nil {
 			t.Fatal(err)
 		}
@@ -233,8 +234,9 @@ func TestSentinel(t *testing.T) {
 // TestClusterPubSubAndWait: on a cluster, WAIT batches are split by slot, and the listener
 // subscribes with SSUBSCRIBE on each channel's master; a slot migration ends it loudly.
 func TestClusterPubSubAndWait(t *testing.T) {
-	g := redistest.NewCluster(t)
-	c := dial(t, g.URL())
+	// Every node knows the dlock user with docs/SECURITY.md's rule for Cluster.
+	g := redistest.NewCluster(t, redistest.WithArgs(redistest.ACLUserArgs(aclUser, aclPassword, clusterRule()...)...))
+	c := dial(t, withUser(g.URL()))
 	ctx := ctxT(t, 120*time.Second)
 	if !c.(conn.Clustered).Cluster() {
 		t.Fatal("Cluster() = false on a cluster")
@@ -395,6 +397,21 @@ func testClusterConn(t *testing.T, ctx context.Context, g *redistest.ClusterGrou
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+const aclUser, aclPassword = "dlock", "pw"
+
+func sentinelRule() []string {
+	return append(append([]string(nil), redistest.ACLRule...), redistest.ACLSentinelExtra...)
+}
+
+func clusterRule() []string {
+	return append(append([]string(nil), redistest.ACLRule...), redistest.ACLClusterExtra...)
+}
+
+// withUser puts the dlock user's credentials into a URL.
+func withUser(url string) string {
+	return strings.Replace(url, "://", "://"+aclUser+":"+aclPassword+"@", 1)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -84,11 +84,14 @@ type Server struct {
 	args     []string // extra arguments from WithArgs
 	password string   // last --requirepass in args, used by Do
 	timeout  time.Duration
-	tls      *tlsFiles // non-nil: TLS only (WithTLS)
-	busPort  int       // cluster bus port, 0 unless in cluster mode
-	sentinel bool      // runs as a Sentinel (Dir/sentinel.conf)
-	urlUser  string    // user and password URL puts in the URL (SetURLUser)
+	tls      *tlsFiles  // non-nil: TLS only (WithTLS)
+	busPort  int        // cluster bus port, 0 unless in cluster mode
+	sentinel bool       // runs as a Sentinel (Dir/sentinel.conf)
+	umu      sync.Mutex // guards the four fields below (not s.mu: Restart holds that long)
+	urlUser  string     // user and password URL puts in the URL (SetURLUser)
 	urlPass  string
+	doUser   string // user and password Do logs in as (SetDoUser)
+	doPass   string
 
 	mu       sync.Mutex
 	proc     *process // nil while the server is down
@@ -183,9 +186,9 @@ func StartProcess(opts ...Option) (*Server, error) {
 // URL returns "redis://127.0.0.1:PORT/0" ("rediss://" for a TLS server), with
 // the user and password given to SetURLUser, if any.
 func (s *Server) URL() string {
-	s.mu.Lock()
+	s.umu.Lock()
 	user, pass := s.urlUser, s.urlPass
-	s.mu.Unlock()
+	s.umu.Unlock()
 	return s.URLAs(user, pass)
 }
 
@@ -205,8 +208,8 @@ func (s *Server) URLAs(user, password string) string {
 // SetURLUser makes URL carry user and password, so that clients dialling
 // URL log in as that user. Do keeps using the default user.
 func (s *Server) SetURLUser(user, password string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.umu.Lock()
+	defer s.umu.Unlock()
 	s.urlUser, s.urlPass = user, password
 }
 
@@ -295,7 +298,14 @@ func (s *Server) signal(sig syscall.Signal) error {
 // text (see package Do). If the server was started with --requirepass it
 // authenticates first.
 func (s *Server) Do(ctx context.Context, args ...string) (string, error) {
-	return do(ctx, s.target(), args)
+	s.umu.Lock()
+	t := s.target()
+	t.user, t.password = s.doUser, s.doPass
+	if t.user == "" {
+		t.password = s.password
+	}
+	s.umu.Unlock()
+	return do(ctx, t, args)
 }
 
 // target is how Do reaches the server.
@@ -424,7 +434,13 @@ func (s *Server) probe(pid int, deadline time.Time) (bool, error) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	info, err := do(ctx, s.target(), []string{"INFO", "server"})
+	t := s.target()
+	s.umu.Lock()
+	if s.doUser != "" {
+		t.user, t.password = s.doUser, s.doPass
+	}
+	s.umu.Unlock()
+	info, err := do(ctx, t, []string{"INFO", "server"})
 	if err != nil {
 		var re *Error
 		if !errors.As(err, &re) {
