@@ -41,6 +41,8 @@ type leaseState struct {
 	owner   string
 	token   uint64
 	renew   bool
+	ackN    int           // WithReplicaAck: replicas that must acknowledge each renewal
+	ackWait time.Duration // and how long to wait for them
 
 	keys []string // {key}, shared with the Mutex
 
@@ -63,7 +65,7 @@ type leaseState struct {
 func newLeaseState(m *Mutex, parent context.Context, owner string, token uint64, sent int64) *leaseState {
 	st := &leaseState{
 		c: m.c, name: m.name, key: m.key, keys: m.keys, channel: m.channel,
-		owner: owner, token: token, renew: m.o.renew,
+		owner: owner, token: token, renew: m.o.renew, ackN: m.o.ackN, ackWait: m.o.ackWait,
 		lastSent: sent, holds: 1, parent: parent, idx: -1,
 	}
 	st.ttl.Store(int64(m.o.ttl))
@@ -301,9 +303,19 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return st.endedErr()
 	}
 	sent := mono()
-	res, err := st.c.conn.Eval(ctx, scriptRenew, []string{st.key}, []string{st.owner, strconv.FormatInt(ttl.Milliseconds(), 10)})
+	calls := []conn.Call{{Script: scriptRenew, Keys: st.keys, Args: []string{st.owner, strconv.FormatInt(ttl.Milliseconds(), 10)}}}
+	if st.ackN > 0 {
+		calls = append(calls, conn.Call{WaitReplicas: st.ackN, WaitTimeout: st.ackWait})
+	}
+	rs := st.c.conn.EvalMulti(ctx, calls)
+	res, err := rs[0].Ints, rs[0].Err
 	if err != nil {
 		return st.c.redisErr("extend", err)
+	}
+	if st.ackN > 0 && len(res) == 1 && res[0] == 1 {
+		if a := rs[1]; a.Err != nil || len(a.Ints) != 1 || a.Ints[0] < int64(st.ackN) {
+			return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.name)
+		}
 	}
 	if len(res) != 1 || res[0] != 1 {
 		st.end(ErrLost)

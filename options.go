@@ -30,7 +30,9 @@ type options struct {
 	renew     bool
 	prefix    string
 	label     string
-	ownerConn bool // Dial: Close closes the connection it made
+	ackN      int           // replicas that must acknowledge each acquisition and renewal
+	ackWait   time.Duration // how long to wait for them
+	ownerConn bool          // Dial: Close closes the connection it made
 	err       error
 }
 
@@ -95,6 +97,24 @@ func WithLabel(label string) Option {
 			return
 		}
 		o.label = label
+	}
+}
+
+// WithReplicaAck makes every acquisition, renewal and Extend succeed only once n replicas of
+// the master have acknowledged it (Redis WAIT, sent right after the script on the same
+// connection), waiting at most timeout. An acquisition that is not acknowledged in time is
+// released again and fails with an error wrapping ErrReplicaAck; a renewal that is not is
+// retried, and the lease is lost if none is acknowledged before its deadline. Use it on a
+// master with replicas (Sentinel): a failover to a replica that acknowledged the lock does not
+// lose it. It costs one round trip of replication per acquisition. It is off by default, and
+// not available in quorum mode (the servers of a quorum are independent masters).
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(o *options) {
+		if n < 1 || timeout <= 0 {
+			o.fail(fmt.Errorf("%w: WithReplicaAck(%d, %v): need at least one replica and a positive timeout", ErrInvalid, n, timeout))
+			return
+		}
+		o.ackN, o.ackWait = n, timeout
 	}
 }
 

@@ -34,6 +34,7 @@ type renewer struct {
 	orphans []conn.Call   // releases for acquisitions whose callers gave up mid-call
 	busy    bool          // a batch is in flight
 	sentAt  int64         // mono ns when the batch in flight was handed to the sender
+	ack     bool          // the batch in flight ends with a WAIT
 	stopped bool
 
 	kick  chan struct{} // capacity 1: the earliest due time changed, or there is an orphan
@@ -305,6 +306,15 @@ func (r *renewer) round() {
 		for i := 0; i < len(r.flying); i += renewBatch {
 			b.calls = append(b.calls, renewCall(r.flying[i:min(i+renewBatch, len(r.flying))]))
 		}
+		// WithReplicaAck: one WAIT after the batch covers every renewal in it.
+		ackN, ackWait := 0, time.Duration(0)
+		for _, st := range r.flying {
+			ackN, ackWait = max(ackN, st.ackN), max(ackWait, st.ackWait)
+		}
+		if ackN > 0 {
+			b.calls = append(b.calls, conn.Call{WaitReplicas: ackN, WaitTimeout: ackWait})
+		}
+		r.ack = ackN > 0
 		r.sentAt = mono()
 	}
 	r.mu.Unlock()
@@ -319,9 +329,16 @@ func (r *renewer) round() {
 // finish applies the answers to the batch in flight.
 func (r *renewer) finish(results []conn.Result) {
 	r.mu.Lock()
-	flying, sent := r.flying, r.sentAt
+	flying, sent, ack := r.flying, r.sentAt, r.ack
 	r.flying, r.busy = nil, false
 	r.mu.Unlock()
+	acked := int64(-1)
+	if ack && len(results) > 0 {
+		if w := results[len(results)-1]; w.Err == nil && len(w.Ints) == 1 {
+			acked = w.Ints[0]
+		}
+		results = results[:len(results)-1]
+	}
 	if n := len(results) - (len(flying)+renewBatch-1)/renewBatch; n > 0 {
 		results = results[n:] // the orphan releases: nothing to do with their answers
 	}
@@ -336,6 +353,8 @@ func (r *renewer) finish(results []conn.Result) {
 		case st.state.Load() != stateHeld:
 		case res.Err != nil:
 			r.retry(st)
+		case i%renewBatch < len(res.Ints) && res.Ints[i%renewBatch] == 1 && st.ackN > 0 && acked < int64(st.ackN):
+			r.retry(st) // renewed on the master, but not acknowledged by enough replicas
 		case i%renewBatch < len(res.Ints) && res.Ints[i%renewBatch] == 1:
 			st.renewed(sent, st.currentTTL())
 			st.mu.Lock()
