@@ -1,9 +1,11 @@
 package dlock
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -35,6 +37,7 @@ type renewer struct {
 	busy    bool          // a batch is in flight
 	sentAt  int64         // mono ns when the batch in flight was handed to the sender
 	ack     bool          // the batch in flight ends with a WAIT
+	spans   []int         // leases per renew call of the batch in flight, in order
 	stopped bool
 
 	kick  chan struct{} // capacity 1: the earliest due time changed, or there is an orphan
@@ -303,8 +306,23 @@ func (r *renewer) round() {
 		r.flying, r.pending = r.pending, nil
 		b.calls = r.orphans
 		r.orphans = nil
-		for i := 0; i < len(r.flying); i += renewBatch {
-			b.calls = append(b.calls, renewCall(r.flying[i:min(i+renewBatch, len(r.flying))]))
+		r.spans = r.spans[:0]
+		if r.c.cluster {
+			// On a Cluster the keys of one script call must share a slot.
+			slices.SortStableFunc(r.flying, func(a, b *leaseState) int { return cmp.Compare(keySlot(a.key), keySlot(b.key)) })
+		}
+		for i := 0; i < len(r.flying); {
+			j := min(i+renewBatch, len(r.flying))
+			if r.c.cluster {
+				slot := keySlot(r.flying[i].key)
+				j = i + 1
+				for j < len(r.flying) && j-i < renewBatch && keySlot(r.flying[j].key) == slot {
+					j++
+				}
+			}
+			b.calls = append(b.calls, renewCall(r.flying[i:j]))
+			r.spans = append(r.spans, j-i)
+			i = j
 		}
 		// WithReplicaAck: one WAIT after the batch covers every renewal in it.
 		ackN, ackWait := 0, time.Duration(0)
@@ -339,13 +357,22 @@ func (r *renewer) finish(results []conn.Result) {
 		}
 		results = results[:len(results)-1]
 	}
-	if n := len(results) - (len(flying)+renewBatch-1)/renewBatch; n > 0 {
+	r.mu.Lock()
+	spans := slices.Clone(r.spans)
+	r.mu.Unlock()
+	if n := len(results) - len(spans); n > 0 {
 		results = results[n:] // the orphan releases: nothing to do with their answers
 	}
-	for i, st := range flying {
+	call, k := 0, 0 // flying[i] is the k-th key of renew call number call
+	for _, st := range flying {
+		for call < len(spans) && k == spans[call] {
+			call, k = call+1, 0
+		}
+		idx := k
+		k++
 		var res conn.Result
-		if i/renewBatch < len(results) {
-			res = results[i/renewBatch]
+		if call < len(results) {
+			res = results[call]
 		} else {
 			res.Err = errShortReply
 		}
@@ -353,9 +380,9 @@ func (r *renewer) finish(results []conn.Result) {
 		case st.state.Load() != stateHeld:
 		case res.Err != nil:
 			r.retry(st)
-		case i%renewBatch < len(res.Ints) && res.Ints[i%renewBatch] == 1 && st.ackN > 0 && acked < int64(st.ackN):
+		case idx < len(res.Ints) && res.Ints[idx] == 1 && st.ackN > 0 && acked < int64(st.ackN):
 			r.retry(st) // renewed on the master, but not acknowledged by enough replicas
-		case i%renewBatch < len(res.Ints) && res.Ints[i%renewBatch] == 1:
+		case idx < len(res.Ints) && res.Ints[idx] == 1:
 			st.renewed(sent, st.currentTTL())
 			st.mu.Lock()
 			last := st.lastSent // an Extend may have answered a later request
