@@ -61,4 +61,4 @@ bench-quick: deps
 	cd bench && $(GO) run . --quick
 
 bench: deps
-	cd bench && $(GO) run . --write-docs --via 'make bench'
+	cd bench && $(GO) run . --write-docs --plot ../docs/img --via 'make bench'

@@ -34,12 +34,15 @@ func TestHarness(t *testing.T) {
 	cfg.s1Warm = 10 * time.Millisecond
 	cfg.s2Duration = 200 * time.Millisecond
 	cfg.s3Duration = 150 * time.Millisecond
+	cfg.s4Duration = 100 * time.Millisecond
 	cfg.s5Leases = []int{300}
 	cfg.s5TTL = 300 * time.Millisecond
 	cfg.s5Acquire = 10 * time.Second
 	cfg.s6TTL = 300 * time.Millisecond
 	cfg.s6Hold = 50 * time.Millisecond
 	cfg.log = io.Discard
+	cfg.plotDir = t.TempDir()
+	cfg.plotLink = "img/" + plotFile
 	out, ok, err := runScenarios(cfg, "go test")
 	if err != nil {
 		t.Fatal(err)
@@ -48,10 +51,13 @@ func TestHarness(t *testing.T) {
 	if !ok {
 		t.Fatal("a measurement failed or mutual exclusion was broken")
 	}
-	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact"} {
+	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
+	}
+	if st, err := os.Stat(filepath.Join(cfg.plotDir, plotFile)); err != nil || st.Size() < 10_000 {
+		t.Errorf("plot: %v (%v)", st, err)
 	}
 	// Peers may fail under load (that is a finding for the table); dlock must not.
 	for _, line := range strings.Split(out, "\n") {

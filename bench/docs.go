@@ -87,3 +87,12 @@ func firstField(path, key string) string {
 	}
 	return ""
 }
+
+// shortMachine is the machine in a few words, for the plot: cores and CPU model.
+func shortMachine() string {
+	s := fmt.Sprintf("%d cores", runtime.NumCPU())
+	if cpu := firstField("/proc/cpuinfo", "model name"); cpu != "" {
+		s += ", " + cpu
+	}
+	return s
+}

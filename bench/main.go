@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -35,6 +36,7 @@ type config struct {
 	pairTimeout  time.Duration // a Lock+Unlock pair on a free name slower than this is a stall
 	s2Duration   time.Duration
 	s3Duration   time.Duration
+	s4Duration   time.Duration
 	s5Leases     []int         // how many leases scenario 5 holds, one measurement per count
 	s5TTL        time.Duration // renewal every TTL/3
 	s5Periods    int           // renewal periods measured
@@ -42,6 +44,9 @@ type config struct {
 	s6TTL        time.Duration
 	s6Hold       time.Duration // how long after acquiring the holder is killed
 	log          io.Writer
+	fig          *figures // filled by scenarios 1 and 2 for the plot
+	plotDir      string   // where to write the plot ("" = no plot)
+	plotLink     string   // the plot's path as the markdown links it
 }
 
 func (c config) logf(format string, args ...any) {
@@ -53,13 +58,14 @@ func (c config) logf(format string, args ...any) {
 func defaultConfig(quick bool) config {
 	c := config{
 		reps:         3,
-		scenarios:    []int{1, 2, 3, 5, 6},
+		scenarios:    []int{1, 2, 3, 4, 5, 6},
 		s1Goroutines: []int{1, 16, 64},
 		s1Duration:   time.Second,
 		s1Warm:       200 * time.Millisecond,
 		pairTimeout:  5 * time.Second,
 		s2Duration:   2 * time.Second,
 		s3Duration:   1500 * time.Millisecond,
+		s4Duration:   1500 * time.Millisecond,
 		s5Leases:     []int{10_000, 100_000},
 		s5TTL:        3 * time.Second,
 		s5Periods:    3,
@@ -76,6 +82,7 @@ func defaultConfig(quick bool) config {
 		c.pairTimeout = 2 * time.Second
 		c.s2Duration = time.Second
 		c.s3Duration = 500 * time.Millisecond
+		c.s4Duration = 500 * time.Millisecond
 		c.s5Leases = []int{10_000, 100_000}
 		c.s5TTL = 1500 * time.Millisecond
 		c.s5Acquire = 10 * time.Second
@@ -99,10 +106,11 @@ func run(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
 	reps := fs.Int("reps", 0, "repetitions per measurement, the tables give medians (default: 3, or 1 with --quick)")
-	scen := fs.String("scenarios", "1,2,3,5,6", "comma-separated scenarios to run (1, 2, 3, 5, 6)")
+	scen := fs.String("scenarios", "1,2,3,4,5,6", "comma-separated scenarios to run (1 to 6)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
+	plotDir := fs.String("plot", "", "write a plot of scenarios 1 and 2 into this directory (as "+plotFile+")")
 	via := fs.String("via", "", "the command that ran this one, for the docs (e.g. \"make bench\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -118,8 +126,8 @@ func run(args []string, stdout io.Writer) int {
 	cfg.scenarios = nil
 	for _, f := range strings.Split(*scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || !slices.Contains([]int{1, 2, 3, 5, 6}, n) {
-			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (implemented: 1, 2, 3, 5, 6)\n", f)
+		if err != nil || n < 1 || n > 6 {
+			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 6)\n", f)
 			return 2
 		}
 		cfg.scenarios = append(cfg.scenarios, n)
@@ -138,6 +146,16 @@ func run(args []string, stdout io.Writer) int {
 			}
 			cfg.s5Leases = append(cfg.s5Leases, n)
 		}
+	}
+	if *plotDir != "" {
+		cfg.plotDir = *plotDir
+		cfg.plotLink = filepath.Join(*plotDir, plotFile)
+		if *writeDocs {
+			if rel, err := filepath.Rel(filepath.Dir(*docs), cfg.plotLink); err == nil {
+				cfg.plotLink = rel
+			}
+		}
+		cfg.plotLink = filepath.ToSlash(cfg.plotLink)
 	}
 	out, ok, err := runScenarios(cfg, command)
 	if err != nil {
@@ -183,6 +201,7 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 	}()
 
 	start := time.Now()
+	cfg.fig = newFigures()
 	var b strings.Builder
 	b.WriteString(header(cfg, command))
 	ok := true
@@ -196,6 +215,8 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 			out, sok = scenario2(srv, cfg)
 		case 3:
 			out, sok = scenario3(srv, cfg)
+		case 4:
+			out, sok = scenario4(cfg)
 		case 5:
 			out, sok = scenario5(srv, cfg)
 		case 6:
@@ -203,6 +224,18 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 		}
 		b.WriteString("\n" + out)
 		ok = ok && sok
+	}
+	if cfg.plotDir != "" && (len(cfg.fig.s1) > 0 || len(cfg.fig.s2) > 0) {
+		mode := "full run"
+		if cfg.quick {
+			mode = "quick run"
+		}
+		path, err := writePlot(cfg.plotDir, cfg.fig, fmt.Sprintf("%s, %s, %s", mode, time.Now().UTC().Format("2006-01-02"), shortMachine()))
+		if err != nil {
+			return "", false, err
+		}
+		cfg.logf("bench: wrote %s", path)
+		fmt.Fprintf(&b, "\n![Scenario 1: pairs/s by goroutines per contender; scenario 2: handoffs/s and Jain's index per contender](%s)\n", cfg.plotLink)
 	}
 	fmt.Fprintf(&b, "\nWhole run: %v.\n", time.Since(start).Round(time.Second))
 	return b.String(), ok, nil
@@ -214,10 +247,10 @@ func header(cfg config, command string) string {
 		mode = "quick"
 	}
 	return fmt.Sprintf("## Peers: dlock beside redsync, bsm/redislock, rueidislock and the raw floors\n\n"+
-		"Measured by the separate `bench/` module against one private `redis-server` on loopback that it "+
+		"Measured by the separate `bench/` module against a private `redis-server` on loopback that it "+
 		"starts itself; client and server share the machine. Medians of %d repetitions (%s mode); "+
 		"\"× best peer\" divides by the best of redsync, redislock and rueidislock in the same table. "+
-		"Scenario 4 of issue 5 is not measured yet.\n\n"+
+		"Scenario 4 (Redlock) runs against 5 more private servers.\n\n"+
 		"**Command:** %s\n**Machine:** %s\n**Run:** %s\n",
 		cfg.reps, mode, strings.TrimSpace(command), machine(), time.Now().UTC().Format("2006-01-02 15:04 MST"))
 }

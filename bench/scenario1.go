@@ -155,6 +155,20 @@ func scenario1(srv *server, cfg config) (string, bool) {
 			}
 		}
 		b.WriteString(s1Table(g, res))
+		if cfg.fig != nil {
+			m := map[*contender]float64{}
+			for c, rs := range res {
+				var rates []float64
+				for _, x := range rs {
+					if x.err == nil {
+						rates = append(rates, x.rate())
+					}
+				}
+				m[c] = median(rates)
+			}
+			cfg.fig.s1Goroutines = append(cfg.fig.s1Goroutines, g)
+			cfg.fig.s1[g] = m
+		}
 	}
 	b.WriteString("\nContenders:\n\n")
 	for _, c := range contenders {

@@ -196,6 +196,9 @@ func scenario2(srv *server, cfg config) (string, bool) {
 	for _, c := range locks {
 		rows[c] = aggregateHot(res[c])
 	}
+	if cfg.fig != nil {
+		cfg.fig.s2Locks, cfg.fig.s2 = locks, rows
+	}
 	writeHotTable(&b, locks, rows, func(_ *contender, r hotRow) string {
 		if r.lost != 0 || r.overlaps != 0 {
 			return fmt.Sprintf("**BROKEN**: %d lost updates, %d overlaps", r.lost, r.overlaps)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ type Proxy struct {
 	ctx    context.Context // cancelled by Close; aborts pending dials
 	cancel context.CancelFunc
 	delay  atomic.Int64 // time.Duration added to every chunk
+	jitter atomic.Int64 // time.Duration: each chunk's delay varies by up to ± this
 	wg     sync.WaitGroup
 
 	mu     sync.Mutex
@@ -133,6 +135,27 @@ func (p *Proxy) CutAll() {
 // was read (0 or less: no delay). Byte order is preserved.
 func (p *Proxy) SetDelay(d time.Duration) {
 	p.delay.Store(int64(max(d, 0)))
+}
+
+// SetJitter makes the delay of SetDelay vary per chunk, uniformly within ± j
+// (never below zero): SetDelay(50ms) with SetJitter(25ms) gives 25–75 ms.
+// Byte order is still preserved: a chunk never overtakes an earlier one, so a
+// short delay drawn after a long one waits for it. 0 or less: no jitter.
+func (p *Proxy) SetJitter(j time.Duration) {
+	p.jitter.Store(int64(max(j, 0)))
+}
+
+// chunkDelay returns the delay for one chunk: the SetDelay value plus a
+// uniform draw within ± the SetJitter value, at least zero.
+func (p *Proxy) chunkDelay() time.Duration {
+	d := time.Duration(p.delay.Load())
+	if d <= 0 {
+		return 0
+	}
+	if j := p.jitter.Load(); j > 0 {
+		d += time.Duration(rand.Int64N(2*j+1) - j)
+	}
+	return max(d, 0)
 }
 
 // NumConns returns the number of connections currently being forwarded.
@@ -277,7 +300,7 @@ func (p *Proxy) forward(pc *proxyConn, src, dst net.Conn) {
 	// After src ends, the queued bytes are still delivered before the pair
 	// is closed.
 	for c := range queue {
-		if d := time.Duration(p.delay.Load()); d > 0 {
+		if d := p.chunkDelay(); d > 0 {
 			if !sleepUntil(c.readAt.Add(d), pc.done) {
 				return
 			}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,9 @@ type config struct {
 	args         []string
 	bin          string
 	startTimeout time.Duration
+	tls          bool   // WithTLS
+	cluster      bool   // cluster mode, with a second free port for the bus
+	sentinelConf string // sentinel mode: the initial sentinel.conf
 }
 
 // Option configures StartProcess and Start.
@@ -80,6 +84,11 @@ type Server struct {
 	args     []string // extra arguments from WithArgs
 	password string   // last --requirepass in args, used by Do
 	timeout  time.Duration
+	tls      *tlsFiles // non-nil: TLS only (WithTLS)
+	busPort  int       // cluster bus port, 0 unless in cluster mode
+	sentinel bool      // runs as a Sentinel (Dir/sentinel.conf)
+	urlUser  string    // user and password URL puts in the URL (SetURLUser)
+	urlPass  string
 
 	mu       sync.Mutex
 	proc     *process // nil while the server is down
@@ -142,10 +151,20 @@ func StartProcess(opts ...Option) (*Server, error) {
 		password: passwordFrom(cfg.args),
 		timeout:  cfg.startTimeout,
 	}
+	if err := s.prepare(&cfg); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
 	// The port is free when freePort returns but another process may bind it
 	// before redis-server does; redis then exits and we try another port.
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
+		if err == nil && cfg.cluster {
+			s.busPort, err = freePort()
+			if err == nil && s.busPort == port {
+				err = fmt.Errorf("%w (bus port equals port)", errExited)
+			}
+		}
 		if err == nil {
 			s.Port = port
 			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -161,8 +180,35 @@ func StartProcess(opts ...Option) (*Server, error) {
 	}
 }
 
-// URL returns "redis://127.0.0.1:PORT/0".
-func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+// URL returns "redis://127.0.0.1:PORT/0" ("rediss://" for a TLS server), with
+// the user and password given to SetURLUser, if any.
+func (s *Server) URL() string {
+	s.mu.Lock()
+	user, pass := s.urlUser, s.urlPass
+	s.mu.Unlock()
+	return s.URLAs(user, pass)
+}
+
+// URLAs returns the server's URL logging in as user with password (no
+// credentials when user is empty).
+func (s *Server) URLAs(user, password string) string {
+	u := url.URL{Scheme: "redis", Host: s.Addr, Path: "/0"}
+	if s.tls != nil {
+		u.Scheme = "rediss"
+	}
+	if user != "" {
+		u.User = url.UserPassword(user, password)
+	}
+	return u.String()
+}
+
+// SetURLUser makes URL carry user and password, so that clients dialling
+// URL log in as that user. Do keeps using the default user.
+func (s *Server) SetURLUser(user, password string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.urlUser, s.urlPass = user, password
+}
 
 // PID returns the process id of the running child, or 0 while it is down.
 func (s *Server) PID() int {
@@ -249,7 +295,16 @@ func (s *Server) signal(sig syscall.Signal) error {
 // text (see package Do). If the server was started with --requirepass it
 // authenticates first.
 func (s *Server) Do(ctx context.Context, args ...string) (string, error) {
-	return do(ctx, s.Addr, s.password, args)
+	return do(ctx, s.target(), args)
+}
+
+// target is how Do reaches the server.
+func (s *Server) target() target {
+	t := target{addr: s.Addr, password: s.password}
+	if s.tls != nil {
+		t.tls = s.tls.client
+	}
+	return t
 }
 
 // Log returns the server's log file followed by anything it wrote to stdout
@@ -275,8 +330,22 @@ func (s *Server) readLog() string {
 // launch starts the child on s.Port and waits until it is ready. On error no
 // child is left running. Called with s.mu held or before s is shared.
 func (s *Server) launch() error {
-	args := []string{
-		"--port", strconv.Itoa(s.Port),
+	var args []string
+	if s.sentinel {
+		args = append(args, filepath.Join(s.Dir, sentinelConfName), "--sentinel")
+	}
+	if s.tls != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port),
+			"--tls-cert-file", s.tls.certFile, "--tls-key-file", s.tls.keyFile,
+			"--tls-ca-cert-file", s.tls.caFile, "--tls-auth-clients", "no")
+	} else {
+		args = append(args, "--port", strconv.Itoa(s.Port))
+	}
+	if s.busPort != 0 {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(s.busPort),
+			"--cluster-config-file", "nodes.conf")
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--dir", s.Dir,
 		"--save", "",
@@ -284,7 +353,7 @@ func (s *Server) launch() error {
 		"--logfile", filepath.Join(s.Dir, logName),
 		"--daemonize", "no",
 		"--protected-mode", "no",
-	}
+	)
 	args = append(args, s.args...)
 
 	// An *os.File as Stdout/Stderr is handed to the child directly, so exec
@@ -355,7 +424,7 @@ func (s *Server) probe(pid int, deadline time.Time) (bool, error) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	info, err := do(ctx, s.Addr, s.password, []string{"INFO", "server"})
+	info, err := do(ctx, s.target(), []string{"INFO", "server"})
 	if err != nil {
 		var re *Error
 		if !errors.As(err, &re) {
@@ -405,7 +474,7 @@ func (s *Server) clearData() error {
 		return err
 	}
 	for _, e := range entries {
-		if e.Name() == logName || e.Name() == stdioName {
+		if e.Name() == logName || e.Name() == stdioName || e.Name() == tlsDirName || e.Name() == sentinelConfName {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(s.Dir, e.Name())); err != nil {

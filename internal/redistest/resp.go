@@ -3,6 +3,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,11 +38,21 @@ func (e *Error) Error() string { return "redis: " + e.Msg }
 // their elements joined by "\n". An error reply is returned as *Error. If ctx
 // has no deadline, a 10s timeout applies.
 func Do(ctx context.Context, addr string, args ...string) (string, error) {
-	return do(ctx, addr, "", args)
+	return do(ctx, target{addr: addr}, args)
 }
 
-// do is Do that first sends AUTH password, pipelined, if password is set.
-func do(ctx context.Context, addr, password string, args []string) (string, error) {
+// target is where do sends a command and how it logs in.
+type target struct {
+	addr     string
+	user     string      // AUTH user password when set, else AUTH password
+	password string      // sent with AUTH first, when set
+	tls      *tls.Config // when set, the connection is TLS
+}
+
+// do is Do that first sends AUTH password, pipelined, if password is set,
+// and speaks TLS when t.tls is set.
+func do(ctx context.Context, t target, args []string) (string, error) {
+	addr, password := t.addr, t.password
 	if len(args) == 0 {
 		return "", errors.New("redistest: do: no command")
 	}
@@ -64,7 +75,14 @@ func do(ctx context.Context, addr, password string, args []string) (string, erro
 	}
 
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	var conn net.Conn
+	var err error
+	if t.tls != nil {
+		td := tls.Dialer{NetDialer: &d, Config: t.tls}
+		conn, err = td.DialContext(ctx, "tcp", addr)
+	} else {
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -77,7 +95,10 @@ func do(ctx context.Context, addr, password string, args []string) (string, erro
 	defer stop()
 
 	var req []byte
-	if password != "" {
+	switch {
+	case t.user != "":
+		req = appendCommand(req, []string{"AUTH", t.user, password})
+	case password != "":
 		req = appendCommand(req, []string{"AUTH", password})
 	}
 	req = appendCommand(req, args)
@@ -85,7 +106,7 @@ func do(ctx context.Context, addr, password string, args []string) (string, erro
 		return fail(err)
 	}
 	r := bufio.NewReader(conn)
-	if password != "" {
+	if password != "" || t.user != "" {
 		rep, err := readReply(r, 0)
 		if err != nil {
 			return fail(err)

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// plotFile is the name of the plot in the --plot directory; docs link it by this name.
+const plotFile = "bench-peers.png"
+
+// figures collects what the plot shows, as the scenarios measure it (medians).
+type figures struct {
+	s1Goroutines []int
+	s1           map[int]map[*contender]float64 // goroutines → contender → pairs/s
+	s2Locks      []*contender
+	s2           map[*contender]hotRow
+}
+
+func newFigures() *figures {
+	return &figures{s1: map[int]map[*contender]float64{}, s2: map[*contender]hotRow{}}
+}
+
+// colorOf gives each contender one colour in every panel: dlock blue, peers warm, raw floors grey.
+func colorOf(c *contender) color.Color {
+	switch c.name {
+	case "dlock (rueidis)":
+		return color.RGBA{R: 0x1f, G: 0x4e, B: 0xb4, A: 0xff}
+	case "dlock (go-redis)":
+		return color.RGBA{R: 0x6f, G: 0x9b, B: 0xe8, A: 0xff}
+	case "redsync":
+		return color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	case "redislock":
+		return color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	case "rueidislock":
+		return color.RGBA{R: 0x9c, G: 0x6b, B: 0x1f, A: 0xff}
+	case "raw go-redis":
+		return color.RGBA{R: 0xb0, G: 0xb0, B: 0xb0, A: 0xff}
+	case "raw rueidis":
+		return color.RGBA{R: 0x80, G: 0x80, B: 0x80, A: 0xff}
+	default:
+		return color.RGBA{R: 0x50, G: 0x50, B: 0x50, A: 0xff}
+	}
+}
+
+// writePlot draws scenario 1 (pairs/s by goroutines, every contender) on top and scenario 2
+// (handoffs/s and Jain's index, every lock) below, into dir/plotFile. It returns the file's path.
+func writePlot(dir string, f *figures, subtitle string) (string, error) {
+	if len(f.s1) == 0 && len(f.s2) == 0 {
+		return "", fmt.Errorf("plot: neither scenario 1 nor 2 was run")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	const w, h = 10 * vg.Inch, 8 * vg.Inch
+	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(110))
+	dc := draw.New(img)
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+
+	top := draw.Crop(dc, 0, 0, h/2, 0)
+	bottom := draw.Crop(dc, 0, 0, 0, -h/2)
+	if p, err := s1Plot(f); err == nil && p != nil {
+		p.Title.Text = "dlock beside its peers (" + subtitle + ")\nScenario 1, uncontended: Lock+Unlock pairs/s, median"
+		p.Draw(draw.Crop(top, vg.Points(6), -vg.Points(6), vg.Points(4), -vg.Points(4)))
+	} else if err != nil {
+		return "", err
+	}
+	left := draw.Crop(bottom, 0, -w/2, 0, 0)
+	right := draw.Crop(bottom, w/2, 0, 0, 0)
+	if len(f.s2) > 0 {
+		p, err := s2RatePlot(f)
+		if err != nil {
+			return "", err
+		}
+		p.Draw(draw.Crop(left, vg.Points(6), -vg.Points(4), vg.Points(4), -vg.Points(4)))
+		p, err = s2JainPlot(f)
+		if err != nil {
+			return "", err
+		}
+		p.Draw(draw.Crop(right, vg.Points(4), -vg.Points(6), vg.Points(4), -vg.Points(4)))
+	}
+	path := filepath.Join(dir, plotFile)
+	out, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
+		out.Close()
+		return "", err
+	}
+	return path, out.Close()
+}
+
+func s1Plot(f *figures) (*plot.Plot, error) {
+	if len(f.s1) == 0 {
+		return nil, nil
+	}
+	p := plot.New()
+	p.Y.Label.Text = "pairs/s"
+	p.Y.Min = 0
+	var labels []string
+	for _, g := range f.s1Goroutines {
+		labels = append(labels, fmt.Sprintf("%d goroutine%s", g, plural(g)))
+	}
+	p.NominalX(labels...)
+	bw := vg.Points(13)
+	n := len(contenders)
+	var top float64
+	for i, c := range contenders {
+		vals := make(plotter.Values, len(f.s1Goroutines))
+		for j, g := range f.s1Goroutines {
+			vals[j] = f.s1[g][c]
+			top = max(top, vals[j])
+		}
+		b, err := plotter.NewBarChart(vals, bw)
+		if err != nil {
+			return nil, err
+		}
+		b.Color = colorOf(c)
+		b.LineStyle.Width = 0
+		b.Offset = vg.Length(float64(i)-float64(n-1)/2) * bw
+		p.Add(b)
+		p.Legend.Add(c.name, b)
+	}
+	p.Y.Max = top * 1.08
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
+
+// shortName breaks a contender's name over two lines for an axis label.
+func shortName(c *contender) string {
+	return strings.Replace(c.name, " (", "\n(", 1)
+}
+
+func s2RatePlot(f *figures) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Scenario 2, one hot name, 64 goroutines:\nhandoffs/s, median"
+	p.Y.Label.Text = "handoffs/s"
+	p.Y.Min = 0
+	var names []string
+	all := make(plotter.Values, len(f.s2Locks))
+	other := make(plotter.Values, len(f.s2Locks))
+	for i, c := range f.s2Locks {
+		names = append(names, shortName(c))
+		all[i], other[i] = f.s2[c].rate, f.s2[c].changes
+		p.Y.Max = max(p.Y.Max, all[i]*1.15)
+	}
+	p.NominalX(names...)
+	p.X.Tick.Label.Font.Size = vg.Points(8)
+	bw := vg.Points(16)
+	b1, err := plotter.NewBarChart(all, bw)
+	if err != nil {
+		return nil, err
+	}
+	b1.Color = color.RGBA{R: 0x9e, G: 0xb9, B: 0xe0, A: 0xff}
+	b1.LineStyle.Width = 0
+	b1.Offset = -bw / 2
+	b2, err := plotter.NewBarChart(other, bw)
+	if err != nil {
+		return nil, err
+	}
+	b2.Color = color.RGBA{R: 0x1f, G: 0x4e, B: 0xb4, A: 0xff}
+	b2.LineStyle.Width = 0
+	b2.Offset = bw / 2
+	p.Add(plotter.NewGrid(), b1, b2)
+	p.Legend.Add("all handoffs", b1)
+	p.Legend.Add("to another goroutine", b2)
+	p.Legend.Top = true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	return p, nil
+}
+
+func s2JainPlot(f *figures) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Scenario 2: Jain's fairness index over\nthe goroutines' acquisitions (1 = even)"
+	p.Y.Min, p.Y.Max = 0, 1.08
+	var names []string
+	for _, c := range f.s2Locks {
+		names = append(names, shortName(c))
+	}
+	p.NominalX(names...)
+	p.X.Tick.Label.Font.Size = vg.Points(8)
+	bw := vg.Points(22)
+	for i, c := range f.s2Locks {
+		vals := make(plotter.Values, len(f.s2Locks))
+		vals[i] = f.s2[c].jain
+		b, err := plotter.NewBarChart(vals, bw)
+		if err != nil {
+			return nil, err
+		}
+		b.Color = colorOf(c)
+		b.LineStyle.Width = 0
+		p.Add(b)
+	}
+	target := plotter.NewFunction(func(float64) float64 { return 0.9 })
+	target.Color = color.Black
+	target.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(plotter.NewGrid(), target)
+	p.Legend.Add("target 0.9", target)
+	p.Legend.Top = true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	return p, nil
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+const (
+	docsStart = "<!-- check:start -->"
+	docsEnd   = "<!-- check:end -->"
+)
+
+func ms(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0"
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.1f", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.0f", float64(d)/1e6)
+}
+
+// markdownTable is the per-run table: one row per scenario and mode.
+func markdownTable(all []*findings) string {
+	var b strings.Builder
+	b.WriteString("| scenario | mode | ops | acquisitions | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before / during / after the next grant (least margin, ms) | context said held after re-acquire | linearizable | verdict |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
+	for _, f := range all {
+		rec := "–"
+		if len(f.Recovery) > 0 {
+			r := slices.Clone(f.Recovery)
+			slices.Sort(r)
+			rec = ms(r[(len(r)-1)/2]) + " / " + ms(r[len(r)-1])
+		}
+		verdict := "ok"
+		if len(f.Failures) > 0 {
+			verdict = fmt.Sprintf("**FAIL** (%d)", len(f.Failures))
+		}
+		live := fmt.Sprint(f.LiveAfterNext)
+		if f.UnsureLive > 0 {
+			live += fmt.Sprintf(" (+%d during)", f.UnsureLive)
+		}
+		margin := ""
+		if len(f.SignalMargins) > 0 {
+			margin = " (" + ms(slices.Min(f.SignalMargins)) + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d / %d | %s / %s | %s | %d: %d / %d / %d%s | %s | %s | %s |\n",
+			f.Scenario, f.Mode, f.Ops, f.Cycles, f.Faults, f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
+			ms(f.AcquireP50), ms(f.AcquireP99), rec, f.Signals, f.SignalsBefore, f.SignalsUnsure, f.SignalsAfter, margin,
+			live, f.Linearizable, verdict)
+	}
+	return b.String()
+}
+
+type machine struct {
+	cpu, kernel, redis, goVersion string
+	cores                         int
+	load                          string
+}
+
+func describeMachine() machine {
+	m := machine{cores: runtime.NumCPU(), goVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				m.cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			m.load = strings.Join(f[:3], " ")
+		}
+	}
+	if out, err := exec.Command("redis-server", "--version").Output(); err == nil {
+		m.redis = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+// docsSection is what the full run writes between the markers of docs/CORRECTNESS.md.
+func docsSection(cmdline string, o options, m machine, elapsed time.Duration, all []*findings, table string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n", docsStart)
+	fmt.Fprintf(&b, "_Written by `%s` on %s; %d runs in %v._\n\n", cmdline, time.Now().UTC().Format("2006-01-02 15:04 MST"), len(all), elapsed.Round(time.Second))
+	fmt.Fprintf(&b, "- Seed %d; %d worker processes; lease TTL %v; each run until %d writes were applied and %d faults had played out (at most %v).\n",
+		o.seed, o.workers, o.ttl, o.cycles, o.minFaults, o.maxRun)
+	fmt.Fprintf(&b, "- Machine: %d cores (%s), Linux %s, %s, %s; load average %s when the run began. The CPU was shared with other work during the run.\n\n",
+		m.cores, m.cpu, m.kernel, m.redis, m.goVersion, m.load)
+	b.WriteString(table)
+	b.WriteString("\n")
+	var fails []string
+	for _, f := range all {
+		for _, msg := range f.Failures {
+			fails = append(fails, fmt.Sprintf("- %s %s (seed %d): %s", f.Scenario, f.Mode, f.Seed, msg))
+		}
+	}
+	if len(fails) == 0 {
+		b.WriteString("Every claimed guarantee held in every run.\n")
+	} else {
+		b.WriteString("Guarantees broken in this run:\n\n")
+		b.WriteString(strings.Join(fails, "\n"))
+		b.WriteString("\n")
+	}
+	b.WriteString("\nNot run (never faked; they need code that is not in the library yet):\n\n")
+	for _, s := range notRun {
+		fmt.Fprintf(&b, "- %s: %s\n", s.name, s.why)
+	}
+	fmt.Fprintf(&b, "%s\n", docsEnd)
+	return b.String()
+}
+
+// writeDocs replaces the text between the markers (inclusive) in path, or appends it.
+func writeDocs(path, section string) error {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	i := bytes.Index(old, []byte(docsStart))
+	j := bytes.Index(old, []byte(docsEnd))
+	var out []byte
+	if i >= 0 && j > i {
+		out = append(out, old[:i]...)
+		out = append(out, section...)
+		rest := old[j+len(docsEnd):]
+		rest = bytes.TrimPrefix(rest, []byte("\n"))
+		out = append(out, rest...)
+	} else {
+		out = append(append(old, '\n'), section...)
+	}
+	return os.WriteFile(path, out, 0o644)
+}

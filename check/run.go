@@ -1,0 +1,558 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// runConf is one run: one scenario in one mode.
+type runConf struct {
+	Scenario  string
+	Fenced    bool
+	Seed      uint64
+	Workers   int
+	TTL       time.Duration
+	Cycles    int           // stop once this many writes were applied...
+	MinFaults int           // ...and at least this many faults played out
+	MaxRun    time.Duration // or after this long, whichever comes first
+	Dir       string        // run directory: worker logs
+	Logf      func(format string, args ...any)
+}
+
+func (c runConf) mode() string {
+	if c.Fenced {
+		return "fenced"
+	}
+	return "unfenced"
+}
+
+// faultRec is one injected fault. Times are CLOCK_MONOTONIC ns.
+type faultRec struct {
+	Kind    string `json:"kind"`
+	Variant string `json:"variant,omitempty"`
+	Slot    int    `json:"slot"`
+	Inc     int    `json:"inc"`
+	Token   uint64 `json:"token"` // the lease of the worker the fault hit
+	Start   int64  `json:"start"`
+	End     int64  `json:"end"`
+}
+
+// runData is everything a run leaves for analysis.
+type runData struct {
+	conf   runConf
+	final  int64
+	ops    []opRecord
+	events []event
+	faults []faultRec
+	clocks []clockSample // CLOCK_MONOTONIC/CLOCK_REALTIME pairs through the run
+	start  int64         // first applied write
+	end    int64
+	infra  []string // problems of the harness itself (not of dlock)
+}
+
+// slot is one worker position: its own fault proxy in front of Redis, and the worker process
+// currently running in it (a killed worker is replaced by a new incarnation).
+type slot struct {
+	i     int
+	proxy *redistest.Proxy
+
+	mu   sync.Mutex
+	inc  int
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+type runner struct {
+	conf  runConf
+	srv   *redistest.Server
+	res   *resource
+	slots []*slot
+	exe   string
+	lock  string
+
+	ending chan struct{} // closed when the run is winding down: no respawns
+
+	mu     sync.Mutex
+	faults []faultRec
+	infra  []string
+
+	faultWG sync.WaitGroup // faults still playing out
+	procWG  sync.WaitGroup // worker waiters
+}
+
+func (r *runner) infraf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.infra = append(r.infra, msg)
+	r.mu.Unlock()
+	r.conf.Logf("  harness: %s", msg)
+}
+
+// run executes one run and returns its data; an error means the harness could not run it.
+func run(conf runConf) (*runData, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(conf.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	r := &runner{conf: conf, exe: exe, lock: "check-" + conf.Scenario, ending: make(chan struct{})}
+	r.srv, err = redistest.StartProcess()
+	if err != nil {
+		return nil, err
+	}
+	defer r.srv.Close()
+	r.res, err = startResource(conf.Fenced)
+	if err != nil {
+		return nil, err
+	}
+	resClosed := false
+	defer func() {
+		if !resClosed {
+			r.res.Close()
+		}
+	}()
+	for i := range conf.Workers {
+		p, err := redistest.StartProxy(r.srv.Addr)
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		r.slots = append(r.slots, &slot{i: i, proxy: p})
+	}
+	for _, s := range r.slots {
+		if err := r.spawn(s); err != nil {
+			r.stopWorkers()
+			return nil, err
+		}
+	}
+
+	data := &runData{conf: conf}
+	// Clock samples every 50 ms, to place tokens (Redis TIME) on the monotonic timeline.
+	stopClocks := make(chan struct{})
+	clocksDone := make(chan []clockSample)
+	go func() {
+		samples := []clockSample{sampleClocks()}
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				samples = append(samples, sampleClocks())
+			case <-stopClocks:
+				clocksDone <- append(samples, sampleClocks())
+				return
+			}
+		}
+	}()
+	defer func() {
+		if stopClocks != nil {
+			close(stopClocks)
+			<-clocksDone
+		}
+	}()
+
+	// Traffic has started once a write is applied.
+	startBy := time.Now().Add(30 * time.Second)
+	for r.res.acceptedWrites() == 0 {
+		if time.Now().After(startBy) {
+			r.stopWorkers()
+			return nil, fmt.Errorf("no write reached the resource within 30 s: workers did not start (see %s)", conf.Dir)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	data.start = mono()
+	deadline := time.Now().Add(conf.MaxRun)
+
+	// The fault schedule: the first fault ~1 s into traffic, then one at a time with a seeded
+	// gap. A seed fixes kinds, variants, gaps and durations; which worker a fault hits is
+	// whichever holds the lock when the trap springs.
+	sched := newSchedule(conf)
+	ctx, stopSched := context.WithCancel(context.Background())
+	var schedDone = make(chan int)
+	go func() { schedDone <- r.schedule(ctx, sched) }()
+
+	tick := time.NewTicker(20 * time.Millisecond)
+	faultsDone := 0
+	for {
+		<-tick.C
+		if time.Now().After(deadline) {
+			break
+		}
+		r.mu.Lock()
+		faultsDone = 0
+		var lastEnd int64
+		for _, f := range r.faults {
+			if f.End != 0 {
+				faultsDone++
+				lastEnd = max(lastEnd, f.End)
+			}
+		}
+		r.mu.Unlock()
+		// Enough writes and faults, and the last fault has been recovered from for at least a
+		// TTL (so its recovery is in the record).
+		if r.res.acceptedWrites() >= conf.Cycles && faultsDone >= conf.MinFaults && lastEnd != 0 &&
+			mono()-lastEnd > int64(conf.TTL)+int64(500*time.Millisecond) {
+			break
+		}
+	}
+	tick.Stop()
+	stopSched()
+	<-schedDone
+	r.faultWG.Wait() // faults under way finish (SIGCONT, Unblock, Redis back up)
+	close(r.ending)
+	r.stopWorkers()
+	data.end = mono()
+	close(stopClocks)
+	data.clocks = <-clocksDone
+	stopClocks = nil
+	r.res.Close()
+	resClosed = true
+
+	data.final, data.ops = r.res.snapshot()
+	r.mu.Lock()
+	data.faults = append([]faultRec(nil), r.faults...)
+	data.infra = append([]string(nil), r.infra...)
+	r.mu.Unlock()
+	if data.faults == nil && conf.MinFaults > 0 {
+		data.infra = append(data.infra, "no fault was injected")
+	}
+	data.events, err = readEvents(conf.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// spawn starts the next incarnation of a slot's worker.
+func (r *runner) spawn(s *slot) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inc++
+	conf := workerConf{
+		Slot: s.i, Inc: s.inc, RedisURL: s.proxy.URL(), Resource: r.res.Addr(), Lock: r.lock,
+		TTL: r.conf.TTL, Log: filepath.Join(r.conf.Dir, fmt.Sprintf("worker-%d.%d.jsonl", s.i, s.inc)),
+		MaxRun: r.conf.MaxRun + time.Minute,
+	}
+	b, _ := json.Marshal(conf)
+	cmd := exec.Command(r.exe)
+	cmd.Env = append(os.Environ(), roleEnv+"=worker", confEnv+"="+string(b))
+	out, err := os.OpenFile(filepath.Join(r.conf.Dir, fmt.Sprintf("worker-%d.%d.stderr", s.i, s.inc)), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	_ = out.Close()
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	s.cmd, s.done = cmd, done
+	r.procWG.Add(1)
+	go func() {
+		defer r.procWG.Done()
+		_ = cmd.Wait()
+		close(done)
+	}()
+	return nil
+}
+
+// current returns the running incarnation's number, pid and exit channel.
+func (s *slot) current() (int, int, chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inc, s.cmd.Process.Pid, s.done
+}
+
+// stopWorkers asks every worker to stop (SIGTERM: it finishes its cycle, unlocks, closes its
+// client) and kills the ones still running after 10 s.
+func (r *runner) stopWorkers() {
+	for _, s := range r.slots {
+		s.mu.Lock()
+		if s.cmd != nil {
+			_ = s.cmd.Process.Signal(syscall.SIGCONT) // never leave one stopped
+			_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		s.mu.Unlock()
+	}
+	all := make(chan struct{})
+	go func() { r.procWG.Wait(); close(all) }()
+	select {
+	case <-all:
+		return
+	case <-time.After(10 * time.Second):
+	}
+	for _, s := range r.slots {
+		s.mu.Lock()
+		select {
+		case <-s.done:
+		default:
+			r.infraf("worker %d.%d did not stop within 10 s of SIGTERM: killed", s.i, s.inc)
+			_ = s.cmd.Process.Kill()
+		}
+		s.mu.Unlock()
+	}
+	<-all
+}
+
+// readEvents loads every worker log of the run.
+func readEvents(dir string) ([]event, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "worker-*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	var evs []event
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var e event
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				continue // a line cut short by SIGKILL cannot happen (one write each), but be lenient
+			}
+			evs = append(evs, e)
+		}
+		err = errors.Join(sc.Err(), f.Close())
+		if err != nil {
+			return nil, err
+		}
+	}
+	return evs, nil
+}
+
+// plannedFault is one entry of the seeded schedule.
+type plannedFault struct {
+	gap     time.Duration // wait before arming, after the previous fault ended
+	variant string
+	dur     time.Duration // how long the fault lasts
+	work    time.Duration // work handed to the hit holder inside its critical section
+}
+
+type schedule struct {
+	rng *rand.Rand
+	n   int
+}
+
+func newSchedule(conf runConf) *schedule {
+	// The same seed gives the same schedule in both modes, so fenced and unfenced runs of a
+	// scenario face the same faults.
+	h := uint64(0)
+	for _, c := range conf.Scenario {
+		h = h*131 + uint64(c)
+	}
+	return &schedule{rng: rand.New(rand.NewPCG(conf.Seed, h))}
+}
+
+func (s *schedule) next(kind string, ttl time.Duration) plannedFault {
+	rng := s.rng
+	p := plannedFault{gap: time.Second + time.Duration(rng.Int64N(int64(time.Second)))}
+	if s.n == 0 {
+		p.gap = time.Second + time.Duration(rng.Int64N(int64(200*time.Millisecond)))
+	}
+	switch kind {
+	case "pause":
+		// Alternate: paused between the holder's last context check and its write reaching the
+		// resource (the worst place: only a fence can stop that write), or paused right after
+		// its read (it must see the loss at its next check).
+		p.variant = []string{"before-write", "after-read"}[s.n%2]
+		p.dur = ttl + 200*time.Millisecond + time.Duration(rng.Int64N(int64(400*time.Millisecond)))
+	case "partition":
+		p.dur = ttl + 300*time.Millisecond + time.Duration(rng.Int64N(int64(300*time.Millisecond)))
+		p.work = ttl + 200*time.Millisecond
+	case "latency":
+		p.dur = 2*time.Second + time.Duration(rng.Int64N(int64(time.Second)))
+	case "restart":
+		p.dur = 100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)))
+		p.work = time.Duration(rng.Int64N(int64(ttl / 2)))
+	}
+	s.n++
+	return p
+}
+
+// schedule injects faults until ctx ends; it returns the number injected.
+func (r *runner) schedule(ctx context.Context, s *schedule) int {
+	n := 0
+	for {
+		p := s.next(r.conf.Scenario, r.conf.TTL)
+		select {
+		case <-ctx.Done():
+			return n
+		case <-time.After(p.gap):
+		}
+		fired := make(chan struct{})
+		done := make(chan struct{})
+		t := r.trapFor(p, fired, done)
+		if t == nil {
+			return n
+		}
+		r.res.arm(t)
+		select {
+		case <-fired:
+		case <-ctx.Done():
+			if r.res.disarm() {
+				return n
+			}
+			<-fired // it sprang meanwhile
+		case <-time.After(10 * time.Second):
+			if r.res.disarm() {
+				r.infraf("a %s trap did not spring within 10 s", r.conf.Scenario)
+				continue
+			}
+			<-fired
+		}
+		n++
+		select {
+		case <-done:
+		case <-ctx.Done():
+			<-done // faults always finish: the run waits for them
+			return n
+		}
+	}
+}
+
+// trapFor builds the trap that injects fault p. fired is closed when it springs, done when
+// the fault is over.
+func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
+	record := func(f faultRec) int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.faults = append(r.faults, f)
+		return len(r.faults) - 1
+	}
+	finish := func(i int) {
+		r.mu.Lock()
+		r.faults[i].End = mono()
+		r.mu.Unlock()
+		close(done)
+	}
+	// hit looks up the worker that made the request; ok is false if it is not the running
+	// incarnation (cannot happen: an old incarnation is dead).
+	hit := func(slot, inc int) (*slot, int, bool) {
+		s := r.slots[slot]
+		cur, pid, _ := s.current()
+		return s, pid, cur == inc
+	}
+	kind := r.conf.Scenario
+	switch kind {
+	case "pause":
+		if p.variant == "before-write" {
+			return &trap{op: 'W', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+				r.faultWG.Add(1)
+				defer r.faultWG.Done()
+				close(fired)
+				_, pid, _ := hit(slot, inc)
+				i := record(faultRec{Kind: kind, Variant: p.variant, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+				_ = syscall.Kill(pid, syscall.SIGSTOP)
+				time.Sleep(p.dur)
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+				finish(i)
+				return 0, false // the write is applied now, after the pause
+			}}
+		}
+		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+			r.faultWG.Add(1)
+			close(fired)
+			_, pid, _ := hit(slot, inc)
+			i := record(faultRec{Kind: kind, Variant: p.variant, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			go func() {
+				defer r.faultWG.Done()
+				time.Sleep(p.dur)
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+				finish(i)
+			}()
+			return 0, false
+		}}
+	case "kill":
+		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+			r.faultWG.Add(1)
+			close(fired)
+			s, pid, _ := hit(slot, inc)
+			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_, _, exited := s.current()
+			go func() {
+				defer r.faultWG.Done()
+				<-exited
+				finish(i)
+				select {
+				case <-r.ending:
+				default:
+					if err := r.spawn(s); err != nil {
+						r.infraf("respawn worker %d: %v", s.i, err)
+					}
+				}
+			}()
+			return 0, true // the killed worker never gets an answer
+		}}
+	case "partition":
+		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+			r.faultWG.Add(1)
+			close(fired)
+			s := r.slots[slot]
+			s.proxy.Block()
+			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			go func() {
+				defer r.faultWG.Done()
+				time.Sleep(p.dur)
+				s.proxy.Unblock()
+				finish(i)
+			}()
+			return p.work, false // keep working while cut off: the lease must be reported lost
+		}}
+	case "latency":
+		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+			r.faultWG.Add(1)
+			close(fired)
+			s := r.slots[slot]
+			s.proxy.SetJitter(25 * time.Millisecond)
+			s.proxy.SetDelay(50 * time.Millisecond)
+			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			go func() {
+				defer r.faultWG.Done()
+				time.Sleep(p.dur)
+				s.proxy.SetDelay(0)
+				s.proxy.SetJitter(0)
+				finish(i)
+			}()
+			return 0, false
+		}}
+	case "restart":
+		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+			r.faultWG.Add(1)
+			close(fired)
+			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			_ = r.srv.Kill()
+			go func() {
+				defer r.faultWG.Done()
+				time.Sleep(p.dur)
+				if err := r.srv.Restart(); err != nil {
+					r.infraf("redis restart: %v", err)
+				}
+				finish(i)
+			}()
+			return p.work, false // the holder is mid-work when its lock vanishes
+		}}
+	}
+	r.infraf("unknown scenario %q", kind)
+	return nil
+}

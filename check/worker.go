@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// A worker is one client process of the workload: the checker runs its own binary again with
+// roleEnv=worker and the worker's configuration in confEnv. It loops, as a correct dlock user:
+//
+//	Lock → check the lease context → read the register → (work, checking the context) →
+//	check the lease context → write value+1 → Unlock
+//
+// with the lease's fencing token on every request, and writes one JSON line per event to its
+// log file, each stamped with CLOCK_MONOTONIC (see mono). Lines are written with one write(2)
+// each, so a worker killed with SIGKILL loses none it had written.
+
+const (
+	roleEnv = "DLOCK_CHECK_ROLE"
+	confEnv = "DLOCK_CHECK_WORKER"
+)
+
+type workerConf struct {
+	Slot     int           `json:"slot"`
+	Inc      int           `json:"inc"`
+	RedisURL string        `json:"redis_url"` // through the slot's own fault proxy
+	Resource string        `json:"resource"`
+	Lock     string        `json:"lock"`
+	TTL      time.Duration `json:"ttl"`
+	Log      string        `json:"log"`
+	MaxRun   time.Duration `json:"max_run"` // the worker exits after this even if never told to stop
+}
+
+// event is one line of a worker's log. Times are CLOCK_MONOTONIC ns.
+type event struct {
+	K     string `json:"k"` // start acq chk sig rd wr unl exit
+	S     int64  `json:"s"` // start (or the instant, for chk and sig)
+	R     int64  `json:"r,omitempty"`
+	Tok   uint64 `json:"tok,omitempty"`
+	Seq   int64  `json:"seq,omitempty"`
+	Val   int64  `json:"val,omitempty"`
+	Res   string `json:"res,omitempty"` // ok, stale, lost, err: ...
+	Live  bool   `json:"live,omitempty"`
+	PID   int    `json:"pid,omitempty"`
+	Slot  int    `json:"slot"`
+	Inc   int    `json:"inc"`
+	Cause string `json:"cause,omitempty"`
+}
+
+type eventLog struct {
+	mu   sync.Mutex
+	f    *os.File
+	slot int
+	inc  int
+}
+
+func (l *eventLog) add(e event) {
+	e.Slot, e.Inc = l.slot, l.inc
+	b, _ := json.Marshal(e)
+	b = append(b, '\n')
+	l.mu.Lock()
+	_, _ = l.f.Write(b)
+	l.mu.Unlock()
+}
+
+func runWorker() int {
+	var conf workerConf
+	if err := json.Unmarshal([]byte(os.Getenv(confEnv)), &conf); err != nil {
+		fmt.Fprintf(os.Stderr, "dlock-check worker: bad %s: %v\n", confEnv, err)
+		return 2
+	}
+	f, err := os.OpenFile(conf.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlock-check worker: %v\n", err)
+		return 1
+	}
+	defer f.Close()
+	log := &eventLog{f: f, slot: conf.Slot, inc: conf.Inc}
+	log.add(event{K: "start", S: mono(), PID: os.Getpid()})
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, conf.MaxRun)
+	defer cancel()
+
+	w := &worker{conf: conf, log: log}
+	err = w.run(ctx)
+	log.add(event{K: "exit", S: mono(), Res: errString(err)})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlock-check worker %d.%d: %v\n", conf.Slot, conf.Inc, err)
+		return 1
+	}
+	return 0
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+type worker struct {
+	conf workerConf
+	log  *eventLog
+	seq  int64
+
+	res *resConn
+}
+
+// resConn is the worker's connection to the resource server: one request at a time.
+type resConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+// call sends one request line and reads the reply: status, value, work.
+func (rc *resConn) call(line string) (string, int64, time.Duration, error) {
+	_ = rc.c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := rc.c.Write([]byte(line)); err != nil {
+		return "", 0, 0, err
+	}
+	reply, err := rc.br.ReadString('\n')
+	if err != nil {
+		return "", 0, 0, err
+	}
+	f := strings.Fields(reply)
+	if len(f) != 3 {
+		return "", 0, 0, fmt.Errorf("resource: bad reply %q", reply)
+	}
+	v, err1 := strconv.ParseInt(f[1], 10, 64)
+	ms, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return "", 0, 0, fmt.Errorf("resource: bad reply %q", reply)
+	}
+	return f[0], v, time.Duration(ms) * time.Millisecond, nil
+}
+
+func (w *worker) run(ctx context.Context) error {
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	client, err := dlock.Dial(dctx, w.conf.RedisURL, dlock.WithTTL(w.conf.TTL))
+	dcancel()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	c, err := net.DialTimeout("tcp", w.conf.Resource, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	w.res = &resConn{c: c, br: bufio.NewReader(c)}
+	m := client.Mutex(w.conf.Lock)
+
+	backoff := 5 * time.Millisecond
+	for ctx.Err() == nil {
+		ok, err := w.cycle(ctx, m)
+		if err != nil {
+			return err
+		}
+		if ok {
+			backoff = 5 * time.Millisecond
+			continue
+		}
+		// Redis unreachable (restart, partition): retry, bounded by ctx.
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+	return nil
+}
+
+// cycle runs one Lock → read → write → Unlock. ok is false when the lock could not be taken
+// (the caller backs off); err is returned only for failures of the resource connection, which
+// end the worker.
+func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error) {
+	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+	s := mono()
+	l, lerr := m.Lock(lctx)
+	r := mono()
+	lcancel()
+	if lerr != nil {
+		if ctx.Err() == nil {
+			w.log.add(event{K: "acq", S: s, R: r, Res: "err: " + lerr.Error()})
+		}
+		return false, nil
+	}
+	tok := l.Token()
+	w.log.add(event{K: "acq", S: s, R: r, Tok: tok, Res: "ok"})
+	lease := l.Context()
+	var signalled atomic.Bool
+	signal := func(at int64, how string) {
+		if signalled.CompareAndSwap(false, true) {
+			w.log.add(event{K: "sig", S: at, Tok: tok, Cause: how})
+		}
+	}
+	stopAfter := context.AfterFunc(lease, func() {
+		at := mono()
+		if errors.Is(context.Cause(lease), dlock.ErrLost) {
+			signal(at, "done")
+		}
+	})
+	defer stopAfter()
+
+	// check looks at the lease context as a correct user does before each protected step.
+	check := func() bool {
+		at := mono()
+		err := lease.Err()
+		live := err == nil
+		w.log.add(event{K: "chk", S: at, Tok: tok, Live: live})
+		if !live && errors.Is(context.Cause(lease), dlock.ErrLost) {
+			signal(at, "err")
+		}
+		return live
+	}
+
+	w.seq++
+	seq := w.seq
+	defer func() {
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		us := mono()
+		uerr := l.Unlock(uctx)
+		ucancel()
+		w.log.add(event{K: "unl", S: us, R: mono(), Tok: tok, Res: errString(uerr)})
+	}()
+
+	if !check() {
+		return true, nil
+	}
+	rs := mono()
+	st, val, work, err := w.res.call(fmt.Sprintf("R %d %d %d %d\n", w.conf.Slot, w.conf.Inc, seq, tok))
+	if err != nil {
+		return true, fmt.Errorf("resource read: %w", err)
+	}
+	w.log.add(event{K: "rd", S: rs, R: mono(), Tok: tok, Seq: seq, Val: val, Res: st})
+	if st != "ok" {
+		return true, nil
+	}
+	if work > 0 {
+		// Long work: a correct user checks the lease between steps and gives up when it is lost.
+		end := mono() + int64(work)
+		for mono() < end {
+			if !check() {
+				return true, nil
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if !check() {
+		return true, nil
+	}
+	ws := mono()
+	st, _, _, err = w.res.call(fmt.Sprintf("W %d %d %d %d %d\n", w.conf.Slot, w.conf.Inc, seq, tok, val+1))
+	if err != nil {
+		return true, fmt.Errorf("resource write: %w", err)
+	}
+	w.log.add(event{K: "wr", S: ws, R: mono(), Tok: tok, Seq: seq, Val: val + 1, Res: st})
+	return true, nil
+}
