@@ -204,12 +204,18 @@ func (m *Mutex) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 // alternates attempts with waiting for a release notice or the holder's lease to run out.
 // known, when set, is the answer of an attempt made just before.
 func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
-	q, w, head := m.c.queues.join(m.key, m.channel)
+	q, w, head := m.c.queues.join(m, ctx)
 	var got *leaseState // when set, the next head waits for this lease to end
-	defer func() { m.c.queues.leave(q, w, got) }()
+	defer func() {
+		if stray := m.c.queues.leave(q, w, got); stray != nil {
+			(&Lease{st: stray}).Unlock(context.WithoutCancel(ctx))
+		}
+	}()
 	if !head {
 		select {
 		case <-w.turn:
+		case got = <-w.grant:
+			return &Lease{st: got}, nil
 		case <-ctx.Done():
 			return nil, m.ctxErr(ctx)
 		case <-m.c.done:
@@ -222,6 +228,11 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 	defer timer.Stop()
 	for {
 		var b busy
+		select {
+		case got = <-w.grant: // the holder handed the lock over
+			return &Lease{st: got}, nil
+		default:
+		}
 		if known != nil {
 			b, known = *known, nil
 		} else {
@@ -246,6 +257,8 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 		timer.Reset(d)
 		select {
 		case <-q.wake:
+		case got = <-w.grant:
+			return &Lease{st: got}, nil
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, m.ctxErr(ctx)

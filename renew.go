@@ -34,6 +34,7 @@ type renewer struct {
 	pending []*leaseState // due, waiting for the batch in flight to come back
 	flying  []*leaseState // in the batch in flight
 	orphans []conn.Call   // releases for acquisitions whose callers gave up mid-call
+	later   []lateOrphan  // the same releases, sent once more after orphanRecheck
 	busy    bool          // a batch is in flight
 	sentAt  int64         // mono ns when the batch in flight was handed to the sender
 	ack     bool          // the batch in flight ends with a WAIT
@@ -46,6 +47,17 @@ type renewer struct {
 	resps chan []conn.Result // from the sender
 	ctx   context.Context    // cancelled by stop, to abandon a batch in flight
 	halt  context.CancelFunc
+}
+
+// orphanRecheck is when an orphan release is sent a second time. The transports spread calls
+// over several connections (rueidis pipelines over two or more, go-redis has a pool), so the
+// first release can reach the server before the acquisition it undoes; the second catches an
+// acquisition that arrived late. One later than this holds the lock until its lease runs out.
+const orphanRecheck = time.Second
+
+type lateOrphan struct {
+	call conn.Call
+	at   int64 // mono ns
 }
 
 type batch struct {
@@ -124,6 +136,7 @@ func (r *renewer) orphan(call conn.Call) {
 	stopped := r.stopped
 	if !stopped {
 		r.orphans = append(r.orphans, call)
+		r.later = append(r.later, lateOrphan{call, mono() + int64(orphanRecheck)})
 	}
 	r.mu.Unlock()
 	if stopped {
@@ -162,7 +175,10 @@ func (r *renewer) drain() []*leaseState {
 		held = append(held, heap.Pop(&r.h).(*leaseState))
 	}
 	orphans := r.orphans
-	r.orphans = nil
+	for _, lo := range r.later {
+		orphans = append(orphans, lo.call)
+	}
+	r.orphans, r.later = nil, nil
 	r.mu.Unlock()
 	if len(orphans) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -260,6 +276,9 @@ func (r *renewer) nextWake() time.Duration {
 	if len(r.h) > 0 {
 		earliest(r.h[0].due)
 	}
+	if len(r.later) > 0 {
+		earliest(r.later[0].at)
+	}
 	if r.busy {
 		for _, st := range r.pending {
 			earliest(st.deadline.Load())
@@ -299,6 +318,10 @@ func (r *renewer) round() {
 		if st.state.Load() == stateHeld && now >= st.deadline.Load() {
 			lost = append(lost, st)
 		}
+	}
+	for len(r.later) > 0 && r.later[0].at <= now {
+		r.orphans = append(r.orphans, r.later[0].call)
+		r.later = r.later[1:]
 	}
 	var b batch
 	if !r.busy && (len(r.pending) > 0 || len(r.orphans) > 0) {

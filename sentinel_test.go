@@ -114,7 +114,7 @@ func TestSentinel_FollowsFailover(t *testing.T) {
 		if err := h.l.Context().Err(); err != nil {
 			t.Fatalf("%s: acknowledged lease lost in the failover: %v", tr.name, context.Cause(h.l.Context()))
 		}
-		if _, err := h.c.Mutex("sentinel-"+tr.name).TryLock(context.Background()); !errors.Is(err, dlock.ErrNotAcquired) {
+		if _, err := h.c.Mutex("sentinel-" + tr.name).TryLock(context.Background()); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("%s: TryLock of the held lock after failover = %v, want ErrNotAcquired", tr.name, err)
 		}
 		if err := h.l.Unlock(ctx); err != nil {
