@@ -105,6 +105,9 @@ func TestJainAndMedian(t *testing.T) {
 	if s := thousands(1234567.4); s != "1,234,567" {
 		t.Errorf("thousands %q", s)
 	}
+	if s := thousands(-1210); s != "−1,210" {
+		t.Errorf("thousands %q", s)
+	}
 }
 
 func TestOverlaps(t *testing.T) {

@@ -42,7 +42,8 @@ func aggregateHot(rs []s2Result) hotRow {
 
 // writeHotTable writes the table of a hot-name scenario and dlock's ratios to the best peer;
 // exclusion gives each row's mutual-exclusion cell.
-func writeHotTable(b *strings.Builder, locks []*contender, rows map[*contender]hotRow, exclusion func(*contender, hotRow) string) {
+// With fig, it records issue 5's targets under scenario sc (g goroutines in all).
+func writeHotTable(b *strings.Builder, locks []*contender, rows map[*contender]hotRow, exclusion func(*contender, hotRow) string, fig *figures, sc string, g int) {
 	best := func(of func(hotRow) float64) (float64, string) {
 		var v float64
 		var name string
@@ -69,6 +70,18 @@ func writeHotTable(b *strings.Builder, locks []*contender, rows map[*contender]h
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %.2f ms | %.2f ms | %.3f | %.2f | %s |\n", c.name, thousands(r.rate),
 			ratio(r.rate, bestRate), thousands(r.changes), r.p50, r.p99, r.jain, r.minShare, mx)
 	}
+	if d := rows[contenderByName("dlock (rueidis)")]; fig != nil && d.rate > 0 {
+		if bestRate > 0 {
+			fig.target(sc, "handoffs/s ≥ 2× the best peer", d.rate >= 2*bestRate, "%s (%s)", ratio(d.rate, bestRate), bestName)
+		}
+		if bestChanges, name := best(func(r hotRow) float64 { return r.changes }); bestChanges > 0 {
+			fig.info(sc, "handoffs to another goroutine /s vs the best peer", "%s (%s)", ratio(d.changes, bestChanges), name)
+		}
+		fig.target(sc, "Jain fairness ≥ 0.9", d.jain >= 0.9, "%.3f (peers: %s)", d.jain, peerJains(locks, rows))
+		// Fair share: with g goroutines taking turns at rate handoffs/s, each waits g/rate.
+		fair := float64(g) / d.rate * 1000
+		fig.target(sc, "wait p99 ≤ 3× the fair-share wait", d.p99 <= 3*fair, "%.1f ms vs 3 × %.1f ms (%d goroutines / handoffs/s)", d.p99, fair, g)
+	}
 	if d := rows[contenderByName("dlock (rueidis)")]; d.rate > 0 && bestRate > 0 {
 		fmt.Fprintf(b, "\n- dlock (rueidis) = **%s** the best peer (%s) in handoffs/s", ratio(d.rate, bestRate), bestName)
 		if bestChanges, name := best(func(r hotRow) float64 { return r.changes }); bestChanges > 0 {
@@ -76,4 +89,14 @@ func writeHotTable(b *strings.Builder, locks []*contender, rows map[*contender]h
 		}
 		b.WriteString(".\n")
 	}
+}
+
+func peerJains(locks []*contender, rows map[*contender]hotRow) string {
+	var parts []string
+	for _, c := range locks {
+		if r := rows[c]; c.kind == kindPeer && r.n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", c.name, r.jain))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

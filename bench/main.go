@@ -60,12 +60,12 @@ func defaultConfig(quick bool) config {
 		reps:         3,
 		scenarios:    []int{1, 2, 3, 4, 5, 6},
 		s1Goroutines: []int{1, 16, 64},
-		s1Duration:   time.Second,
-		s1Warm:       200 * time.Millisecond,
+		s1Duration:   800 * time.Millisecond,
+		s1Warm:       150 * time.Millisecond,
 		pairTimeout:  5 * time.Second,
-		s2Duration:   2 * time.Second,
-		s3Duration:   1500 * time.Millisecond,
-		s4Duration:   1500 * time.Millisecond,
+		s2Duration:   1500 * time.Millisecond,
+		s3Duration:   1200 * time.Millisecond,
+		s4Duration:   time.Second,
 		s5Leases:     []int{10_000, 100_000},
 		s5TTL:        3 * time.Second,
 		s5Periods:    3,
@@ -111,6 +111,7 @@ func run(args []string, stdout io.Writer) int {
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
 	plotDir := fs.String("plot", "", "write a plot of scenarios 1 and 2 into this directory (as "+plotFile+")")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (client side) to this file")
 	via := fs.String("via", "", "the command that ran this one, for the docs (e.g. \"make bench\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -157,6 +158,19 @@ func run(args []string, stdout io.Writer) int {
 		}
 		cfg.plotLink = filepath.ToSlash(cfg.plotLink)
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	out, ok, err := runScenarios(cfg, command)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -202,12 +216,13 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 
 	start := time.Now()
 	cfg.fig = newFigures()
+	loadBefore := loadavg()
 	var b strings.Builder
-	b.WriteString(header(cfg, command))
 	ok := true
 	for _, s := range cfg.scenarios {
 		var out string
 		var sok bool
+		t0 := time.Now()
 		switch s {
 		case 1:
 			out, sok = scenario1(srv, cfg)
@@ -224,6 +239,7 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 		}
 		b.WriteString("\n" + out)
 		ok = ok && sok
+		cfg.logf("bench: scenario %d took %v", s, time.Since(t0).Round(100*time.Millisecond))
 	}
 	if cfg.plotDir != "" && (len(cfg.fig.s1) > 0 || len(cfg.fig.s2) > 0) {
 		mode := "full run"
@@ -238,10 +254,28 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 		fmt.Fprintf(&b, "\n![Scenario 1: pairs/s by goroutines per contender; scenario 2: handoffs/s and Jain's index per contender](%s)\n", cfg.plotLink)
 	}
 	fmt.Fprintf(&b, "\nWhole run: %v.\n", time.Since(start).Round(time.Second))
-	return b.String(), ok, nil
+	// The header goes first, but it says what the run's conditions were: it is written last.
+	head := header(cfg, command, start, loadBefore, loadavg())
+	if t := cfg.fig.targetsTable(); t != "" {
+		head += "\n" + t
+	}
+	return head + b.String(), ok, nil
 }
 
-func header(cfg config, command string) string {
+// loadavg returns the 1, 5 and 15 minute load averages from /proc/loadavg ("" elsewhere).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func header(cfg config, command string, start time.Time, loadBefore, loadAfter string) string {
 	mode := "full"
 	if cfg.quick {
 		mode = "quick"
@@ -251,8 +285,8 @@ func header(cfg config, command string) string {
 		"starts itself; client and server share the machine. Medians of %d repetitions (%s mode); "+
 		"\"× best peer\" divides by the best of redsync, redislock and rueidislock in the same table. "+
 		"Scenario 4 (Redlock) runs against 5 more private servers.\n\n"+
-		"**Command:** %s\n**Machine:** %s\n**Run:** %s\n",
-		cfg.reps, mode, strings.TrimSpace(command), machine(), time.Now().UTC().Format("2006-01-02 15:04 MST"))
+		"**Command:** %s\n**Machine:** %s\n**Run:** started %s\n**Load average** (1, 5, 15 min, `/proc/loadavg`; the machine is shared): %s before the run, %s after it\n",
+		cfg.reps, mode, strings.TrimSpace(command), machine(), start.UTC().Format("2006-01-02 15:04 MST"), loadBefore, loadAfter)
 }
 
 func median(xs []float64) float64 {

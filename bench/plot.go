@@ -23,6 +23,49 @@ type figures struct {
 	s1           map[int]map[*contender]float64 // goroutines → contender → pairs/s
 	s2Locks      []*contender
 	s2           map[*contender]hotRow
+	targets      []targetRow // issue 5's targets, as each scenario measured them
+}
+
+// targetRow is one of issue 5's targets and what this run measured for it.
+type targetRow struct {
+	scenario, target, measured string
+	met                        bool
+	info                       bool // a figure shown beside the targets, not a target
+}
+
+// target records one target's outcome (nil-safe: a scenario run without figures records nothing).
+func (f *figures) target(scenario, target string, met bool, format string, args ...any) {
+	if f == nil {
+		return
+	}
+	f.targets = append(f.targets, targetRow{scenario: scenario, target: target, measured: fmt.Sprintf(format, args...), met: met})
+}
+
+// info records a figure shown beside the targets.
+func (f *figures) info(scenario, what string, format string, args ...any) {
+	if f == nil {
+		return
+	}
+	f.targets = append(f.targets, targetRow{scenario: scenario, target: what, measured: fmt.Sprintf(format, args...), info: true})
+}
+
+// targetsTable is the summary of the recorded targets, in markdown.
+func (f *figures) targetsTable() string {
+	if f == nil || len(f.targets) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("### Issue 5's targets in this run\n\n")
+	b.WriteString("dlock (rueidis transport) unless said otherwise; the figures are the medians of the tables below.\n\n")
+	b.WriteString("| scenario | target | measured | |\n|---|---|---|---|\n")
+	for _, t := range f.targets {
+		verdict := metUnmet(t.met)
+		if t.info {
+			verdict = "(not a target)"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.scenario, t.target, t.measured, verdict)
+	}
+	return b.String()
 }
 
 func newFigures() *figures {

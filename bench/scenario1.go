@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
@@ -154,7 +155,11 @@ func scenario1(srv *server, cfg config) (string, bool) {
 				res[c] = append(res[c], r)
 			}
 		}
-		b.WriteString(s1Table(g, res))
+		var fig *figures
+		if g == cfg.s1Goroutines[len(cfg.s1Goroutines)-1] {
+			fig = cfg.fig
+		}
+		b.WriteString(s1Table(g, res, fig))
 		if cfg.fig != nil {
 			m := map[*contender]float64{}
 			for c, rs := range res {
@@ -177,7 +182,8 @@ func scenario1(srv *server, cfg config) (string, bool) {
 	return b.String(), ok
 }
 
-func s1Table(g int, res map[*contender][]s1Result) string {
+// s1Table writes the table for g goroutines; with fig, it also records issue 5's targets.
+func s1Table(g int, res map[*contender][]s1Result, fig *figures) string {
 	type row struct {
 		rate, allocs, bytes, cpu float64
 		n, failed                int
@@ -234,6 +240,29 @@ func s1Table(g int, res map[*contender][]s1Result) string {
 	}
 	d := rows[contenderByName("dlock (rueidis)")]
 	dg := rows[contenderByName("dlock (go-redis)")]
+	if fig != nil && d.rate > 0 {
+		sc := fmt.Sprintf("1, %d goroutines", g)
+		if rr := rows[contenderByName("raw rueidis")]; rr.rate > 0 {
+			fig.target(sc, "≥ 0.8× the raw rueidis floor", d.rate >= 0.8*rr.rate, "%s (%s vs %s pairs/s)", ratio(d.rate, rr.rate), thousands(d.rate), thousands(rr.rate))
+		}
+		for _, p := range []struct {
+			name string
+			want float64
+		}{{"redsync", 3}, {"redislock", 3}, {"rueidislock", 1.5}} {
+			if r := rows[contenderByName(p.name)]; r.rate > 0 {
+				fig.target(sc, fmt.Sprintf("≥ %g× %s", p.want, p.name), d.rate >= p.want*r.rate, "%s", ratio(d.rate, r.rate))
+			}
+		}
+		fewest, fewestName := math.Inf(1), ""
+		for _, c := range contenders {
+			if r := rows[c]; c.kind == kindPeer && r.n > 0 && r.allocs < fewest {
+				fewest, fewestName = r.allocs, c.name
+			}
+		}
+		if fewestName != "" {
+			fig.target(sc, "allocations per pair fewer than every peer's", d.allocs < fewest, "%.1f vs %.1f (%s, the fewest among peers)", d.allocs, fewest, fewestName)
+		}
+	}
 	if bestPeer > 0 && d.rate > 0 {
 		fmt.Fprintf(&b, "- dlock (rueidis) = **%s** the best peer (%s)", ratio(d.rate, bestPeer), bestPeerName)
 		if rr := rows[contenderByName("raw rueidis")]; rr.rate > 0 {
@@ -277,6 +306,9 @@ func oneLine(err error) string {
 
 // thousands formats x rounded to an integer with comma separators.
 func thousands(x float64) string {
+	if x < 0 {
+		return "−" + thousands(-x)
+	}
 	s := strconv.FormatInt(int64(x+0.5), 10)
 	var out []byte
 	for i := range s {

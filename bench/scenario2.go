@@ -204,7 +204,7 @@ func scenario2(srv *server, cfg config) (string, bool) {
 			return fmt.Sprintf("**BROKEN**: %d lost updates, %d overlaps", r.lost, r.overlaps)
 		}
 		return "exact"
-	})
+	}, cfg.fig, "2, 1 process × 64 goroutines", g)
 	return b.String(), ok
 }
 

@@ -374,6 +374,6 @@ func scenario3(srv *server, cfg config) (string, bool) {
 			return fmt.Sprintf("**BROKEN**: %d overlapping holds of %s", r.overlaps, thousands(float64(checked[c])))
 		}
 		return fmt.Sprintf("exact (%s holds)", thousands(float64(checked[c])))
-	})
+	}, cfg.fig, fmt.Sprintf("3, %d processes × %d goroutines", s3Procs, s3Goroutines), s3Procs*s3Goroutines)
 	return b.String(), ok
 }

@@ -261,6 +261,7 @@ type s5Result struct {
 	scriptsPer  float64            // script calls (EVAL, EVALSHA, FCALL) per renewal period
 	byCmd       map[string]float64 // per period, by command
 	cpuPer      time.Duration      // client CPU per renewal period
+	redisCPUPer time.Duration      // server CPU per renewal period
 	heapPer     float64            // client heap bytes per lease
 	goroutines  int
 	lostClient  int // leases the client considers lost
@@ -338,17 +339,18 @@ func runMany(srv *server, h *holder, cfg config, n int, tag string) s5Result {
 	if err != nil {
 		return s5Result{err: err}
 	}
-	cpu0 := processCPU()
+	cpu0, rcpu0 := processCPU(), srv.cpu()
 	time.Sleep(time.Duration(cfg.s5Periods) * period)
-	cpu1 := processCPU()
+	cpu1, rcpu1 := processCPU(), srv.cpu()
 	stats1, err := srv.commandStats()
 	if err != nil {
 		return s5Result{err: err}
 	}
 	periods := float64(cfg.s5Periods)
 	r := s5Result{n: n, acquireTime: acquire, byCmd: map[string]float64{}, goroutines: g1 - g0,
-		heapPer: (float64(m1.HeapAlloc) - float64(m0.HeapAlloc)) / float64(n),
-		cpuPer:  (cpu1 - cpu0) / time.Duration(cfg.s5Periods)}
+		heapPer:     (float64(m1.HeapAlloc) - float64(m0.HeapAlloc)) / float64(n),
+		cpuPer:      (cpu1 - cpu0) / time.Duration(cfg.s5Periods),
+		redisCPUPer: (rcpu1 - rcpu0) / time.Duration(cfg.s5Periods)}
 	for k, v := range stats1 {
 		if k == "info" {
 			continue // the bench's own INFO
@@ -381,13 +383,14 @@ func runMany(srv *server, h *holder, cfg config, n int, tag string) s5Result {
 type s5Row struct {
 	n                                 int // measured repetitions
 	sent, cmds, scripts, cpu, heap, g float64
+	rcpu                              float64 // ms of Redis CPU per period
 	by                                map[string]float64
 	lostC, lostS                      int
 	why                               string // why nothing was measured
 }
 
 func aggregateMany(rs []s5Result) s5Row {
-	var sent, cmds, scripts, cpus, heaps, gs []float64
+	var sent, cmds, scripts, cpus, rcpus, heaps, gs []float64
 	by := map[string][]float64{}
 	var row s5Row
 	var lastErr string
@@ -404,6 +407,7 @@ func aggregateMany(rs []s5Result) s5Row {
 		cmds = append(cmds, r.cmdsPer)
 		scripts = append(scripts, r.scriptsPer)
 		cpus = append(cpus, ms(r.cpuPer))
+		rcpus = append(rcpus, ms(r.redisCPUPer))
 		heaps = append(heaps, r.heapPer)
 		gs = append(gs, float64(r.goroutines))
 		for k, v := range r.byCmd {
@@ -417,7 +421,7 @@ func aggregateMany(rs []s5Result) s5Row {
 	row.n = len(cmds)
 	if row.n > 0 {
 		row.sent, row.cmds, row.scripts = median(sent), median(cmds), median(scripts)
-		row.cpu, row.heap, row.g = median(cpus), median(heaps), median(gs)
+		row.cpu, row.rcpu, row.heap, row.g = median(cpus), median(rcpus), median(heaps), median(gs)
 		row.by = map[string]float64{}
 		for k, v := range by {
 			row.by[k] = median(v)
@@ -444,13 +448,13 @@ func scenario5(srv *server, cfg config) (string, bool) {
 		"extend script GET, PEXPIREAT, GET). **Executed** = every command Redis ran, those inside scripts "+
 		"included. Ratios (×) are to the one-round-trip-per-lease emulation in the same run. "+
 		"Client CPU per period: `getrusage(RUSAGE_SELF)` user+system of the whole bench process, which "+
-		"does nothing else meanwhile. Client heap per lease: `HeapAlloc` after GC with all leases held, minus "+
+		"does nothing else meanwhile; Redis CPU: the server's `used_cpu_user` + `used_cpu_sys` deltas. Client heap per lease: `HeapAlloc` after GC with all leases held, minus "+
 		"before the first, / N (the bench's slice of handles is allocated before; a negative figure is GC "+
 		"noise around zero). Kept = leases that the client still considers held and whose key is still on "+
 		"the server at the end.\n\n",
 		cfg.s5Periods, cfg.s5TTL, cfg.s5TTL/3, cfg.reps)
-	b.WriteString("| contender | N | sent / period (median) | % of one RT per lease | of which script calls | executed by Redis / period | % of one RT per lease | executed, by command | client CPU / period | client heap / lease | goroutines added | kept |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|\n")
+	b.WriteString("| contender | N | sent / period (median) | % of one RT per lease | of which script calls | executed by Redis / period | % of one RT per lease | executed, by command | client CPU / period | Redis CPU / period | client heap / lease | goroutines added | kept |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|\n")
 	var notes []string
 	for _, n := range cfg.s5Leases {
 		res := map[*holder][]s5Result{}
@@ -499,7 +503,7 @@ func scenario5(srv *server, cfg config) (string, bool) {
 		for _, h := range holders {
 			r := rows[h]
 			if r.n == 0 {
-				fmt.Fprintf(&b, "| %s | %s | not measured: %s | | | | | | | | | |\n", h.name, thousands(float64(n)), r.why)
+				fmt.Fprintf(&b, "| %s | %s | not measured: %s | | | | | | | | | | |\n", h.name, thousands(float64(n)), r.why)
 				continue
 			}
 			type kv struct {
@@ -521,16 +525,20 @@ func scenario5(srv *server, cfg config) (string, bool) {
 			if r.lostC != 0 || r.lostS != 0 {
 				kept = fmt.Sprintf("**lost** %d (client) / %d (server)", r.lostC, r.lostS)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.1f ms | %s B | %s | %s |\n", h.name, thousands(float64(n)),
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.1f ms | %.1f ms | %s B | %s | %s |\n", h.name, thousands(float64(n)),
 				thousands(r.sent), pct(r.sent, base.sent), thousands(r.scripts), thousands(r.cmds), pct(r.cmds, base.cmds),
-				strings.Join(cs, ", "), r.cpu, thousands(r.heap), thousands(r.g), kept)
+				strings.Join(cs, ", "), r.cpu, r.rcpu, thousands(r.heap), thousands(r.g), kept)
 		}
 		if d := rows[holders[0]]; d.n > 0 && base.n > 0 {
+			sc := fmt.Sprintf("5, %s leases", thousands(float64(n)))
+			cfg.fig.target(sc, "≤ 1% of the commands of one round trip per lease", d.sent <= base.sent/100,
+				"%s sent (%s vs %s per period); executed by Redis, scripts' commands included: %s", pct(d.sent, base.sent), thousands(d.sent), thousands(base.sent), pct(d.cmds, base.cmds))
+			cfg.fig.target(sc, "≤ 1 KiB client memory per lease", d.heap <= 1024, "%s B", thousands(d.heap))
 			notes = append(notes, fmt.Sprintf("dlock at %s leases: sends **%s** of the commands of one round trip per lease "+
 				"(target ≤ 1%%: %s); Redis executes %s as many commands (two per lease inside `renew.lua`: the ownership "+
-				"check and the extension); client CPU %s; client heap %s B per lease (target ≤ 1 KiB: %s).",
+				"check and the extension); client CPU %s, Redis CPU %s; client heap %s B per lease (target ≤ 1 KiB: %s).",
 				thousands(float64(n)), pct(d.sent, base.sent), metUnmet(d.sent <= base.sent/100),
-				ratio(d.cmds, base.cmds), ratio(d.cpu, base.cpu), thousands(d.heap), metUnmet(d.heap <= 1024)))
+				ratio(d.cmds, base.cmds), ratio(d.cpu, base.cpu), ratio(d.rcpu, base.rcpu), thousands(d.heap), metUnmet(d.heap <= 1024)))
 		}
 	}
 	b.WriteString("\n")

@@ -31,9 +31,9 @@ type findings struct {
 	AcquireErrors  int
 	Recovery       []time.Duration // per fault: fault start → next successful acquisition
 	Signals        int             // lost-lock signals (lease context cancelled with ErrLost)
-	SignalsBefore  int             // ...before the server granted the lock to the next holder
-	SignalsUnsure  int             // ...during the next holder's Lock call, grant instant unknown
-	SignalsAfter   int             // ...after the next holder had been granted the lock
+	SignalsBefore  int             // ...observed before the server granted the lock to the next holder
+	SignalsLate    int             // ...observed later, but no check of that lease said "held" after the grant (paused or descheduled)
+	SignalsAfter   int             // ...and a check of that lease said "held" after the grant
 	SignalMargins  []time.Duration // for signals before: how long before the next grant
 	LiveAfterNext  int             // context checks that said "held" after the next holder was granted the lock
 	UnsureLive     int             // ...during the next holder's Lock call, grant instant unknown
@@ -137,7 +137,13 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	}
 	f.AcquireP50, f.AcquireP99 = pct(lat, 50), pct(lat, 99)
 	sort.Slice(acqs, func(i, j int) bool { return acqs[i].tok < acqs[j].tok })
-	f.TokenOrderBugs = checkTokenOrder(acqs, fail)
+	tokenFail := fail
+	if c.Scenario == "redlock-restart" {
+		tokenFail = func(format string, args ...any) {
+			f.Notes = append(f.Notes, "not a claimed guarantee here: "+fmt.Sprintf(format, args...))
+		}
+	}
+	f.TokenOrderBugs = checkTokenOrder(acqs, tokenFail)
 	next := func(tok uint64) (acq, bool) {
 		i := sort.Search(len(acqs), func(i int) bool { return acqs[i].tok > tok })
 		if i == len(acqs) {
@@ -147,8 +153,21 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	}
 
 	// Lease context checks and lost-lock signals against the next acquisition, on one clock.
-	serverLoses := c.Scenario == "restart" // the server forgets the lock: a documented limitation
+	// A server that forgets the lock (restart without persistence; a quorum member restarted
+	// empty at once) can hand it to a second holder before the first learns: a documented
+	// limitation, measured, not a failure.
+	serverLoses := c.Scenario == "restart" || c.Scenario == "redlock-restart" || c.Scenario == "sentinel-failover"
+	// In quorum mode tokens are promised to increase only if no server loses its data while
+	// it holds a lock (doc.go, "Quorum mode"): the immediate restart breaks that premise.
+	fenceClaimed := c.Scenario != "redlock-restart"
 	var liveEx []string
+	lastLive := map[uint64]int64{}
+	for _, e := range d.events {
+		if e.K == "chk" && e.Live {
+			lastLive[e.Tok] = max(lastLive[e.Tok], e.S)
+		}
+	}
+	signalled := map[uint64]bool{}
 	for _, e := range d.events {
 		switch e.K {
 		case "chk":
@@ -169,6 +188,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 			}
 		case "sig":
 			f.Signals++
+			signalled[e.Tok] = true
 			n, ok := next(e.Tok)
 			switch {
 			case !ok || e.S < n.lo:
@@ -176,15 +196,17 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 				if ok {
 					f.SignalMargins = append(f.SignalMargins, time.Duration(n.lo-e.S))
 				}
-			case e.S <= n.hi:
-				f.SignalsUnsure++
+			case lastLive[e.Tok] > n.hi:
+				f.SignalsAfter++ // also counted, and failed, as a live check after the grant
 			default:
-				f.SignalsAfter++
+				f.SignalsLate++
 			}
-			if c.Scenario == "partition" && ok && e.S >= n.lo {
-				fail("partition: worker %d.%d token %d was told of the loss at %s, not before worker %d.%d was granted token %d (at %s at the earliest)",
-					e.Slot, e.Inc, e.Tok, ts(e.S, d.start), n.slot, n.inc, n.tok, ts(n.lo, d.start))
-			}
+		}
+	}
+	// A paused or partitioned holder must be told.
+	for _, flt := range d.faults {
+		if (flt.Kind == "pause" || flt.Kind == "partition") && !signalled[flt.Token] {
+			fail("%s at %s: worker %d.%d (token %d) never got a lost-lock signal", flt.Kind, ts(flt.Start, d.start), flt.Slot, flt.Inc, flt.Token)
 		}
 	}
 	if f.LiveAfterNext > 0 {
@@ -221,11 +243,19 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	}
 	f.Linearizable = porcupine.CheckOperationsTimeout(incModel, hist, linTimeout)
 	if c.Fenced {
+		var msgs []string
 		if f.LostUpdates != 0 {
-			fail("fenced: %d lost updates (%d writes applied, register ends at %d)", f.LostUpdates, f.Writes, d.final)
+			msgs = append(msgs, fmt.Sprintf("fenced: %d lost updates (%d writes applied, register ends at %d)", f.LostUpdates, f.Writes, d.final))
 		}
 		if f.Linearizable != porcupine.Ok {
-			fail("fenced: history of %d lock-guarded operations is %s, not linearizable", len(hist), f.Linearizable)
+			msgs = append(msgs, fmt.Sprintf("fenced: history of %d lock-guarded operations is %s, not linearizable", len(hist), f.Linearizable))
+		}
+		for _, m := range msgs {
+			if fenceClaimed {
+				fail("%s", m)
+			} else {
+				f.Notes = append(f.Notes, "not a claimed guarantee here: "+m)
+			}
 		}
 	}
 	return f

@@ -27,11 +27,23 @@ func realtime() int64 {
 // clockSample pairs the two clocks read back to back.
 type clockSample struct{ mono, real int64 }
 
+// sampleClocks keeps the tightest of a few back-to-back readings, so that a descheduling
+// between two reads (a busy machine) does not skew the pair.
 func sampleClocks() clockSample {
-	m1 := mono()
-	r := realtime()
-	m2 := mono()
-	return clockSample{mono: m1 + (m2-m1)/2, real: r}
+	var best clockSample
+	width := int64(-1)
+	for range 5 {
+		m1 := mono()
+		r := realtime()
+		m2 := mono()
+		if width < 0 || m2-m1 < width {
+			best, width = clockSample{mono: m1 + (m2-m1)/2, real: r}, m2-m1
+		}
+		if width < 20_000 {
+			break
+		}
+	}
+	return best
 }
 
 // clockMap converts CLOCK_REALTIME instants (such as a fencing token, which is the Redis

@@ -29,7 +29,7 @@ func ms(d time.Duration) string {
 // markdownTable is the per-run table: one row per scenario and mode.
 func markdownTable(all []*findings) string {
 	var b strings.Builder
-	b.WriteString("| scenario | mode | ops | acquisitions | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before / during / after the next grant (least margin, ms) | context said held after re-acquire | linearizable | verdict |\n")
+	b.WriteString("| scenario | mode | ops | acquisitions | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before the next grant (least margin, ms) / later, never acted on / later, acted on | context said held after re-acquire | linearizable | verdict |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
 	for _, f := range all {
 		rec := "–"
@@ -50,9 +50,9 @@ func markdownTable(all []*findings) string {
 		if len(f.SignalMargins) > 0 {
 			margin = " (" + ms(slices.Min(f.SignalMargins)) + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d / %d | %s / %s | %s | %d: %d / %d / %d%s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s |\n",
 			f.Scenario, f.Mode, f.Ops, f.Cycles, f.Faults, f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
-			ms(f.AcquireP50), ms(f.AcquireP99), rec, f.Signals, f.SignalsBefore, f.SignalsUnsure, f.SignalsAfter, margin,
+			ms(f.AcquireP50), ms(f.AcquireP99), rec, f.Signals, f.SignalsBefore, margin, f.SignalsLate, f.SignalsAfter,
 			live, f.Linearizable, verdict)
 	}
 	return b.String()
@@ -94,8 +94,8 @@ func docsSection(cmdline string, o options, m machine, elapsed time.Duration, al
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n", docsStart)
 	fmt.Fprintf(&b, "_Written by `%s` on %s; %d runs in %v._\n\n", cmdline, time.Now().UTC().Format("2006-01-02 15:04 MST"), len(all), elapsed.Round(time.Second))
-	fmt.Fprintf(&b, "- Seed %d; %d worker processes; lease TTL %v; each run until %d writes were applied and %d faults had played out (at most %v).\n",
-		o.seed, o.workers, o.ttl, o.cycles, o.minFaults, o.maxRun)
+	fmt.Fprintf(&b, "- Seed %d; %d worker processes; lease TTL %v (Sentinel scenarios: %v); each run until %d writes were applied (%d register operations) and %d faults (Sentinel: %d failovers) had played out, or %v passed.\n",
+		o.seed, o.workers, o.ttl, o.sentTTL, o.cycles, 2*o.cycles, o.minFaults, o.sentFaults, o.maxRun)
 	fmt.Fprintf(&b, "- Machine: %d cores (%s), Linux %s, %s, %s; load average %s when the run began. The CPU was shared with other work during the run.\n\n",
 		m.cores, m.cpu, m.kernel, m.redis, m.goVersion, m.load)
 	b.WriteString(table)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,6 +28,7 @@ type runConf struct {
 	Cycles    int           // stop once this many writes were applied...
 	MinFaults int           // ...and at least this many faults played out
 	MaxRun    time.Duration // or after this long, whichever comes first
+	Short     bool          // CI: gaps between faults halved
 	Dir       string        // run directory: worker logs
 	Logf      func(format string, args ...any)
 }
@@ -62,11 +64,12 @@ type runData struct {
 	infra  []string // problems of the harness itself (not of dlock)
 }
 
-// slot is one worker position: its own fault proxy in front of Redis, and the worker process
-// currently running in it (a killed worker is replaced by a new incarnation).
+// slot is one worker position: its own fault proxies, one in front of each Redis server, and
+// the worker process currently running in it (a killed worker is replaced by a new
+// incarnation).
 type slot struct {
-	i     int
-	proxy *redistest.Proxy
+	i       int
+	proxies []*redistest.Proxy // proxies[k] leads to srvs[k]
 
 	mu   sync.Mutex
 	inc  int
@@ -76,7 +79,8 @@ type slot struct {
 
 type runner struct {
 	conf  runConf
-	srv   *redistest.Server
+	srvs  []*redistest.Server // one, or five for the quorum (Redlock) scenarios
+	group *redistest.SentinelGroup
 	res   *resource
 	slots []*slot
 	exe   string
@@ -110,11 +114,21 @@ func run(conf runConf) (*runData, error) {
 		return nil, err
 	}
 	r := &runner{conf: conf, exe: exe, lock: "check-" + conf.Scenario, ending: make(chan struct{})}
-	r.srv, err = redistest.StartProcess()
-	if err != nil {
-		return nil, err
+	if strings.HasPrefix(conf.Scenario, "sentinel-") {
+		r.group, err = redistest.StartSentinel()
+		if err != nil {
+			return nil, err
+		}
+		defer r.group.Close()
 	}
-	defer r.srv.Close()
+	for range numServers(conf.Scenario) {
+		srv, err := redistest.StartProcess()
+		if err != nil {
+			return nil, err
+		}
+		defer srv.Close()
+		r.srvs = append(r.srvs, srv)
+	}
 	r.res, err = startResource(conf.Fenced)
 	if err != nil {
 		return nil, err
@@ -126,12 +140,16 @@ func run(conf runConf) (*runData, error) {
 		}
 	}()
 	for i := range conf.Workers {
-		p, err := redistest.StartProxy(r.srv.Addr)
-		if err != nil {
-			return nil, err
+		s := &slot{i: i}
+		for _, srv := range r.srvs {
+			p, err := redistest.StartProxy(srv.Addr)
+			if err != nil {
+				return nil, err
+			}
+			defer p.Close()
+			s.proxies = append(s.proxies, p)
 		}
-		defer p.Close()
-		r.slots = append(r.slots, &slot{i: i, proxy: p})
+		r.slots = append(r.slots, s)
 	}
 	for _, s := range r.slots {
 		if err := r.spawn(s); err != nil {
@@ -186,33 +204,38 @@ func run(conf runConf) (*runData, error) {
 	go func() { schedDone <- r.schedule(ctx, sched) }()
 
 	tick := time.NewTicker(20 * time.Millisecond)
-	faultsDone := 0
 	for {
 		<-tick.C
 		if time.Now().After(deadline) {
 			break
 		}
 		r.mu.Lock()
-		faultsDone = 0
-		var lastEnd int64
+		faultsDone := 0
 		for _, f := range r.faults {
 			if f.End != 0 {
 				faultsDone++
-				lastEnd = max(lastEnd, f.End)
 			}
 		}
 		r.mu.Unlock()
-		// Enough writes and faults, and the last fault has been recovered from for at least a
-		// TTL (so its recovery is in the record).
-		if r.res.acceptedWrites() >= conf.Cycles && faultsDone >= conf.MinFaults && lastEnd != 0 &&
-			mono()-lastEnd > int64(conf.TTL)+int64(500*time.Millisecond) {
+		if r.res.acceptedWrites() >= conf.Cycles && faultsDone >= conf.MinFaults {
 			break
 		}
 	}
-	tick.Stop()
 	stopSched()
-	<-schedDone
-	r.faultWG.Wait() // faults under way finish (SIGCONT, Unblock, Redis back up)
+	<-schedDone      // a fault under way plays out first (SIGCONT, Unblock, Redis back up)
+	r.faultWG.Wait() // and whatever it started (a respawn)
+	// Let traffic recover from the last fault, so that its recovery is in the record: wait for
+	// a few more applied writes (bounded: a run whose traffic never recovers says so).
+	w0 := r.res.acceptedWrites()
+	recoverBy := time.Now().Add(3*conf.TTL + 15*time.Second)
+	for r.res.acceptedWrites() < w0+5 {
+		if time.Now().After(recoverBy) {
+			r.infraf("traffic did not recover within %v of the last fault", 3*conf.TTL+15*time.Second)
+			break
+		}
+		<-tick.C
+	}
+	tick.Stop()
 	close(r.ending)
 	r.stopWorkers()
 	data.end = mono()
@@ -230,6 +253,9 @@ func run(conf runConf) (*runData, error) {
 	if data.faults == nil && conf.MinFaults > 0 {
 		data.infra = append(data.infra, "no fault was injected")
 	}
+	if b, err := json.MarshalIndent(data.faults, "", "  "); err == nil {
+		_ = os.WriteFile(filepath.Join(conf.Dir, "faults.json"), b, 0o644)
+	}
 	data.events, err = readEvents(conf.Dir)
 	if err != nil {
 		return nil, err
@@ -242,10 +268,17 @@ func (r *runner) spawn(s *slot) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inc++
+	var urls []string
+	for _, p := range s.proxies {
+		urls = append(urls, p.URL())
+	}
 	conf := workerConf{
-		Slot: s.i, Inc: s.inc, RedisURL: s.proxy.URL(), Resource: r.res.Addr(), Lock: r.lock,
+		Slot: s.i, Inc: s.inc, RedisURLs: urls, Resource: r.res.Addr(), Lock: r.lock,
 		TTL: r.conf.TTL, Log: filepath.Join(r.conf.Dir, fmt.Sprintf("worker-%d.%d.jsonl", s.i, s.inc)),
 		MaxRun: r.conf.MaxRun + time.Minute,
+	}
+	if r.group != nil {
+		conf.Sentinels, conf.Master = r.group.SentinelAddrs(), r.group.MasterName()
 	}
 	b, _ := json.Marshal(conf)
 	cmd := exec.Command(r.exe)
@@ -341,6 +374,8 @@ func readEvents(dir string) ([]event, error) {
 
 // plannedFault is one entry of the seeded schedule.
 type plannedFault struct {
+	slot    int           // the worker a fault aims at, when it picks one in advance
+	servers []int         // Redis servers involved, in the quorum scenarios (a permutation of 0..4)
 	gap     time.Duration // wait before arming, after the previous fault ended
 	variant string
 	dur     time.Duration // how long the fault lasts
@@ -348,8 +383,9 @@ type plannedFault struct {
 }
 
 type schedule struct {
-	rng *rand.Rand
-	n   int
+	rng   *rand.Rand
+	n     int
+	short bool
 }
 
 func newSchedule(conf runConf) *schedule {
@@ -359,14 +395,17 @@ func newSchedule(conf runConf) *schedule {
 	for _, c := range conf.Scenario {
 		h = h*131 + uint64(c)
 	}
-	return &schedule{rng: rand.New(rand.NewPCG(conf.Seed, h))}
+	return &schedule{rng: rand.New(rand.NewPCG(conf.Seed, h)), short: conf.Short}
 }
 
 func (s *schedule) next(kind string, ttl time.Duration) plannedFault {
 	rng := s.rng
 	p := plannedFault{gap: time.Second + time.Duration(rng.Int64N(int64(time.Second)))}
-	if s.n == 0 {
+	switch {
+	case s.n == 0:
 		p.gap = time.Second + time.Duration(rng.Int64N(int64(200*time.Millisecond)))
+	case s.short:
+		p.gap /= 2
 	}
 	switch kind {
 	case "pause":
@@ -383,6 +422,19 @@ func (s *schedule) next(kind string, ttl time.Duration) plannedFault {
 	case "restart":
 		p.dur = 100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)))
 		p.work = time.Duration(rng.Int64N(int64(ttl / 2)))
+	case "sentinel-failover":
+		p.work = time.Duration(rng.Int64N(int64(ttl)))
+	case "redlock-minority":
+		p.servers = rng.Perm(5)
+		p.dur = ttl + 300*time.Millisecond + time.Duration(rng.Int64N(int64(500*time.Millisecond)))
+		p.work = time.Duration(rng.Int64N(int64(ttl / 2)))
+	case "redlock-restart", "redlock-restart-delayed":
+		p.servers = rng.Perm(5)
+		p.work = time.Duration(rng.Int64N(int64(ttl)))
+		p.dur = 0 // restarted at once: as fast as redis-server starts
+		if kind == "redlock-restart-delayed" {
+			p.dur = ttl + 300*time.Millisecond // longer than any lease
+		}
 	}
 	s.n++
 	return p
@@ -509,12 +561,16 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			r.faultWG.Add(1)
 			close(fired)
 			s := r.slots[slot]
-			s.proxy.Block()
+			for _, px := range s.proxies {
+				px.Block()
+			}
 			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
 			go func() {
 				defer r.faultWG.Done()
 				time.Sleep(p.dur)
-				s.proxy.Unblock()
+				for _, px := range s.proxies {
+					px.Unblock()
+				}
 				finish(i)
 			}()
 			return p.work, false // keep working while cut off: the lease must be reported lost
@@ -524,14 +580,18 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			r.faultWG.Add(1)
 			close(fired)
 			s := r.slots[slot]
-			s.proxy.SetJitter(25 * time.Millisecond)
-			s.proxy.SetDelay(50 * time.Millisecond)
+			for _, px := range s.proxies {
+				px.SetJitter(25 * time.Millisecond)
+				px.SetDelay(50 * time.Millisecond)
+			}
 			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
 			go func() {
 				defer r.faultWG.Done()
 				time.Sleep(p.dur)
-				s.proxy.SetDelay(0)
-				s.proxy.SetJitter(0)
+				for _, px := range s.proxies {
+					px.SetDelay(0)
+					px.SetJitter(0)
+				}
 				finish(i)
 			}()
 			return 0, false
@@ -541,18 +601,101 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			r.faultWG.Add(1)
 			close(fired)
 			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
-			_ = r.srv.Kill()
+			_ = r.srvs[0].Kill()
 			go func() {
 				defer r.faultWG.Done()
 				time.Sleep(p.dur)
-				if err := r.srv.Restart(); err != nil {
+				if err := r.srvs[0].Restart(); err != nil {
 					r.infraf("redis restart: %v", err)
 				}
 				finish(i)
 			}()
 			return p.work, false // the holder is mid-work when its lock vanishes
 		}}
+	case "sentinel-failover":
+		// SIGKILL the master while a holder works; Sentinel promotes a replica; the old master
+		// comes back empty as a replica. Replication is asynchronous: a lock not yet copied
+		// to the promoted replica is gone.
+		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+			r.faultWG.Add(1)
+			close(fired)
+			i := record(faultRec{Kind: kind, Variant: r.group.Master().Addr, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			go func() {
+				defer r.faultWG.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if _, _, err := r.group.Failover(ctx); err != nil {
+					r.infraf("sentinel failover: %v", err)
+				}
+				finish(i)
+			}()
+			return p.work, false
+		}}
+	case "redlock-minority":
+		// Kill a minority (2 of 5) of the servers while a holder works; they come back empty
+		// after more than a lease (a delayed restart).
+		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+			r.faultWG.Add(1)
+			close(fired)
+			i := record(faultRec{Kind: kind, Variant: fmt.Sprintf("servers %d,%d", p.servers[0], p.servers[1]), Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			for _, k := range p.servers[:2] {
+				_ = r.srvs[k].Kill()
+			}
+			go func() {
+				defer r.faultWG.Done()
+				time.Sleep(p.dur)
+				for _, k := range p.servers[:2] {
+					if err := r.srvs[k].Restart(); err != nil {
+						r.infraf("redis restart: %v", err)
+					}
+				}
+				finish(i)
+			}()
+			return p.work, false
+		}}
+	case "redlock-restart", "redlock-restart-delayed":
+		// Redlock's hazard: the holder's links to two servers (A, B) are cut while it works, so
+		// once its keys there expire it holds the lock on a bare majority (C, D, E). Then C
+		// restarts without its data. At once: the others can form a majority of A, B and the
+		// empty C while the holder still believes it holds the lock. Delayed past the lease:
+		// the holder cannot renew on a majority and learns it lost the lock before C is back.
+		a, b, c := p.servers[0], p.servers[1], p.servers[2]
+		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+			r.faultWG.Add(1)
+			close(fired)
+			vs := r.slots[slot]
+			vs.proxies[a].Block()
+			vs.proxies[b].Block()
+			i := record(faultRec{Kind: kind, Variant: fmt.Sprintf("links to %d,%d cut; server %d down %v", a, b, c, p.dur.Round(time.Millisecond)),
+				Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			go func() {
+				defer r.faultWG.Done()
+				time.Sleep(r.conf.TTL + 100*time.Millisecond) // the holder's keys on A and B expire
+				_ = r.srvs[c].Kill()
+				time.Sleep(p.dur)
+				if err := r.srvs[c].Restart(); err != nil {
+					r.infraf("redis restart: %v", err)
+				}
+				time.Sleep(r.conf.TTL)
+				vs.proxies[a].Unblock()
+				vs.proxies[b].Unblock()
+				finish(i)
+			}()
+			return r.conf.TTL + 100*time.Millisecond + p.dur + p.work, false
+		}}
 	}
 	r.infraf("unknown scenario %q", kind)
 	return nil
+}
+
+// numServers is how many standalone Redis servers a scenario needs (each worker has a fault
+// proxy in front of each); the Sentinel scenarios use a Sentinel group instead.
+func numServers(scenario string) int {
+	switch {
+	case strings.HasPrefix(scenario, "redlock-"):
+		return 5
+	case strings.HasPrefix(scenario, "sentinel-"):
+		return 0
+	}
+	return 1
 }

@@ -16,7 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/goredisconn"
 )
 
 // A worker is one client process of the workload: the checker runs its own binary again with
@@ -35,14 +38,16 @@ const (
 )
 
 type workerConf struct {
-	Slot     int           `json:"slot"`
-	Inc      int           `json:"inc"`
-	RedisURL string        `json:"redis_url"` // through the slot's own fault proxy
-	Resource string        `json:"resource"`
-	Lock     string        `json:"lock"`
-	TTL      time.Duration `json:"ttl"`
-	Log      string        `json:"log"`
-	MaxRun   time.Duration `json:"max_run"` // the worker exits after this even if never told to stop
+	Slot      int           `json:"slot"`
+	Inc       int           `json:"inc"`
+	RedisURLs []string      `json:"redis_urls"` // through the slot's own fault proxies; more than one: quorum
+	Sentinels []string      `json:"sentinels"`  // instead: a Sentinel group, through go-redis's failover client
+	Master    string        `json:"master"`
+	Resource  string        `json:"resource"`
+	Lock      string        `json:"lock"`
+	TTL       time.Duration `json:"ttl"`
+	Log       string        `json:"log"`
+	MaxRun    time.Duration `json:"max_run"` // the worker exits after this even if never told to stop
 }
 
 // event is one line of a worker's log. Times are CLOCK_MONOTONIC ns.
@@ -152,7 +157,17 @@ func (rc *resConn) call(line string) (string, int64, time.Duration, error) {
 
 func (w *worker) run(ctx context.Context) error {
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-	client, err := dlock.Dial(dctx, w.conf.RedisURL, dlock.WithTTL(w.conf.TTL))
+	var client *dlock.Client
+	var err error
+	if len(w.conf.Sentinels) > 0 {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: w.conf.Master, SentinelAddrs: w.conf.Sentinels})
+		defer rdb.Close()
+		client, err = dlock.New(goredisconn.New(rdb), dlock.WithTTL(w.conf.TTL))
+	} else if len(w.conf.RedisURLs) == 1 {
+		client, err = dlock.Dial(dctx, w.conf.RedisURLs[0], dlock.WithTTL(w.conf.TTL))
+	} else {
+		client, err = dlock.DialQuorum(dctx, w.conf.RedisURLs, dlock.WithTTL(w.conf.TTL))
+	}
 	dcancel()
 	if err != nil {
 		return err

@@ -1,6 +1,16 @@
 // Package goredisconn adapts a go-redis v9 client (redis.UniversalClient: *redis.Client,
 // *redis.ClusterClient, a Sentinel-backed failover client or *redis.Ring) to dlock's transport
 // interface, for services that already have one.
+//
+// With a *redis.ClusterClient (or a UniversalClient that is one), the Conn reports
+// Cluster() == true and its Listener subscribes with SSUBSCRIBE (sharded pub/sub), one
+// connection per master that owns a subscribed channel's slot. A Sentinel-backed client
+// (redis.NewFailoverClient, or NewUniversalClient with MasterName set) follows failovers by
+// itself; wrap it like any *redis.Client.
+//
+// A batch that holds a WAIT (dlock's replica acknowledgement) goes in one pipeline, on one
+// connection; go-redis reads a pipeline's replies within the client's ReadTimeout (3 s by
+// default), so keep the WAIT timeout below it.
 package goredisconn
 
 import (
@@ -18,9 +28,13 @@ import (
 type adapter struct {
 	c    redis.UniversalClient
 	addr string
+	cc   *redis.ClusterClient // non-nil on a cluster
 }
 
-var _ conn.Conn = (*adapter)(nil)
+var (
+	_ conn.Conn      = (*adapter)(nil)
+	_ conn.Clustered = (*adapter)(nil)
+)
 
 // New wraps c. Closing the returned Conn does not close c.
 //
@@ -37,8 +51,12 @@ func New(c redis.UniversalClient) conn.Conn {
 	default:
 		addr = fmt.Sprintf("%T", c)
 	}
-	return &adapter{c: c, addr: addr}
+	cc, _ := c.(*redis.ClusterClient)
+	return &adapter{c: c, addr: addr, cc: cc}
 }
+
+// Cluster reports whether the client is a *redis.ClusterClient (see conn.Clustered).
+func (a *adapter) Cluster() bool { return a.cc != nil }
 
 func (a *adapter) Addr() string { return a.addr }
 
@@ -77,37 +95,211 @@ func (a *adapter) Eval(ctx context.Context, s *conn.Script, keys, args []string)
 }
 
 func (a *adapter) EvalMulti(ctx context.Context, calls []conn.Call) []conn.Result {
+	if a.cc != nil && hasWait(calls) {
+		return a.clusterWaitBatch(ctx, calls)
+	}
+	return batch(ctx, a.c, calls)
+}
+
+func hasWait(calls []conn.Call) bool {
+	for _, c := range calls {
+		if c.Script == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// queue adds one call to p: EVALSHA (EVAL when eval is set) or, for a nil Script, WAIT.
+func queue(ctx context.Context, p redis.Pipeliner, c conn.Call, eval bool) redis.Cmder {
+	switch {
+	case c.Script == nil:
+		ms := c.WaitTimeout.Milliseconds()
+		if ms == 0 && c.WaitTimeout > 0 {
+			ms = 1 // WAIT n 0 would block until n replicas acknowledge, however long
+		}
+		return p.Do(ctx, "WAIT", c.WaitReplicas, ms)
+	case eval:
+		return p.Eval(ctx, c.Script.Src, c.Keys, argv(c.Args)...)
+	default:
+		return p.EvalSha(ctx, c.Script.SHA, c.Keys, argv(c.Args)...)
+	}
+}
+
+// batch sends calls in one pipeline of c. On a *redis.Client a pipeline goes on one connection,
+// in order, so a WAIT covers the scripts before it. Scripts the server did not have (NOSCRIPT)
+// are re-sent with EVAL in a second pipeline, each followed again by the WAITs that followed it,
+// so that those WAITs cover the writes the re-sent scripts make.
+func batch(ctx context.Context, c redis.Cmdable, calls []conn.Call) []conn.Result {
 	out := make([]conn.Result, len(calls))
-	cmds := make([]*redis.Cmd, len(calls))
-	_, err := a.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range calls {
-			cmds[i] = p.EvalSha(ctx, c.Script.SHA, c.Keys, argv(c.Args)...)
+	cmds := make([]redis.Cmder, len(calls))
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, call := range calls {
+			cmds[i] = queue(ctx, p, call, false)
 		}
 		return nil
 	})
-	var again []int
+	var missing []bool
 	for i, cmd := range cmds {
-		v, cerr := cmd.Result()
-		switch {
-		case isNoScript(cerr):
-			again = append(again, i)
-		case cerr != nil:
-			out[i].Err = cerr
-		default:
-			out[i].Ints, out[i].Err = ints(v)
+		if calls[i].Script != nil && isNoScript(cmd.Err()) {
+			if missing == nil {
+				missing = make([]bool, len(calls))
+			}
+			missing[i] = true
+			continue
 		}
+		out[i].Ints, out[i].Err = result(cmd)
 	}
-	if err != nil && len(again) == 0 {
+	if err != nil && missing == nil {
 		for i := range out {
 			if out[i].Err == nil && out[i].Ints == nil {
 				out[i].Err = err
 			}
 		}
 	}
-	for _, i := range again {
-		out[i].Ints, out[i].Err = a.Eval(ctx, calls[i].Script, calls[i].Keys, calls[i].Args)
+	if missing == nil {
+		return out
+	}
+	var again []int
+	resent := false // a script was re-sent since the last WAIT
+	for i, call := range calls {
+		switch {
+		case missing[i]:
+			again = append(again, i)
+			resent = true
+		case call.Script == nil && resent:
+			again = append(again, i)
+			resent = false
+		}
+	}
+	cmds = cmds[:len(again)]
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for j, i := range again {
+			cmds[j] = queue(ctx, p, calls[i], true)
+		}
+		return nil
+	})
+	for j, i := range again {
+		out[i].Ints, out[i].Err = result(cmds[j])
+		if out[i].Err == nil && out[i].Ints == nil {
+			out[i].Err = err
+		}
 	}
 	return out
+}
+
+// result reads a script's or a WAIT's reply.
+func result(cmd redis.Cmder) ([]int64, error) {
+	switch c := cmd.(type) {
+	case *redis.IntCmd:
+		n, err := c.Result()
+		if err != nil {
+			return nil, err
+		}
+		return []int64{n}, nil
+	case *redis.Cmd:
+		v, err := c.Result()
+		if err != nil {
+			return nil, err
+		}
+		return ints(v)
+	}
+	return nil, fmt.Errorf("unexpected command %T", cmd)
+}
+
+// clusterWaitBatch runs a batch holding WAITs on a cluster. A WAIT only covers writes made on
+// its own connection, to one node, so the scripts each WAIT covers (those since the previous
+// WAIT) are grouped by hash slot, and each group goes with its own copy of the WAIT in one
+// pipeline to the slot's master. The WAIT's result is the smallest count of acknowledging
+// replicas among its groups (or the first error).
+func (a *adapter) clusterWaitBatch(ctx context.Context, calls []conn.Call) []conn.Result {
+	type group struct {
+		key   string      // a key of the group's slot ("" for calls without keys)
+		idx   []int       // indexes in calls of the scripts, then of the WAIT
+		calls []conn.Call // the same calls
+		res   []conn.Result
+	}
+	var groups []*group
+	bySlot := make(map[int]*group)
+	for i, c := range calls {
+		if c.Script != nil {
+			slot, key := -1, ""
+			if len(c.Keys) > 0 {
+				key = c.Keys[0]
+				slot = keySlot(key)
+			}
+			g := bySlot[slot]
+			if g == nil {
+				g = &group{key: key}
+				bySlot[slot] = g
+				groups = append(groups, g)
+			}
+			g.idx = append(g.idx, i)
+			g.calls = append(g.calls, c)
+			continue
+		}
+		if len(bySlot) == 0 { // a WAIT with nothing before it: any master will do
+			groups = append(groups, &group{idx: []int{i}, calls: []conn.Call{c}})
+		}
+		for _, g := range bySlot {
+			g.idx = append(g.idx, i)
+			g.calls = append(g.calls, c)
+		}
+		clear(bySlot)
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() {
+			node, err := a.cc.MasterForKey(ctx, g.key)
+			if err != nil {
+				g.res = make([]conn.Result, len(g.calls))
+				for i := range g.res {
+					g.res[i].Err = err
+				}
+				return
+			}
+			g.res = batch(ctx, node, g.calls)
+		})
+	}
+	wg.Wait()
+	out := make([]conn.Result, len(calls))
+	for _, g := range groups {
+		for j, i := range g.idx {
+			r := g.res[j]
+			switch {
+			case calls[i].Script != nil:
+				out[i] = r
+			case out[i].Err != nil:
+			case r.Err != nil:
+				out[i] = r
+			case out[i].Ints == nil || (len(r.Ints) == 1 && r.Ints[0] < out[i].Ints[0]):
+				out[i].Ints = r.Ints
+			}
+		}
+	}
+	return out
+}
+
+// keySlot returns the Redis Cluster hash slot of key: CRC-16/XMODEM of its hash tag (the
+// part between the first "{" and the next "}", when not empty), else of the whole key.
+func keySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) & (16384 - 1)
 }
 
 func isNoScript(err error) bool {
@@ -133,8 +325,11 @@ func ints(v any) ([]int64, error) {
 }
 
 // Listen opens a pub/sub connection and reads it on one goroutine until Close or a
-// connection error (the caller then opens a new listener).
+// connection error (the caller then opens a new listener). On a cluster, see listenSharded.
 func (a *adapter) Listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
+	if a.cc != nil {
+		return a.listenSharded(ctx, h)
+	}
 	ps := a.c.Subscribe(ctx)
 	if err := ps.Ping(ctx); err != nil {
 		ps.Close()

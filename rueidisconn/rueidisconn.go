@@ -1,12 +1,33 @@
 // Package rueidisconn adapts a rueidis client (github.com/redis/rueidis) to dlock's transport
 // interface. rueidis pipelines concurrent commands on shared connections automatically, which
 // makes it dlock's fast default: dlock.Dial uses it.
+//
+// # Deployments
+//
+// Dial takes one URL:
+//
+//   - a single server: redis://[user:password@]host:port[/db], rediss://... for TLS, or
+//     unix:///path/to/socket;
+//   - Redis Cluster: any node's URL; more seed nodes go in repeated addr query parameters,
+//     redis://[user:password@]host1:port1?addr=host2:port2&addr=host3:port3 (rueidis' own form,
+//     which go-redis' ParseClusterURL reads too). rueidis finds out by itself that the server
+//     is a cluster node and follows MOVED and ASK redirections, failovers and slot migrations;
+//   - Sentinel: redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/<db>]
+//     (rediss+sentinel:// for TLS). The hosts are the Sentinels; user and password are for the
+//     master and its replicas, the Sentinels are asked without authentication. The client
+//     connects to the master the Sentinels name and follows their failovers.
+//
+// On a cluster, the Conn reports Cluster() == true and its Listener subscribes with SSUBSCRIBE
+// (sharded pub/sub), one connection per node that owns a subscribed channel's slot.
 package rueidisconn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,13 +41,21 @@ import (
 // system calls per command on both ends, for at most this much added latency.
 var flushDelay = 20 * time.Microsecond
 
+// sentinelRefresh is how often a Sentinel client re-asks the Sentinels for the master, besides
+// following their +switch-master announcements (in case it missed one).
+const sentinelRefresh = 2 * time.Second
+
 type adapter struct {
-	c    rueidis.Client
-	addr string
-	own  bool
+	c       rueidis.Client
+	addr    string
+	own     bool
+	cluster bool
 }
 
-var _ conn.Conn = (*adapter)(nil)
+var (
+	_ conn.Conn      = (*adapter)(nil)
+	_ conn.Clustered = (*adapter)(nil)
+)
 
 // New wraps c. Closing the returned Conn does not close c.
 func New(c rueidis.Client) conn.Conn {
@@ -34,18 +63,115 @@ func New(c rueidis.Client) conn.Conn {
 	for a := range c.Nodes() {
 		addrs = append(addrs, a)
 	}
-	return &adapter{c: c, addr: strings.Join(addrs, ",")}
+	return &adapter{c: c, addr: strings.Join(addrs, ","), cluster: c.Mode() == rueidis.ClientModeCluster}
 }
 
-// Dial parses url (redis://, rediss://, unix://, with user:password@ and /db) and connects.
-// It returns an error naming the address when the server cannot be reached. Closing the
-// returned Conn closes the connection.
-func Dial(ctx context.Context, url string) (conn.Conn, error) {
-	opt, err := rueidis.ParseURL(url)
+// DialOption changes how Dial connects.
+type DialOption func(*rueidis.ClientOption)
+
+// WithTLSConfig connects with TLS using cfg (for example one whose RootCAs hold a private CA),
+// whatever the URL's scheme. With a rediss:// URL and no WithTLSConfig, the system's roots verify
+// the server. For Sentinel, cfg is used for the Sentinels and the data servers alike.
+func WithTLSConfig(cfg *tls.Config) DialOption {
+	return func(o *rueidis.ClientOption) {
+		c := cfg.Clone()
+		if o.TLSConfig != nil && c.ServerName == "" {
+			c.ServerName = o.TLSConfig.ServerName
+		}
+		o.TLSConfig = c
+		if o.Sentinel.MasterSet != "" {
+			o.Sentinel.TLSConfig = c
+		}
+	}
+}
+
+// Dial parses url and connects; see the package documentation for the URL forms (a single
+// server, a cluster's seed nodes, or Sentinels and a master name). It returns an error naming
+// the address when the server cannot be reached. Closing the returned Conn closes the
+// connection.
+func Dial(ctx context.Context, url string, opts ...DialOption) (conn.Conn, error) {
+	opt, err := ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("bad redis url: %w", err)
+		return nil, err
+	}
+	for _, o := range opts {
+		o(&opt)
 	}
 	return DialOptions(ctx, opt)
+}
+
+// ParseURL turns a URL of any form Dial accepts into rueidis options.
+func ParseURL(rawURL string) (rueidis.ClientOption, error) {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if ok && (scheme == "redis+sentinel" || scheme == "rediss+sentinel") {
+		return parseSentinelURL(scheme, rest)
+	}
+	opt, err := rueidis.ParseURL(rawURL)
+	if err != nil {
+		return opt, fmt.Errorf("bad redis url: %w", err)
+	}
+	return opt, nil
+}
+
+// parseSentinelURL reads [user:password@]host:port[,host:port...]/<master>[/<db>].
+func parseSentinelURL(scheme, rest string) (rueidis.ClientOption, error) {
+	var opt rueidis.ClientOption
+	bad := func(format string, args ...any) (rueidis.ClientOption, error) {
+		return opt, fmt.Errorf("bad redis url: %s://%s: %s", scheme, redactUser(rest), fmt.Sprintf(format, args...))
+	}
+	if strings.ContainsAny(rest, "?#") {
+		return bad("query parameters are not supported with Sentinel")
+	}
+	authority, path, _ := strings.Cut(rest, "/")
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		u, err := url.Parse("redis://" + authority[:i+1] + "host")
+		if err != nil {
+			return bad("user info: %v", err)
+		}
+		opt.Username = u.User.Username()
+		opt.Password, _ = u.User.Password()
+		authority = authority[i+1:]
+	}
+	for _, h := range strings.Split(authority, ",") {
+		if h == "" {
+			return bad("empty Sentinel address")
+		}
+		if !strings.Contains(h, ":") {
+			h += ":26379"
+		}
+		opt.InitAddress = append(opt.InitAddress, h)
+	}
+	master, db, hasDB := strings.Cut(path, "/")
+	if master == "" {
+		return bad("no master name (redis+sentinel://host:port,.../<master name>)")
+	}
+	var err error
+	if opt.Sentinel.MasterSet, err = url.PathUnescape(master); err != nil {
+		return bad("master name: %v", err)
+	}
+	if hasDB && db != "" {
+		if opt.SelectDB, err = strconv.Atoi(db); err != nil || opt.SelectDB < 0 {
+			return bad("invalid database number %q", db)
+		}
+	}
+	if scheme == "rediss+sentinel" {
+		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		opt.Sentinel.TLSConfig = opt.TLSConfig
+	}
+	return opt, nil
+}
+
+// redactUser hides the password of a URL's user info in error messages.
+func redactUser(rest string) string {
+	authority, path, hasPath := strings.Cut(rest, "/")
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		user, _, _ := strings.Cut(authority[:i], ":")
+		authority = user + ":xxxxx@" + authority[i+1:]
+	}
+	if hasPath {
+		return authority + "/" + path
+	}
+	return authority
 }
 
 // DialOptions connects with opt; client-side caching is turned off (dlock does not use it).
@@ -66,12 +192,24 @@ func DialOptions(ctx context.Context, opt rueidis.ClientOption) (conn.Conn, erro
 		opt.Dialer.Timeout = max(time.Until(dl), time.Millisecond)
 	}
 	addr := strings.Join(opt.InitAddress, ",")
+	if opt.Sentinel.MasterSet != "" {
+		addr = "sentinel " + addr + " master " + opt.Sentinel.MasterSet
+		if opt.Sentinel.TopologyRefreshInterval == 0 {
+			opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
+		}
+		if opt.Sentinel.Dialer.Timeout == 0 {
+			opt.Sentinel.Dialer.Timeout = opt.Dialer.Timeout
+		}
+	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach redis at %s: %w", addr, err)
 	}
-	return &adapter{c: c, addr: addr, own: true}, nil
+	return &adapter{c: c, addr: addr, own: true, cluster: c.Mode() == rueidis.ClientModeCluster}, nil
 }
+
+// Cluster reports whether the client talks to a Redis Cluster (see conn.Clustered).
+func (a *adapter) Cluster() bool { return a.cluster }
 
 func (a *adapter) Addr() string { return a.addr }
 
@@ -153,29 +291,173 @@ func (a *adapter) EvalMulti(ctx context.Context, calls []conn.Call) []conn.Resul
 func (a *adapter) evalMulti(parent context.Context, calls []conn.Call) []conn.Result {
 	ctx, done := noDeadline(parent)
 	defer done()
+	if a.cluster && hasWait(calls) {
+		return a.clusterWaitBatch(ctx, calls)
+	}
+	return a.batch(ctx, calls)
+}
+
+func hasWait(calls []conn.Call) bool {
+	for _, c := range calls {
+		if c.Script == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// command builds one call: EVALSHA (EVAL when eval is set) or, for a nil Script, WAIT.
+func (a *adapter) command(c conn.Call, eval bool) rueidis.Completed {
+	switch {
+	case c.Script == nil:
+		ms := c.WaitTimeout.Milliseconds()
+		if ms == 0 && c.WaitTimeout > 0 {
+			ms = 1 // WAIT n 0 would block until n replicas acknowledge, however long
+		}
+		return a.c.B().Wait().Numreplicas(int64(c.WaitReplicas)).Timeout(ms).Build()
+	case eval:
+		return a.eval(c.Script, c.Keys, c.Args)
+	default:
+		return a.evalsha(c.Script, c.Keys, c.Args)
+	}
+}
+
+// batch sends calls in one DoMulti. rueidis sends a DoMulti that holds a blocking command
+// (WAIT is one) on a single connection taken from its pool of dedicated connections, in
+// order, so a WAIT covers the scripts before it. Scripts the server did not have (NOSCRIPT) are
+// re-sent with EVAL in a second DoMulti, each followed again by the WAITs that followed it, so
+// that those WAITs cover the writes the re-sent scripts make.
+func (a *adapter) batch(ctx context.Context, calls []conn.Call) []conn.Result {
 	cmds := make(rueidis.Commands, len(calls))
 	for i, c := range calls {
-		cmds[i] = a.evalsha(c.Script, c.Keys, c.Args)
+		cmds[i] = a.command(c, false)
 	}
 	out := make([]conn.Result, len(calls))
-	var again []int
+	var missing []bool
 	for i, resp := range a.c.DoMulti(ctx, cmds...) {
-		if noScript(resp.Error()) {
-			again = append(again, i)
+		if calls[i].Script != nil && noScript(resp.Error()) {
+			if missing == nil {
+				missing = make([]bool, len(calls))
+			}
+			missing[i] = true
 			continue
 		}
 		out[i].Ints, out[i].Err = ints(resp)
 	}
-	if len(again) > 0 {
-		cmds = cmds[:0]
-		for _, i := range again {
-			cmds = append(cmds, a.eval(calls[i].Script, calls[i].Keys, calls[i].Args))
+	if missing == nil {
+		return out
+	}
+	var again []int
+	resent := false // a script was re-sent since the last WAIT
+	for i, c := range calls {
+		switch {
+		case missing[i]:
+			again = append(again, i)
+			resent = true
+		case c.Script == nil && resent:
+			again = append(again, i)
+			resent = false
 		}
-		for j, resp := range a.c.DoMulti(ctx, cmds...) {
-			out[again[j]].Ints, out[again[j]].Err = ints(resp)
+	}
+	cmds = cmds[:0]
+	for _, i := range again {
+		cmds = append(cmds, a.command(calls[i], true))
+	}
+	for j, resp := range a.c.DoMulti(ctx, cmds...) {
+		out[again[j]].Ints, out[again[j]].Err = ints(resp)
+	}
+	return out
+}
+
+// clusterWaitBatch runs a batch holding WAITs on a cluster. A WAIT only covers writes made on
+// its own connection, to one node, so the scripts each WAIT covers (those since the previous
+// WAIT) are grouped by hash slot, and each group goes with its own copy of the WAIT in one
+// batch to the slot's master. The WAIT's result is the smallest count of acknowledging
+// replicas among its groups (or the first error).
+func (a *adapter) clusterWaitBatch(ctx context.Context, calls []conn.Call) []conn.Result {
+	type group struct {
+		idx   []int       // indexes in calls of the scripts, then of the WAIT
+		calls []conn.Call // the same calls
+		res   []conn.Result
+	}
+	var groups []*group
+	bySlot := make(map[uint16]*group)
+	for i, c := range calls {
+		if c.Script != nil {
+			slot := callSlot(c)
+			g := bySlot[slot]
+			if g == nil {
+				g = &group{}
+				bySlot[slot] = g
+				groups = append(groups, g)
+			}
+			g.idx = append(g.idx, i)
+			g.calls = append(g.calls, c)
+			continue
+		}
+		if len(bySlot) == 0 { // a WAIT with nothing before it: any node will do
+			groups = append(groups, &group{idx: []int{i}, calls: []conn.Call{c}})
+		}
+		for _, g := range bySlot {
+			g.idx = append(g.idx, i)
+			g.calls = append(g.calls, c)
+		}
+		clear(bySlot)
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() { g.res = a.batch(ctx, g.calls) })
+	}
+	wg.Wait()
+	out := make([]conn.Result, len(calls))
+	for _, g := range groups {
+		for j, i := range g.idx {
+			r := g.res[j]
+			switch {
+			case calls[i].Script != nil:
+				out[i] = r
+			case out[i].Err != nil:
+			case r.Err != nil:
+				out[i] = r
+			case out[i].Ints == nil || (len(r.Ints) == 1 && r.Ints[0] < out[i].Ints[0]):
+				out[i].Ints = r.Ints
+			}
 		}
 	}
 	return out
+}
+
+// callSlot is the hash slot of a script call's first key (all keys of one call share it).
+func callSlot(c conn.Call) uint16 {
+	if len(c.Keys) == 0 {
+		return noSlot
+	}
+	return keySlot(c.Keys[0])
+}
+
+// noSlot groups calls without keys.
+const noSlot = 1 << 15
+
+// keySlot returns the Redis Cluster hash slot of key: CRC-16/XMODEM of its hash tag (the
+// part between the first "{" and the next "}", when not empty), else of the whole key.
+func keySlot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc & (16384 - 1)
 }
 
 func noScript(err error) bool {
@@ -201,8 +483,11 @@ func ints(resp rueidis.RedisResult) ([]int64, error) {
 	return []int64{v}, nil
 }
 
-// Listen takes a dedicated connection for pub/sub.
+// Listen takes a dedicated connection for pub/sub; on a cluster, see listenSharded.
 func (a *adapter) Listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
+	if a.cluster {
+		return a.listenSharded(ctx, h)
+	}
 	dc, release := a.c.Dedicate()
 	ln := &listener{dc: dc, release: release, done: make(chan error, 1)}
 	errs := dc.SetPubSubHooks(rueidis.PubSubHooks{

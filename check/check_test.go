@@ -1,0 +1,418 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// TestMain doubles as the worker: the end-to-end tests run this test binary again in the
+// worker role, as dlock-check runs itself.
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) == "worker" {
+		os.Exit(runWorker())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// resCall sends one request line to the resource server and returns the reply line.
+func resCall(t *testing.T, c net.Conn, br *bufio.Reader, line string) string {
+	t.Helper()
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := br.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(reply)
+}
+
+func TestResource_FencesReadsAndWrites(t *testing.T) {
+	for _, fenced := range []bool{true, false} {
+		t.Run(fmt.Sprint("fenced=", fenced), func(t *testing.T) {
+			r, err := startResource(fenced)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			c, err := net.Dial("tcp", r.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			want := func(line, reply string) {
+				t.Helper()
+				if got := resCall(t, c, br, line); got != reply {
+					t.Fatalf("%s: got %q, want %q", line, got, reply)
+				}
+			}
+			stale := func(v int) string {
+				if fenced {
+					return fmt.Sprintf("stale %d 0", v)
+				}
+				return ""
+			}
+			want("R 0 1 1 5", "ok 0 0")
+			want("W 0 1 1 5 1", "ok 1 0")
+			if fenced {
+				want("R 1 1 1 4", stale(1)) // an older holder may not even read
+				want("W 1 1 1 4 7", stale(1))
+				want("W 0 1 2 5 2", "ok 2 0") // the same token is still the holder's
+			} else {
+				want("R 1 1 1 4", "ok 1 0")
+				want("W 1 1 1 4 7", "ok 7 0")
+			}
+			final, ops := r.snapshot()
+			if fenced && final != 2 || !fenced && final != 7 {
+				t.Fatalf("final value %d", final)
+			}
+			var staleOps, refused int
+			for _, op := range ops {
+				if op.Stale {
+					staleOps++
+				}
+				if !op.Accepted {
+					refused++
+				}
+			}
+			if staleOps != 2 || (fenced && refused != 2) || (!fenced && refused != 0) {
+				t.Fatalf("stale %d, refused %d: %+v", staleOps, refused, ops)
+			}
+		})
+	}
+}
+
+func TestResource_TrapFiresOnceOnTheMatchingRequest(t *testing.T) {
+	r, err := startResource(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c, err := net.Dial("tcp", r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	fired := 0
+	r.arm(&trap{op: 'W', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+		fired++
+		if slot != 3 || inc != 2 || tok != 9 {
+			t.Errorf("fired for %d.%d token %d", slot, inc, tok)
+		}
+		return 0, false
+	}})
+	resCall(t, c, br, "R 3 2 1 9")
+	if fired != 0 {
+		t.Fatal("a write trap fired on a read")
+	}
+	resCall(t, c, br, "W 3 2 1 9 1")
+	resCall(t, c, br, "W 3 2 2 9 2")
+	if fired != 1 {
+		t.Fatalf("fired %d times, want 1", fired)
+	}
+	r.arm(&trap{op: 'R', fire: func(int, int, uint64) (time.Duration, bool) { return 250 * time.Millisecond, false }})
+	if got := resCall(t, c, br, "R 3 2 3 9"); got != "ok 2 250" {
+		t.Fatalf("work not handed back: %q", got)
+	}
+	if r.disarm() {
+		t.Fatal("a sprung trap was still armed")
+	}
+}
+
+// history builders for the analysis tests. Times are in ms for readability; the analysis only
+// compares them. Tokens are small, so they map outside the Lock calls and the grant instants
+// fall back to the calls' bounds.
+type hist struct {
+	d *runData
+}
+
+func newHist(scenario string, fenced bool) *hist {
+	return &hist{d: &runData{conf: runConf{Scenario: scenario, Fenced: fenced, TTL: 500 * time.Millisecond}}}
+}
+
+func msT(v float64) int64 { return int64(v * 1e6) }
+
+func (h *hist) acq(slot int, tok uint64, s, r float64) {
+	h.d.events = append(h.d.events, event{K: "acq", Slot: slot, Inc: 1, Tok: tok, S: msT(s), R: msT(r), Res: "ok"})
+}
+
+func (h *hist) chk(slot int, tok uint64, at float64, live bool) {
+	h.d.events = append(h.d.events, event{K: "chk", Slot: slot, Inc: 1, Tok: tok, S: msT(at), Live: live})
+}
+
+func (h *hist) sig(slot int, tok uint64, at float64) {
+	h.d.events = append(h.d.events, event{K: "sig", Slot: slot, Inc: 1, Tok: tok, S: msT(at), Cause: "done"})
+}
+
+// rmw is a read at [rs, rs+1] (applied at rs+0.5) and, if ws > 0, a write at [ws, ws+1].
+func (h *hist) rmw(slot int, tok uint64, seq int64, val int64, rs, ws float64, accepted bool) {
+	h.d.events = append(h.d.events, event{K: "rd", Slot: slot, Inc: 1, Tok: tok, Seq: seq, S: msT(rs), R: msT(rs + 1), Val: val, Res: "ok"})
+	h.d.ops = append(h.d.ops, opRecord{T: msT(rs + 0.5), Op: 'R', Slot: slot, Inc: 1, Seq: seq, Token: tok, Value: val, Accepted: true})
+	if ws == 0 {
+		return
+	}
+	res := "ok"
+	if !accepted {
+		res = "stale"
+	}
+	h.d.events = append(h.d.events, event{K: "wr", Slot: slot, Inc: 1, Tok: tok, Seq: seq, S: msT(ws), R: msT(ws + 1), Val: val + 1, Res: res})
+	h.d.ops = append(h.d.ops, opRecord{T: msT(ws + 0.5), Op: 'W', Slot: slot, Inc: 1, Seq: seq, Token: tok, Value: val + 1, Accepted: accepted})
+	if accepted {
+		h.d.final = val + 1
+	}
+}
+
+func TestAnalyze_MutualExclusionIsCleanAndLinearizable(t *testing.T) {
+	h := newHist("pause", true)
+	h.acq(0, 10, 0, 1)
+	h.chk(0, 10, 2, true)
+	h.rmw(0, 10, 1, 0, 3, 5, true)
+	h.acq(1, 11, 1, 8) // waited, granted after 0's unlock at ~7
+	h.chk(1, 11, 9, true)
+	h.rmw(1, 11, 1, 1, 10, 12, true)
+	f := analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 0 || f.Overlaps != 0 || f.LostUpdates != 0 || f.Linearizable != porcupine.Ok || f.Cycles != 2 || f.Ops != 4 {
+		t.Fatalf("%+v", f)
+	}
+}
+
+// The classic lost update: A reads, is paused, B takes the lock, reads and writes, A wakes
+// and writes the value it read plus one.
+func pausedWriterHistory(fenced bool) *hist {
+	h := newHist("pause", fenced)
+	h.acq(0, 10, 0, 1)
+	h.chk(0, 10, 2, true)
+	h.rmw(0, 10, 1, 0, 3, 0, false)
+	h.acq(1, 11, 1, 600)
+	h.chk(1, 11, 601, true)
+	h.rmw(1, 11, 1, 0, 602, 604, true)
+	// A's write lands after B's, with its old token.
+	h.d.events = append(h.d.events, event{K: "wr", Slot: 0, Inc: 1, Tok: 10, Seq: 1, S: msT(4), R: msT(700), Val: 1, Res: map[bool]string{true: "stale", false: "ok"}[fenced]})
+	h.d.ops = append(h.d.ops, opRecord{T: msT(699), Op: 'W', Slot: 0, Inc: 1, Seq: 1, Token: 10, Value: 1, Accepted: !fenced, Stale: true})
+	h.d.final = 1
+	h.sig(0, 10, 701)
+	h.d.faults = []faultRec{{Kind: "pause", Slot: 0, Inc: 1, Token: 10, Start: msT(3.5), End: msT(698)}}
+	return h
+}
+
+func TestAnalyze_UnfencedLostUpdateIsMeasuredNotFailed(t *testing.T) {
+	f := analyze(pausedWriterHistory(false).d, 10*time.Second)
+	if f.LostUpdates != 1 || f.Overlaps != 1 || f.StaleLanded != 1 || f.Linearizable != porcupine.Illegal {
+		t.Fatalf("lost %d overlaps %d stale landed %d linearizable %s", f.LostUpdates, f.Overlaps, f.StaleLanded, f.Linearizable)
+	}
+	if len(f.Failures) != 0 {
+		t.Fatalf("unfenced lost updates must not fail the run: %v", f.Failures)
+	}
+	if f.SignalsLate != 1 || len(f.Recovery) != 1 || f.Recovery[0] != 600*time.Millisecond-3500*time.Microsecond {
+		t.Fatalf("late signals %d, recovery %v", f.SignalsLate, f.Recovery)
+	}
+}
+
+func TestAnalyze_FencedStaleWriteIsRefused(t *testing.T) {
+	h := pausedWriterHistory(true)
+	h.d.final = 1
+	f := analyze(h.d, 10*time.Second)
+	if f.LostUpdates != 0 || f.StaleRejected != 1 || f.Linearizable != porcupine.Ok || len(f.Failures) != 0 {
+		t.Fatalf("%+v", f)
+	}
+}
+
+func TestAnalyze_FencedLostUpdateFails(t *testing.T) {
+	h := pausedWriterHistory(true)
+	// Pretend the fence let the late write through.
+	for i := range h.d.ops {
+		h.d.ops[i].Accepted = true
+	}
+	f := analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "1 lost updates") || !strings.Contains(f.Failures[1], "not linearizable") {
+		t.Fatalf("failures: %q", f.Failures)
+	}
+}
+
+func TestAnalyze_LiveContextAfterTheNextGrantFails(t *testing.T) {
+	h := newHist("partition", true)
+	h.acq(0, 10, 0, 1)
+	h.acq(1, 11, 1, 600)
+	h.chk(0, 10, 599, true) // during 1's Lock call: cannot tell
+	h.chk(0, 10, 650, true) // after it returned: the context lied
+	h.sig(0, 10, 660)
+	h.d.faults = []faultRec{{Kind: "partition", Slot: 0, Inc: 1, Token: 10, Start: msT(2)}}
+	f := analyze(h.d, time.Second)
+	if f.LiveAfterNext != 1 || f.UnsureLive != 1 || f.SignalsAfter != 1 || len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "token 10 context live") {
+		t.Fatalf("live after %d, unsure %d, signals after %d, failures %q", f.LiveAfterNext, f.UnsureLive, f.SignalsAfter, f.Failures)
+	}
+	// In the restart scenario the server forgets the lock: measured, not failed.
+	h.d.conf.Scenario = "restart"
+	h.d.faults = nil
+	if f := analyze(h.d, time.Second); len(f.Failures) != 0 || f.LiveAfterNext != 1 {
+		t.Fatalf("restart: %q", f.Failures)
+	}
+}
+
+func TestAnalyze_MissingSignalAndSlowRecoveryFail(t *testing.T) {
+	h := newHist("partition", false)
+	h.acq(0, 10, 0, 1)
+	h.acq(1, 11, 1, 600)
+	h.d.faults = []faultRec{{Kind: "partition", Slot: 0, Inc: 1, Token: 10, Start: msT(2)}}
+	if f := analyze(h.d, time.Second); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "never got a lost-lock signal") {
+		t.Fatalf("failures: %q", f.Failures)
+	}
+	h = newHist("kill", false)
+	h.acq(0, 10, 0, 1)
+	h.acq(1, 11, 1, 802)
+	h.d.faults = []faultRec{{Kind: "kill", Slot: 0, Inc: 1, Token: 10, Start: msT(2)}} // 800 ms before the next grant
+	if f := analyze(h.d, time.Second); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "over TTL + 250 ms") {
+		t.Fatalf("failures: %q", f.Failures)
+	}
+}
+
+func TestAnalyze_TokensMustIncrease(t *testing.T) {
+	h := newHist("latency", true)
+	h.acq(0, 20, 0, 1)
+	h.acq(1, 11, 5, 6) // started after 20 was handed out, yet smaller
+	if f := analyze(h.d, time.Second); f.TokenOrderBugs != 1 || len(f.Failures) != 1 {
+		t.Fatalf("token order bugs %d, failures %q", f.TokenOrderBugs, f.Failures)
+	}
+}
+
+func TestClockMap_PlacesTokensOnTheMonotonicTimeline(t *testing.T) {
+	samples := []clockSample{sampleClocks()}
+	before := mono()
+	realUS := realtime() / 1000
+	after := mono()
+	samples = append(samples, sampleClocks())
+	m := newClockMap(samples)
+	got, ok := m.toMono(realUS * 1000)
+	// The µs truncation can place it up to 1 µs early.
+	if !ok || got < before-int64(time.Microsecond)-int64(50*time.Microsecond) || got > after+int64(50*time.Microsecond) {
+		t.Fatalf("mapped to %d, want within [%d, %d]", got, before, after)
+	}
+	stepped := newClockMap([]clockSample{{mono: 0, real: 1e9}, {mono: 1e8, real: 5e9}})
+	if _, ok := stepped.toMono(2e9); ok {
+		t.Fatal("a stepped wall clock was not detected")
+	}
+}
+
+// The latency fault: 50 ms ± 25 ms per direction, bytes in order.
+func TestProxyJitter(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	echoDone := make(chan struct{})
+	go func() {
+		defer close(echoDone)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	}()
+	p, err := redistest.StartProxy(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.SetDelay(50 * time.Millisecond)
+	p.SetJitter(25 * time.Millisecond)
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	lo, hi := time.Hour, time.Duration(0)
+	for i := range 20 {
+		start := time.Now()
+		fmt.Fprintf(c, "%d\n", i)
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line != fmt.Sprintf("%d\n", i) {
+			t.Fatalf("got %q, want %d", line, i)
+		}
+		rtt := time.Since(start)
+		lo, hi = min(lo, rtt), max(hi, rtt)
+	}
+	// Two legs of 25–75 ms each.
+	if lo < 50*time.Millisecond || hi > 400*time.Millisecond {
+		t.Fatalf("round trips %v..%v, want within 50 ms..150 ms (plus scheduling)", lo, hi)
+	}
+	if hi-lo < 10*time.Millisecond {
+		t.Fatalf("round trips %v..%v: no jitter", lo, hi)
+	}
+	_ = c.Close()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-echoDone
+}
+
+// End to end, in the smallest form that still shows what each mode is for: one SIGSTOP of a
+// holder between its last context check and its write, past its TTL.
+func TestRun_PauseBeforeWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and five worker processes")
+	}
+	for _, fenced := range []bool{true, false} {
+		t.Run(fmt.Sprint("fenced=", fenced), func(t *testing.T) {
+			conf := runConf{
+				Scenario: "pause", Fenced: fenced, Seed: 1, Workers: 5, TTL: 500 * time.Millisecond,
+				Cycles: 30, MinFaults: 1, MaxRun: 30 * time.Second, Short: true,
+				Logf: t.Logf,
+			}
+			root, err := os.MkdirTemp("", "dlock-check-test-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf.Dir = filepath.Join(root, "run")
+			defer func() {
+				if t.Failed() {
+					t.Logf("worker logs kept in %s", conf.Dir)
+				} else {
+					os.RemoveAll(root)
+				}
+			}()
+			d, err := run(conf)
+			if err != nil {
+				if errors.Is(err, redistest.ErrNotFound) {
+					t.Skip(err)
+				}
+				t.Fatal(err)
+			}
+			f := analyze(d, 20*time.Second)
+			t.Logf("\n%s", markdownTable([]*findings{f}))
+			if len(f.Failures) != 0 {
+				t.Fatalf("failures: %q", f.Failures)
+			}
+			if f.Faults < 1 || d.faults[0].Variant != "before-write" || len(f.Recovery) < 1 || f.Signals < 1 {
+				t.Fatalf("faults %+v, recovery %v, signals %d", d.faults, f.Recovery, f.Signals)
+			}
+			// The paused write lands after others made progress: refused with a fence, a lost
+			// update without.
+			if fenced && (f.StaleRejected < 1 || f.LostUpdates != 0 || f.Linearizable != porcupine.Ok) {
+				t.Fatalf("fenced: stale refused %d, lost %d, %s", f.StaleRejected, f.LostUpdates, f.Linearizable)
+			}
+			if !fenced && (f.LostUpdates < 1 || f.Overlaps < 1 || f.Linearizable != porcupine.Illegal) {
+				t.Fatalf("unfenced: lost %d, overlaps %d, %s", f.LostUpdates, f.Overlaps, f.Linearizable)
+			}
+		})
+	}
+}
