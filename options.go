@@ -1,7 +1,10 @@
 package dlock
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 )
@@ -32,6 +35,7 @@ type options struct {
 	label     string
 	ackN      int           // replicas that must acknowledge each acquisition and renewal
 	ackWait   time.Duration // how long to wait for them
+	tlsConfig *tls.Config   // Dial, DialQuorum: TLS settings (WithTLSConfig, WithCAFile)
 	ownerConn bool          // Dial: Close closes the connection it made
 	err       error
 }
@@ -115,6 +119,38 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 			return
 		}
 		o.ackN, o.ackWait = n, timeout
+	}
+}
+
+// WithTLSConfig makes Dial and DialQuorum connect with TLS using cfg, whatever the URL's scheme
+// (with a rediss:// URL and no TLS option, the system's root certificates verify the server).
+// New and NewQuorum ignore it: configure TLS on the client you pass them.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(o *options) {
+		if cfg == nil {
+			o.fail(fmt.Errorf("%w: nil TLS config", ErrInvalid))
+			return
+		}
+		o.tlsConfig = cfg
+	}
+}
+
+// WithCAFile makes Dial and DialQuorum connect with TLS and verify the server's certificate
+// against the PEM certificates in path (a private CA) instead of the system's roots.
+// New and NewQuorum ignore it.
+func WithCAFile(path string) Option {
+	return func(o *options) {
+		pem, err := os.ReadFile(path)
+		if err != nil {
+			o.fail(fmt.Errorf("%w: CA file: %v", ErrInvalid, err))
+			return
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			o.fail(fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrInvalid, path))
+			return
+		}
+		o.tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 }
 

@@ -37,7 +37,7 @@ func DialQuorum(ctx context.Context, urls []string, opts ...Option) (*Client, er
 	errs := make([]error, len(urls))
 	var wg sync.WaitGroup
 	for i, u := range urls {
-		nodes[i] = &lazyNode{url: u}
+		nodes[i] = &lazyNode{url: u, dialOpts: o.dialOptions()}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -772,7 +772,8 @@ func (l *quorumListener) closeAll() {
 // lazyNode is one server of DialQuorum: dialled at the start and, when that failed or the
 // server was never reachable, again when a call needs it, at most once per redialEvery.
 type lazyNode struct {
-	url string
+	url      string
+	dialOpts []rueidisconn.DialOption
 
 	mu       sync.Mutex
 	cn       conn.Conn
@@ -785,7 +786,7 @@ type lazyNode struct {
 const redialEvery = time.Second
 
 func (n *lazyNode) dial(ctx context.Context) error {
-	cn, err := rueidisconn.Dial(ctx, n.url)
+	cn, err := rueidisconn.Dial(ctx, n.url, n.dialOpts...)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.lastTry, n.lastErr = time.Now(), err
