@@ -43,15 +43,22 @@ type Client struct {
 	bg        sync.WaitGroup
 }
 
-// Dial connects to the Redis server at url through rueidis and returns a Client that owns the
-// connection. Accepted forms: redis://[user:password@]host:port[/db], rediss:// (TLS) and
-// unix://path. It fails fast, naming the address, when the server cannot be reached.
+// Dial connects to Redis at url through rueidis and returns a Client that owns the connection.
+// Accepted forms (see package rueidisconn for details):
+//
+//   - one server: redis://[user:password@]host:port[/db], rediss://… (TLS), unix:///path;
+//   - Redis Cluster: any node, more seeds as ?addr=host:port&addr=host:port;
+//   - Sentinel: redis+sentinel://[user:password@]host:port[,host:port…]/<master name>[/<db>]
+//     (the hosts are the Sentinels; the client follows their failovers).
+//
+// WithCAFile or WithTLSConfig set up TLS. It fails fast, naming the address, when the server
+// cannot be reached.
 func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	o := defaultOptions().with(opts)
 	if o.err != nil {
 		return nil, o.err
 	}
-	cn, err := rueidisconn.Dial(ctx, url)
+	cn, err := rueidisconn.Dial(ctx, url, o.dialOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: dial: %w", err)
 	}
@@ -184,6 +191,13 @@ func holderMeta(label string) string {
 		Label string `json:"label,omitempty"`
 	}{host, os.Getpid(), processStart.Unix(), label})
 	return string(b)
+}
+
+func (o options) dialOptions() []rueidisconn.DialOption {
+	if o.tlsConfig == nil {
+		return nil
+	}
+	return []rueidisconn.DialOption{rueidisconn.WithTLSConfig(o.tlsConfig)}
 }
 
 // releaseArgs are the arguments of release.lua (docs/PROTOCOL.md): on a Cluster it announces

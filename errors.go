@@ -15,6 +15,9 @@ var (
 	// ErrClosed is returned by every call on a closed Client, and is the cause of the lease
 	// contexts that Close ended.
 	ErrClosed = errors.New("dlock: client closed")
+	// ErrReplicaAck is wrapped by the error of an acquisition that fewer replicas than
+	// WithReplicaAck asks for acknowledged in time; the lock was released again.
+	ErrReplicaAck = errors.New("dlock: not acknowledged by enough replicas")
 	// ErrInvalid wraps every error about bad input: an empty or oversized name, a TTL below the
 	// minimum, a bad option or URL.
 	ErrInvalid = errors.New("dlock: invalid argument")

@@ -41,6 +41,8 @@ type leaseState struct {
 	owner   string
 	token   uint64
 	renew   bool
+	ackN    int           // WithReplicaAck: replicas that must acknowledge each renewal
+	ackWait time.Duration // and how long to wait for them
 
 	keys []string // {key}, shared with the Mutex
 
@@ -63,7 +65,7 @@ type leaseState struct {
 func newLeaseState(m *Mutex, parent context.Context, owner string, token uint64, sent int64) *leaseState {
 	st := &leaseState{
 		c: m.c, name: m.name, key: m.key, keys: m.keys, channel: m.channel,
-		owner: owner, token: token, renew: m.o.renew,
+		owner: owner, token: token, renew: m.o.renew, ackN: m.o.ackN, ackWait: m.o.ackWait,
 		lastSent: sent, holds: 1, parent: parent, idx: -1,
 	}
 	st.ttl.Store(int64(m.o.ttl))
@@ -107,6 +109,20 @@ func (st *leaseState) expired() bool {
 // ErrClosed otherwise. It cancels the lease context, leaves the renewal loop and wakes a
 // local waiter for the name.
 func (st *leaseState) end(cause error) bool {
+	if !st.finish(cause) {
+		return false
+	}
+	st.c.queues.notice(st.key, st.token)
+	return true
+}
+
+// endQuiet ends a lease that was handed over to a local waiter: no release notice, the waiter
+// already holds the lock.
+func (st *leaseState) endQuiet() { st.finish(nil) }
+
+// finish moves the lease out of the held state once, cancels its context and leaves the
+// renewal loop.
+func (st *leaseState) finish(cause error) bool {
 	next := stateReleased
 	switch cause {
 	case ErrLost:
@@ -124,7 +140,6 @@ func (st *leaseState) end(cause error) bool {
 		ctx.cancel(cause)
 	}
 	st.c.renewer.remove(st)
-	st.c.queues.notice(st.key, st.token)
 	return true
 }
 
@@ -301,9 +316,19 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return st.endedErr()
 	}
 	sent := mono()
-	res, err := st.c.conn.Eval(ctx, scriptRenew, []string{st.key}, []string{st.owner, strconv.FormatInt(ttl.Milliseconds(), 10)})
+	calls := []conn.Call{{Script: scriptRenew, Keys: st.keys, Args: []string{st.owner, strconv.FormatInt(ttl.Milliseconds(), 10)}}}
+	if st.ackN > 0 {
+		calls = append(calls, conn.Call{WaitReplicas: st.ackN, WaitTimeout: st.ackWait})
+	}
+	rs := st.c.conn.EvalMulti(ctx, calls)
+	res, err := rs[0].Ints, rs[0].Err
 	if err != nil {
 		return st.c.redisErr("extend", err)
+	}
+	if st.ackN > 0 && len(res) == 1 && res[0] == 1 {
+		if a := rs[1]; a.Err != nil || len(a.Ints) != 1 || a.Ints[0] < int64(st.ackN) {
+			return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.name)
+		}
 	}
 	if len(res) != 1 || res[0] != 1 {
 		st.end(ErrLost)
@@ -370,6 +395,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
 	}
+	if last && state == stateHeld {
+		if done, err := st.handOver(ctx); done {
+			return err
+		}
+	}
 	call := st.releaseCall(last)
 	res, err := st.c.conn.Eval(ctx, call.Script, call.Keys, call.Args)
 	switch {
@@ -387,4 +417,70 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		st.end(nil)
 	}
 	return nil
+}
+
+// handoverLimit is how many times in a row a client may pass a lock among its own waiters
+// while other clients wait for it (handover.lua).
+const handoverLimit = 8
+
+// handOver passes the lock, at its last Unlock, straight to the first waiter of this client for
+// the same name: one round trip instead of a release followed by the waiter's acquisition.
+// It reports done = false when there is no such waiter or the script refused (other clients
+// wait and the client had its turn): the caller then releases as usual. Not in quorum mode,
+// nor with replica acknowledgement.
+func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
+	c := st.c
+	if c.quorum || st.ackN > 0 {
+		return false, nil
+	}
+	q, w, streak := c.queues.reserveHead(st.key)
+	if w == nil {
+		return false, nil
+	}
+	m := w.m
+	if m.o.ackN > 0 || m.key != st.key {
+		c.queues.settle(q, w, nil)
+		return false, nil
+	}
+	mine := "0"
+	if q.isSubscribed() {
+		mine = "1"
+	}
+	shard := ""
+	if c.cluster {
+		shard = "s"
+	}
+	owner := c.newOwner()
+	sent := mono()
+	res, err := c.conn.Eval(ctx, scriptHandover, st.keys, []string{
+		st.owner, owner, m.ttlArg, m.meta, strconv.Itoa(streak), strconv.Itoa(handoverLimit), st.channel, mine, shard,
+	})
+	switch {
+	case err != nil:
+		// Either side of the handover may have happened: release both owners' holds.
+		c.queues.settle(q, w, nil)
+		c.renewer.orphan(m.releaseCall(owner))
+		return false, nil // the caller's release reports the transport error, or succeeds
+	case len(res) == 2 && res[0] == 1:
+	case len(res) == 2 && res[0] == 0:
+		c.queues.settle(q, w, nil)
+		return false, nil
+	default:
+		c.queues.settle(q, w, nil)
+		st.end(ErrLost)
+		return true, st.lostAtUnlock()
+	}
+	next := newLeaseState(m, w.ctx, owner, uint64(res[1]), sent)
+	if !c.renewer.add(next) {
+		c.queues.settle(q, w, nil)
+		c.renewer.orphan(m.releaseCall(owner))
+		st.end(nil)
+		return true, nil
+	}
+	given := c.queues.settle(q, w, next)
+	st.endQuiet()
+	if !given {
+		(&Lease{st: next}).Unlock(context.WithoutCancel(ctx)) // the waiter left meanwhile
+	}
+	return true, nil
 }

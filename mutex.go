@@ -34,6 +34,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	}
 	m.o = c.opts.with(opts)
 	m.err = m.o.err
+	if m.err == nil && c.quorum && m.o.ackN > 0 {
+		m.err = fmt.Errorf("%w: WithReplicaAck is not available in quorum mode", ErrInvalid)
+	}
 	if err := checkName(name); err != nil {
 		m.err = err
 	}
@@ -110,7 +113,21 @@ type busy struct {
 func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
 	owner := m.c.newOwner()
 	sent := mono()
-	res, err := m.c.conn.Eval(ctx, scriptAcquire, m.keys, []string{owner, m.ttlArg, m.meta})
+	var res []int64
+	var err error
+	acked := int64(-1)
+	if m.o.ackN > 0 {
+		rs := m.c.conn.EvalMulti(ctx, []conn.Call{
+			{Script: scriptAcquire, Keys: m.keys, Args: []string{owner, m.ttlArg, m.meta}},
+			{WaitReplicas: m.o.ackN, WaitTimeout: m.o.ackWait},
+		})
+		res, err = rs[0].Ints, rs[0].Err
+		if len(rs) == 2 && rs[1].Err == nil && len(rs[1].Ints) == 1 {
+			acked = rs[1].Ints[0]
+		}
+	} else {
+		res, err = m.c.conn.Eval(ctx, scriptAcquire, m.keys, []string{owner, m.ttlArg, m.meta})
+	}
 	if err != nil {
 		// The script may have run all the same (the reply was lost, or the caller gave up
 		// waiting for it): release under this owner secret, so that no lease nobody holds lingers.
@@ -125,6 +142,18 @@ func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
 	}
 	if res[0] != 1 {
 		return nil, busy{pttl: time.Duration(res[1]) * time.Millisecond, token: uint64(res[2])}, nil
+	}
+	if m.o.ackN > 0 && acked < int64(m.o.ackN) {
+		// Roll back: a failover now could hand the lock to a replica that never saw it.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		call := m.releaseCall(owner)
+		_, rerr := m.c.conn.Eval(rctx, call.Script, call.Keys, call.Args)
+		cancel()
+		if rerr != nil {
+			m.c.renewer.orphan(call)
+		}
+		return nil, busy{}, fmt.Errorf("%w: lock %q: %d of %d replicas acknowledged within %v; released again",
+			ErrReplicaAck, m.name, max(acked, 0), m.o.ackN, m.o.ackWait)
 	}
 	st := newLeaseState(m, ctx, owner, uint64(res[1]), sent)
 	if m.c.quorum && mono() >= st.deadline.Load() {
@@ -175,12 +204,18 @@ func (m *Mutex) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 // alternates attempts with waiting for a release notice or the holder's lease to run out.
 // known, when set, is the answer of an attempt made just before.
 func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
-	q, w, head := m.c.queues.join(m.key, m.channel)
+	q, w, head := m.c.queues.join(m, ctx)
 	var got *leaseState // when set, the next head waits for this lease to end
-	defer func() { m.c.queues.leave(q, w, got) }()
+	defer func() {
+		if stray := m.c.queues.leave(q, w, got); stray != nil {
+			(&Lease{st: stray}).Unlock(context.WithoutCancel(ctx))
+		}
+	}()
 	if !head {
 		select {
 		case <-w.turn:
+		case got = <-w.grant:
+			return &Lease{st: got}, nil
 		case <-ctx.Done():
 			return nil, m.ctxErr(ctx)
 		case <-m.c.done:
@@ -193,6 +228,11 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 	defer timer.Stop()
 	for {
 		var b busy
+		select {
+		case got = <-w.grant: // the holder handed the lock over
+			return &Lease{st: got}, nil
+		default:
+		}
 		if known != nil {
 			b, known = *known, nil
 		} else {
@@ -217,6 +257,8 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 		timer.Reset(d)
 		select {
 		case <-q.wake:
+		case got = <-w.grant:
+			return &Lease{st: got}, nil
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, m.ctxErr(ctx)

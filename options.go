@@ -1,7 +1,10 @@
 package dlock
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 )
@@ -30,7 +33,10 @@ type options struct {
 	renew     bool
 	prefix    string
 	label     string
-	ownerConn bool // Dial: Close closes the connection it made
+	ackN      int           // replicas that must acknowledge each acquisition and renewal
+	ackWait   time.Duration // how long to wait for them
+	tlsConfig *tls.Config   // Dial, DialQuorum: TLS settings (WithTLSConfig, WithCAFile)
+	ownerConn bool          // Dial: Close closes the connection it made
 	err       error
 }
 
@@ -95,6 +101,56 @@ func WithLabel(label string) Option {
 			return
 		}
 		o.label = label
+	}
+}
+
+// WithReplicaAck makes every acquisition, renewal and Extend succeed only once n replicas of
+// the master have acknowledged it (Redis WAIT, sent right after the script on the same
+// connection), waiting at most timeout. An acquisition that is not acknowledged in time is
+// released again and fails with an error wrapping ErrReplicaAck; a renewal that is not is
+// retried, and the lease is lost if none is acknowledged before its deadline. Use it on a
+// master with replicas (Sentinel): a failover to a replica that acknowledged the lock does not
+// lose it. It costs one round trip of replication per acquisition. It is off by default, and
+// not available in quorum mode (the servers of a quorum are independent masters).
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(o *options) {
+		if n < 1 || timeout <= 0 {
+			o.fail(fmt.Errorf("%w: WithReplicaAck(%d, %v): need at least one replica and a positive timeout", ErrInvalid, n, timeout))
+			return
+		}
+		o.ackN, o.ackWait = n, timeout
+	}
+}
+
+// WithTLSConfig makes Dial and DialQuorum connect with TLS using cfg, whatever the URL's scheme
+// (with a rediss:// URL and no TLS option, the system's root certificates verify the server).
+// New and NewQuorum ignore it: configure TLS on the client you pass them.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(o *options) {
+		if cfg == nil {
+			o.fail(fmt.Errorf("%w: nil TLS config", ErrInvalid))
+			return
+		}
+		o.tlsConfig = cfg
+	}
+}
+
+// WithCAFile makes Dial and DialQuorum connect with TLS and verify the server's certificate
+// against the PEM certificates in path (a private CA) instead of the system's roots.
+// New and NewQuorum ignore it.
+func WithCAFile(path string) Option {
+	return func(o *options) {
+		pem, err := os.ReadFile(path)
+		if err != nil {
+			o.fail(fmt.Errorf("%w: CA file: %v", ErrInvalid, err))
+			return
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			o.fail(fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrInvalid, path))
+			return
+		}
+		o.tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 }
 

@@ -37,7 +37,7 @@ func DialQuorum(ctx context.Context, urls []string, opts ...Option) (*Client, er
 	errs := make([]error, len(urls))
 	var wg sync.WaitGroup
 	for i, u := range urls {
-		nodes[i] = &lazyNode{url: u}
+		nodes[i] = &lazyNode{url: u, dialOpts: o.dialOptions()}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -84,6 +84,9 @@ func NewQuorum(conns []Conn, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("%w: connection %d is nil", ErrInvalid, i)
 		}
 	}
+	if o := defaultOptions().with(opts); o.ackN > 0 {
+		return nil, fmt.Errorf("%w: WithReplicaAck is not available in quorum mode", ErrInvalid)
+	}
 	q := &quorumConn{nodes: slices.Clone(conns), need: len(conns)/2 + 1}
 	q.closing, q.halt = context.WithCancel(context.Background())
 	addrs := make([]string, len(conns))
@@ -108,7 +111,10 @@ type quorumConn struct {
 	addr  string
 	own   bool
 
-	bg      sync.WaitGroup // calls still running on slow servers after a decision was reached
+	pmu     sync.Mutex
+	pending map[string]*pendingAcquire // owner -> its acquisition still running on some server
+
+	bg      sync.WaitGroup  // calls still running on slow servers after a decision was reached
 	closing context.Context // cancelled by Close: abandons those calls
 	halt    context.CancelFunc
 }
@@ -141,6 +147,34 @@ type reply struct {
 // limit (when > 0) passes first (it returns false). Calls still running then finish in the
 // background (Close waits for them).
 func (q *quorumConn) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, decide func(reply) bool) bool {
+	return q.fanOutOrdered(ctx, calls, limit, "", nil, decide)
+}
+
+// pendingAcquire tracks one acquisition's calls still running on the servers: done[i] is closed
+// when server i answered. A release of the same owner waits for it per server, so that it never
+// overtakes the acquisition on a transport that may reorder calls (a connection pool): a late
+// acquisition would otherwise leave the lock held on that server until its lease ran out.
+type pendingAcquire struct {
+	done []chan struct{}
+}
+
+// fanOutOrdered is fanOut; when after is set (an acquisition of owner), it is registered so that
+// releases of owner wait for it per server; when waitFor is set, each server's call first waits
+// for that server's answer to it.
+func (q *quorumConn) fanOutOrdered(ctx context.Context, calls []conn.Call, limit time.Duration, owner string, waitFor *pendingAcquire, decide func(reply) bool) bool {
+	var mine *pendingAcquire
+	if owner != "" {
+		mine = &pendingAcquire{done: make([]chan struct{}, len(q.nodes))}
+		for i := range mine.done {
+			mine.done[i] = make(chan struct{})
+		}
+		q.pmu.Lock()
+		if q.pending == nil {
+			q.pending = make(map[string]*pendingAcquire)
+		}
+		q.pending[owner] = mine
+		q.pmu.Unlock()
+	}
 	ch := make(chan reply, len(q.nodes))
 	// The calls outlive this one when a decision comes first: they end with ctx or at Close.
 	cctx, cancel := context.WithCancel(ctx)
@@ -153,11 +187,28 @@ func (q *quorumConn) fanOut(ctx context.Context, calls []conn.Call, limit time.D
 		left.Wait()
 		stop()
 		cancel()
+		if mine != nil {
+			q.pmu.Lock()
+			if q.pending[owner] == mine {
+				delete(q.pending, owner)
+			}
+			q.pmu.Unlock()
+		}
 	}()
 	for i, n := range q.nodes {
 		go func() {
 			defer left.Done()
-			ch <- reply{i, n.EvalMulti(cctx, calls)}
+			if waitFor != nil {
+				select {
+				case <-waitFor.done[i]:
+				case <-cctx.Done():
+				}
+			}
+			r := reply{i, n.EvalMulti(cctx, calls)}
+			if mine != nil {
+				close(mine.done[i])
+			}
+			ch <- r
 		}()
 	}
 	var expire <-chan time.Time
@@ -261,7 +312,7 @@ func (q *quorumConn) acquire(ctx context.Context, c conn.Call) conn.Result {
 	reentry := len(c.Args) > 3 && c.Args[3] == "r"
 	// Past the lease time, an answer is useless: the lease would have no validity left.
 	ttl, _ := strconv.ParseInt(c.Args[1], 10, 64)
-	q.fanOut(ctx, []conn.Call{c}, time.Duration(ttl)*time.Millisecond, func(r reply) bool {
+	q.fanOutOrdered(ctx, []conn.Call{c}, time.Duration(ttl)*time.Millisecond, c.Args[0], q.pendingOf(c.Args[0]), func(r reply) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		res := r.res[0]
@@ -316,6 +367,13 @@ func (q *quorumConn) acquire(ctx context.Context, c conn.Call) conn.Result {
 	return res
 }
 
+// pendingOf returns the acquisition of owner still running on some server, or nil.
+func (q *quorumConn) pendingOf(owner string) *pendingAcquire {
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
+	return q.pending[owner]
+}
+
 // freeIn estimates how long until a majority could grant the lock: the servers that granted
 // it now (released again) count as free; the others free up as their leases run out. -1 means
 // unknown (the caller then waits a whole TTL or for a release notice).
@@ -335,12 +393,19 @@ func (q *quorumConn) freeIn(granted int, pttls []int64) int64 {
 // an acquisition that did not reach a quorum, no server may keep it.
 func (q *quorumConn) releaseOwner(key, owner string) {
 	call := conn.Call{Script: scriptRelease, Keys: []string{key}, Args: []string{owner, retentionArg, key + ":rel", "1"}}
+	p := q.pendingOf(owner)
 	q.bg.Add(len(q.nodes))
-	for _, n := range q.nodes {
+	for i, n := range q.nodes {
 		go func() {
 			defer q.bg.Done()
 			ctx, cancel := context.WithTimeout(q.closing, 2*time.Second)
 			defer cancel()
+			if p != nil {
+				select {
+				case <-p.done[i]: // after the acquisition's own call on this server
+				case <-ctx.Done():
+				}
+			}
 			n.EvalMulti(ctx, []conn.Call{call})
 		}()
 	}
@@ -357,7 +422,7 @@ func (q *quorumConn) release(ctx context.Context, c conn.Call) conn.Result {
 		res              conn.Result
 	)
 	n := len(q.nodes)
-	if !q.fanOut(ctx, []conn.Call{c}, answerWait, func(r reply) bool {
+	if !q.fanOutOrdered(ctx, []conn.Call{c}, answerWait, "", q.pendingOf(c.Args[0]), func(r reply) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		x := r.res[0]
@@ -707,7 +772,8 @@ func (l *quorumListener) closeAll() {
 // lazyNode is one server of DialQuorum: dialled at the start and, when that failed or the
 // server was never reachable, again when a call needs it, at most once per redialEvery.
 type lazyNode struct {
-	url string
+	url      string
+	dialOpts []rueidisconn.DialOption
 
 	mu       sync.Mutex
 	cn       conn.Conn
@@ -720,7 +786,7 @@ type lazyNode struct {
 const redialEvery = time.Second
 
 func (n *lazyNode) dial(ctx context.Context) error {
-	cn, err := rueidisconn.Dial(ctx, n.url)
+	cn, err := rueidisconn.Dial(ctx, n.url, n.dialOpts...)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.lastTry, n.lastErr = time.Now(), err

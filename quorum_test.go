@@ -170,9 +170,8 @@ func TestQuorum_LockUnlockWakeAndReentry(t *testing.T) {
 			if err := l2.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if n := holders(t, srv, name); n != 0 {
-				t.Fatalf("still held on %d servers after Unlock", n)
-			}
+			// Unlock returns once a majority released; the others follow.
+			waitFor(t, 5*time.Second, "released on every server", func() bool { return holders(t, srv, name) == 0 })
 		})
 	}
 }

@@ -1,9 +1,11 @@
 package dlock
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -32,8 +34,11 @@ type renewer struct {
 	pending []*leaseState // due, waiting for the batch in flight to come back
 	flying  []*leaseState // in the batch in flight
 	orphans []conn.Call   // releases for acquisitions whose callers gave up mid-call
+	later   []lateOrphan  // the same releases, sent once more after orphanRecheck
 	busy    bool          // a batch is in flight
 	sentAt  int64         // mono ns when the batch in flight was handed to the sender
+	ack     bool          // the batch in flight ends with a WAIT
+	spans   []int         // leases per renew call of the batch in flight, in order
 	stopped bool
 
 	kick  chan struct{} // capacity 1: the earliest due time changed, or there is an orphan
@@ -42,6 +47,17 @@ type renewer struct {
 	resps chan []conn.Result // from the sender
 	ctx   context.Context    // cancelled by stop, to abandon a batch in flight
 	halt  context.CancelFunc
+}
+
+// orphanRecheck is when an orphan release is sent a second time. The transports spread calls
+// over several connections (rueidis pipelines over two or more, go-redis has a pool), so the
+// first release can reach the server before the acquisition it undoes; the second catches an
+// acquisition that arrived late. One later than this holds the lock until its lease runs out.
+const orphanRecheck = time.Second
+
+type lateOrphan struct {
+	call conn.Call
+	at   int64 // mono ns
 }
 
 type batch struct {
@@ -120,6 +136,7 @@ func (r *renewer) orphan(call conn.Call) {
 	stopped := r.stopped
 	if !stopped {
 		r.orphans = append(r.orphans, call)
+		r.later = append(r.later, lateOrphan{call, mono() + int64(orphanRecheck)})
 	}
 	r.mu.Unlock()
 	if stopped {
@@ -158,7 +175,10 @@ func (r *renewer) drain() []*leaseState {
 		held = append(held, heap.Pop(&r.h).(*leaseState))
 	}
 	orphans := r.orphans
-	r.orphans = nil
+	for _, lo := range r.later {
+		orphans = append(orphans, lo.call)
+	}
+	r.orphans, r.later = nil, nil
 	r.mu.Unlock()
 	if len(orphans) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -256,6 +276,9 @@ func (r *renewer) nextWake() time.Duration {
 	if len(r.h) > 0 {
 		earliest(r.h[0].due)
 	}
+	if len(r.later) > 0 {
+		earliest(r.later[0].at)
+	}
 	if r.busy {
 		for _, st := range r.pending {
 			earliest(st.deadline.Load())
@@ -296,15 +319,43 @@ func (r *renewer) round() {
 			lost = append(lost, st)
 		}
 	}
+	for len(r.later) > 0 && r.later[0].at <= now {
+		r.orphans = append(r.orphans, r.later[0].call)
+		r.later = r.later[1:]
+	}
 	var b batch
 	if !r.busy && (len(r.pending) > 0 || len(r.orphans) > 0) {
 		r.busy = true
 		r.flying, r.pending = r.pending, nil
 		b.calls = r.orphans
 		r.orphans = nil
-		for i := 0; i < len(r.flying); i += renewBatch {
-			b.calls = append(b.calls, renewCall(r.flying[i:min(i+renewBatch, len(r.flying))]))
+		r.spans = r.spans[:0]
+		if r.c.cluster {
+			// On a Cluster the keys of one script call must share a slot.
+			slices.SortStableFunc(r.flying, func(a, b *leaseState) int { return cmp.Compare(keySlot(a.key), keySlot(b.key)) })
 		}
+		for i := 0; i < len(r.flying); {
+			j := min(i+renewBatch, len(r.flying))
+			if r.c.cluster {
+				slot := keySlot(r.flying[i].key)
+				j = i + 1
+				for j < len(r.flying) && j-i < renewBatch && keySlot(r.flying[j].key) == slot {
+					j++
+				}
+			}
+			b.calls = append(b.calls, renewCall(r.flying[i:j]))
+			r.spans = append(r.spans, j-i)
+			i = j
+		}
+		// WithReplicaAck: one WAIT after the batch covers every renewal in it.
+		ackN, ackWait := 0, time.Duration(0)
+		for _, st := range r.flying {
+			ackN, ackWait = max(ackN, st.ackN), max(ackWait, st.ackWait)
+		}
+		if ackN > 0 {
+			b.calls = append(b.calls, conn.Call{WaitReplicas: ackN, WaitTimeout: ackWait})
+		}
+		r.ack = ackN > 0
 		r.sentAt = mono()
 	}
 	r.mu.Unlock()
@@ -319,16 +370,32 @@ func (r *renewer) round() {
 // finish applies the answers to the batch in flight.
 func (r *renewer) finish(results []conn.Result) {
 	r.mu.Lock()
-	flying, sent := r.flying, r.sentAt
+	flying, sent, ack := r.flying, r.sentAt, r.ack
 	r.flying, r.busy = nil, false
 	r.mu.Unlock()
-	if n := len(results) - (len(flying)+renewBatch-1)/renewBatch; n > 0 {
+	acked := int64(-1)
+	if ack && len(results) > 0 {
+		if w := results[len(results)-1]; w.Err == nil && len(w.Ints) == 1 {
+			acked = w.Ints[0]
+		}
+		results = results[:len(results)-1]
+	}
+	r.mu.Lock()
+	spans := slices.Clone(r.spans)
+	r.mu.Unlock()
+	if n := len(results) - len(spans); n > 0 {
 		results = results[n:] // the orphan releases: nothing to do with their answers
 	}
-	for i, st := range flying {
+	call, k := 0, 0 // flying[i] is the k-th key of renew call number call
+	for _, st := range flying {
+		for call < len(spans) && k == spans[call] {
+			call, k = call+1, 0
+		}
+		idx := k
+		k++
 		var res conn.Result
-		if i/renewBatch < len(results) {
-			res = results[i/renewBatch]
+		if call < len(results) {
+			res = results[call]
 		} else {
 			res.Err = errShortReply
 		}
@@ -336,7 +403,9 @@ func (r *renewer) finish(results []conn.Result) {
 		case st.state.Load() != stateHeld:
 		case res.Err != nil:
 			r.retry(st)
-		case i%renewBatch < len(res.Ints) && res.Ints[i%renewBatch] == 1:
+		case idx < len(res.Ints) && res.Ints[idx] == 1 && st.ackN > 0 && acked < int64(st.ackN):
+			r.retry(st) // renewed on the master, but not acknowledged by enough replicas
+		case idx < len(res.Ints) && res.Ints[idx] == 1:
 			st.renewed(sent, st.currentTTL())
 			st.mu.Lock()
 			last := st.lastSent // an Extend may have answered a later request

@@ -19,10 +19,11 @@ func mustScript(name string) *conn.Script {
 
 // The scripts every lock uses; docs/PROTOCOL.md describes their keys, arguments and replies.
 var (
-	scriptAcquire = mustScript("acquire.lua")
-	scriptRelease = mustScript("release.lua")
-	scriptRenew   = mustScript("renew.lua")
-	scriptPTTL    = mustScript("pttl.lua")
+	scriptAcquire  = mustScript("acquire.lua")
+	scriptRelease  = mustScript("release.lua")
+	scriptRenew    = mustScript("renew.lua")
+	scriptPTTL     = mustScript("pttl.lua")
+	scriptHandover = mustScript("handover.lua")
 )
 
 // The scripts of the inspection and admin calls (admin.go).
@@ -34,5 +35,5 @@ var (
 // Scripts returns the Lua scripts dlock runs, for inspection and for loading them ahead of time
 // (SCRIPT LOAD) on servers that restrict EVAL.
 func Scripts() []*conn.Script {
-	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptInspect, scriptForceUnlock}
+	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptInspect, scriptForceUnlock}
 }

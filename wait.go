@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -32,11 +33,21 @@ type queue struct {
 
 	wake      chan struct{} // capacity 1: a release notice, a subscription confirmation, or a local release
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
+	streak    int           // guarded by the shard's mu: handovers in a row within this client
 }
 
 type waiter struct {
 	turn    chan struct{} // capacity 1: receives when this waiter becomes the head
 	handoff *busy         // set before turn when the previous head acquired the lock
+
+	// Handover (Lease.Unlock passing the lock straight to the head): the head's Mutex and
+	// context make its lease; grant receives it. Under the shard's mu: reserved while an
+	// Unlock hands the lock over to this waiter, abandoned when it left meanwhile.
+	m         *Mutex
+	ctx       context.Context
+	grant     chan *leaseState // capacity 1
+	reserved  bool
+	abandoned bool
 }
 
 func (qs *queues) init(c *Client) {
@@ -62,9 +73,10 @@ func (qs *queues) waiting(key string) bool {
 
 // join appends a waiter to key's queue, making the queue if needed, and reports whether the
 // waiter is the head.
-func (qs *queues) join(key, channel string) (*queue, *waiter, bool) {
+func (qs *queues) join(m *Mutex, ctx context.Context) (*queue, *waiter, bool) {
+	key, channel := m.key, m.channel
 	s := qs.shard(key)
-	w := &waiter{turn: make(chan struct{}, 1)}
+	w := &waiter{turn: make(chan struct{}, 1), m: m, ctx: ctx, grant: make(chan *leaseState, 1)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.m[key]
@@ -79,16 +91,25 @@ func (qs *queues) join(key, channel string) (*queue, *waiter, bool) {
 // leave removes w from q. If w was the head, the next waiter becomes the head; when w leaves
 // because it acquired the lock (acquired != nil), the next head is told so and waits for that
 // lease to end instead of making an attempt that must fail.
-func (qs *queues) leave(q *queue, w *waiter, acquired *leaseState) {
+func (qs *queues) leave(q *queue, w *waiter, acquired *leaseState) (stray *leaseState) {
 	s := qs.shard(q.key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if acquired == nil {
+		select {
+		case stray = <-w.grant: // handed over just as w gave up: the caller releases it
+		default:
+		}
+	}
 	i := 0
 	for i < len(q.waiters) && q.waiters[i] != w {
 		i++
 	}
 	if i == len(q.waiters) {
-		return
+		return stray
+	}
+	if w.reserved {
+		w.abandoned = true // the Unlock handing the lock to w releases it instead
 	}
 	q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 	if len(q.waiters) == 0 {
@@ -96,10 +117,10 @@ func (qs *queues) leave(q *queue, w *waiter, acquired *leaseState) {
 		if q.subscribed {
 			q.c.notifier.remove(q.channel, q)
 		}
-		return
+		return stray
 	}
 	if i != 0 {
-		return
+		return stray
 	}
 	next := q.waiters[0]
 	if acquired != nil {
@@ -108,6 +129,52 @@ func (qs *queues) leave(q *queue, w *waiter, acquired *leaseState) {
 		next.handoff = &busy{pttl: acquired.currentTTL(), token: acquired.token}
 	}
 	next.turn <- struct{}{}
+	return stray
+}
+
+// reserveHead picks the head waiting for key, if any, as the target of a handover, and returns
+// it with its queue and the number of handovers in a row so far.
+func (qs *queues) reserveHead(key string) (*queue, *waiter, int) {
+	s := qs.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.m[key]
+	if q == nil || len(q.waiters) == 0 {
+		return nil, nil, 0
+	}
+	w := q.waiters[0]
+	if w.reserved || w.abandoned || w.ctx.Err() != nil {
+		return nil, nil, 0
+	}
+	w.reserved = true
+	return q, w, q.streak
+}
+
+// settle ends a handover to w: when it succeeded (st != nil), st goes to w unless w left
+// meanwhile, in which case settle returns false and the caller releases st. The streak of
+// handovers in a row grows on success and restarts otherwise.
+func (qs *queues) settle(q *queue, w *waiter, st *leaseState) bool {
+	s := qs.shard(q.key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.reserved = false
+	if st == nil {
+		q.streak = 0
+		return true
+	}
+	q.streak++
+	if w.abandoned {
+		return false
+	}
+	w.grant <- st
+	return true
+}
+
+func (q *queue) isSubscribed() bool {
+	s := q.c.queues.shard(q.key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return q.subscribed
 }
 
 // notice wakes the head waiting for key if token is not older than the holder it waits for.

@@ -20,10 +20,9 @@ if not o or o == '-' then
   return {v, pttl, -1}
 end
 redis.call('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[1])
-local n
+local publish = 'PUBLISH'
 if ARGV[3] == 's' then
-  n = redis.call('SPUBLISH', ARGV[2], t)
-else
-  n = redis.call('PUBLISH', ARGV[2], t)
+  publish = 'S' .. publish -- built at run time, as in release.lua
 end
+local n = redis.call(publish, ARGV[2], t)
 return {v, pttl, n}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -140,6 +141,15 @@ func startEmbedded() (*demoServer, error) {
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("embedded server: %w", err)
 	}
+	// miniredis answers CLUSTER commands as a one-node cluster, which makes rueidis (and so
+	// dlock) use sharded pub/sub, which miniredis lacks. Answer as a standalone server does.
+	m.Server().SetPreHook(func(c *server.Peer, cmd string, args ...string) bool {
+		if strings.EqualFold(cmd, "CLUSTER") {
+			c.WriteError("ERR This instance has cluster support disabled")
+			return true
+		}
+		return false
+	})
 	return &demoServer{
 		url:   "redis://" + m.Addr() + "/0",
 		about: fmt.Sprintf("embedded (miniredis) on %s — install redis-server for a real one", m.Addr()),
