@@ -281,9 +281,25 @@ func testClusterConn(t *testing.T, ctx context.Context, g *redistest.ClusterGrou
 		t.Fatalf("listener ended after our own unsubscribe: %v", err)
 	default:
 	}
-	// Moving a subscribed channel's slot ends the listener with an error.
+	// Moving a subscribed channel's slot ends the listener with an error. A listener opened
+	// before the move that subscribes to the channel afterwards (on the old owner) fails too.
+	early, err := c.Listen(ctx, conn.Handler{Message: func(string, string) {}, Subscribed: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close()
 	if err := g.MigrateSlot(ctx, redistest.SlotOf(names[0]), masters[1]); err != nil {
 		t.Fatal(err)
+	}
+	if err := early.Subscribe(ctx, names[0]); err != nil {
+		t.Logf("subscribing on the old owner: %v", err)
+	} else {
+		select {
+		case err := <-early.Done():
+			t.Logf("subscribing on the old owner: Done: %v", err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("subscribing on the old owner neither failed nor ended the listener")
+		}
 	}
 	select {
 	case err := <-ln.Done():
