@@ -276,6 +276,7 @@ func (r *runner) spawn(s *slot) error {
 		Slot: s.i, Inc: s.inc, RedisURLs: urls, Resource: r.res.Addr(), Lock: r.lock,
 		TTL: r.conf.TTL, Log: filepath.Join(r.conf.Dir, fmt.Sprintf("worker-%d.%d.jsonl", s.i, s.inc)),
 		MaxRun: r.conf.MaxRun + time.Minute,
+		Poll:   s.i == len(r.slots)-1, // one of the workers does not wait in Lock
 	}
 	if r.group != nil {
 		conf.Sentinels, conf.Master = r.group.SentinelAddrs(), r.group.MasterName()
@@ -481,6 +482,27 @@ func (r *runner) schedule(ctx context.Context, s *schedule) int {
 	}
 }
 
+// holdersOf reads the lock key on every server directly (not through a proxy) and reports
+// which ones hold it for process pid. The value is "<owner> <token> <holds> <description>"
+// and the description names the holder's pid; the token differs from server to server in
+// quorum mode (each server has its own counter), so it cannot identify the lease.
+func (r *runner) holdersOf(pid int) []bool {
+	held := make([]bool, len(r.srvs))
+	want := fmt.Sprintf(`"pid":%d,`, pid)
+	for k, srv := range r.srvs {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		v, err := srv.Do(ctx, "GET", dlockKey(r.lock))
+		cancel()
+		if err == nil && !strings.HasPrefix(v, "- ") && strings.Contains(v, want) {
+			held[k] = true
+		}
+	}
+	return held
+}
+
+// dlockKey is the Redis key of a lock name with the default prefix (docs/PROTOCOL.md).
+func dlockKey(name string) string { return "dlock:{" + name + "}" }
+
 // stop sends SIGSTOP to pid and returns once the process is frozen.
 func (r *runner) stop(pid int) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -665,31 +687,49 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			return p.work, false
 		}}
 	case "redlock-restart", "redlock-restart-delayed":
-		// Redlock's hazard: the holder's links to two servers (A, B) are cut while it works, so
-		// once its keys there expire it holds the lock on a bare majority (C, D, E). Then C
-		// restarts without its data. At once: the others can form a majority of A, B and the
-		// empty C while the holder still believes it holds the lock. Delayed past the lease:
-		// the holder cannot renew on a majority and learns it lost the lock before C is back.
-		a, b, c := p.servers[0], p.servers[1], p.servers[2]
+		// Redlock's hazard. Under contention a holder often holds the lock on a bare majority
+		// only (a competing attempt took the other servers, then released them). The checker
+		// reads every server to see where the holder's lease is, keeps it on three of them (K)
+		// by cutting its links to the other two, and once its keys there would have expired
+		// (TTL + 100 ms), SIGKILLs one server of K and restarts it empty. At once: the others
+		// can form a majority of that empty server and the two the holder cannot reach, while
+		// the holder still believes it holds the lock. Delayed past the lease: the holder
+		// cannot renew on a majority and learns it lost the lock before the server is back.
 		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
 			r.faultWG.Add(1)
 			close(fired)
 			vs := r.slots[slot]
-			vs.proxies[a].Block()
-			vs.proxies[b].Block()
-			i := record(faultRec{Kind: kind, Variant: fmt.Sprintf("links to %d,%d cut; server %d down %v", a, b, c, p.dur.Round(time.Millisecond)),
+			_, pid, _ := vs.current()
+			held := r.holdersOf(pid)
+			var keep, cut []int
+			for _, k := range p.servers {
+				if held[k] && len(keep) < 3 {
+					keep = append(keep, k)
+				} else {
+					cut = append(cut, k)
+				}
+			}
+			if len(keep) < 3 {
+				r.infraf("%s: the holder's lease (token %d) is on %d servers only", kind, tok, len(keep))
+			}
+			c := keep[0]
+			for _, k := range cut {
+				vs.proxies[k].Block()
+			}
+			i := record(faultRec{Kind: kind, Variant: fmt.Sprintf("held on %v; links to %v cut; server %d down %v", keep, cut, c, p.dur.Round(time.Millisecond)),
 				Slot: slot, Inc: inc, Token: tok, Start: mono()})
 			go func() {
 				defer r.faultWG.Done()
-				time.Sleep(r.conf.TTL + 100*time.Millisecond) // the holder's keys on A and B expire
+				time.Sleep(r.conf.TTL + 100*time.Millisecond) // its keys on the cut servers expire
 				_ = r.srvs[c].Kill()
 				time.Sleep(p.dur)
 				if err := r.srvs[c].Restart(); err != nil {
 					r.infraf("redis restart: %v", err)
 				}
 				time.Sleep(r.conf.TTL)
-				vs.proxies[a].Unblock()
-				vs.proxies[b].Unblock()
+				for _, k := range cut {
+					vs.proxies[k].Unblock()
+				}
 				finish(i)
 			}()
 			return r.conf.TTL + 100*time.Millisecond + p.dur + p.work, false

@@ -48,6 +48,7 @@ type workerConf struct {
 	TTL       time.Duration `json:"ttl"`
 	Log       string        `json:"log"`
 	MaxRun    time.Duration `json:"max_run"` // the worker exits after this even if never told to stop
+	Poll      bool          `json:"poll"`    // take the lock with TryLock every 10 ms instead of waiting in Lock
 }
 
 // event is one line of a worker's log. Times are CLOCK_MONOTONIC ns.
@@ -207,7 +208,13 @@ func (w *worker) run(ctx context.Context) error {
 func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error) {
 	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
 	s := mono()
-	l, lerr := m.Lock(lctx)
+	var l *dlock.Lease
+	var lerr error
+	if w.conf.Poll {
+		l, lerr = pollLock(lctx, m)
+	} else {
+		l, lerr = m.Lock(lctx)
+	}
 	r := mono()
 	lcancel()
 	if lerr != nil {
@@ -287,4 +294,23 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 	}
 	w.log.add(event{K: "wr", S: ws, R: mono(), Tok: tok, Seq: seq, Val: val + 1, Res: st})
 	return true, nil
+}
+
+// pollLock takes the lock as a client that does not wait in Lock: TryLock every 10 ms. Unlike a
+// waiter, which retries when the holder's lease would end or when woken by a release, it
+// also tries at moments when the servers' state just changed under the holder (a restart).
+func pollLock(ctx context.Context, m *dlock.Mutex) (*dlock.Lease, error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		l, err := m.TryLock(ctx)
+		if err == nil || !errors.Is(err, dlock.ErrNotAcquired) {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
