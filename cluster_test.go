@@ -1,0 +1,141 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/goredisconn"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func clusterClients(t *testing.T, g *redistest.ClusterGroup, opts ...dlock.Option) map[string]*dlock.Client {
+	t.Helper()
+	r, err := dlock.Dial(context.Background(), g.URL(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: g.Addrs(), ContextTimeoutEnabled: true})
+	gr, err := dlock.New(goredisconn.New(rc), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		gr.Close()
+		rc.Close()
+	})
+	return map[string]*dlock.Client{"rueidis": r, "goredis": gr}
+}
+
+// TestCluster_RenewalAcrossSlots: leases on names spread over every shard are renewed (the
+// renewal loop cuts its batches at slot boundaries; a cross-slot call would fail) through
+// several periods, and each is exclusive.
+func TestCluster_RenewalAcrossSlots(t *testing.T) {
+	g := redistest.NewCluster(t)
+	ctx := ctxT(t)
+	for tr, c := range clusterClients(t, g, dlock.WithTTL(600*time.Millisecond)) {
+		t.Run(tr, func(t *testing.T) {
+			var held []*dlock.Lease
+			slots := map[int]bool{}
+			for i := range 300 {
+				name := fmt.Sprintf("%s-%d", uniqueName(t), i)
+				slots[redistest.SlotOf(keyOf(name))] = true
+				l, err := c.Mutex(name).TryLock(ctx)
+				if err != nil {
+					t.Fatalf("TryLock %s: %v", name, err)
+				}
+				held = append(held, l)
+			}
+			// Three renewal periods and more: a lease whose renewal failed would be lost by then.
+			deadline := time.Now().Add(time.Second)
+			for time.Now().Before(deadline) {
+				for _, l := range held {
+					if err := l.Context().Err(); err != nil {
+						t.Fatalf("lease %s lost: %v", l.Name(), context.Cause(l.Context()))
+					}
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if _, err := c.Mutex(held[0].Name()).TryLock(context.Background()); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("TryLock of a held lock = %v, want ErrNotAcquired", err)
+			}
+			for _, l := range held {
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatalf("Unlock %s: %v", l.Name(), err)
+				}
+			}
+			t.Logf("300 leases over %d slots renewed through 5 periods", len(slots))
+		})
+	}
+}
+
+// TestCluster_MigrationAndFailover: a lock held while its slot migrates to another shard, and
+// then while that shard fails over (CLUSTER FAILOVER), either stays held and exclusive, or
+// its holder is told it was lost: never held by two.
+func TestCluster_MigrationAndFailover(t *testing.T) {
+	g := redistest.NewCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clients := clusterClients(t, g, dlock.WithTTL(time.Second))
+	other := clusterClients(t, g, dlock.WithTTL(time.Second))
+	for tr, c := range clients {
+		name := "migrate-" + tr
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot := redistest.SlotOf(keyOf(name))
+		check := func(step string) {
+			t.Helper()
+			// Let renewals run against the new topology for more than a lease.
+			time.Sleep(1200 * time.Millisecond)
+			_, terr := other[tr].Mutex(name).TryLock(ctx)
+			live := l.Context().Err() == nil
+			switch {
+			case live && terr == nil:
+				t.Fatalf("%s, %s: held by two clients", tr, step)
+			case live && !errors.Is(terr, dlock.ErrNotAcquired):
+				t.Fatalf("%s, %s: other client's TryLock: %v", tr, step, terr)
+			case !live && !errors.Is(context.Cause(l.Context()), dlock.ErrLost):
+				t.Fatalf("%s, %s: lease ended with %v, want ErrLost", tr, step, context.Cause(l.Context()))
+			}
+			t.Logf("%s, %s: lease live=%v (other client: %v)", tr, step, live, terr)
+		}
+		owner, err := g.MasterOfSlot(ctx, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var to *redistest.Server
+		for _, m := range g.Masters() {
+			if m != owner {
+				to = m
+				break
+			}
+		}
+		if err := g.MigrateSlot(ctx, slot, to); err != nil {
+			t.Fatal(err)
+		}
+		check("after slot migration")
+		shard := -1
+		for i, m := range g.Masters() {
+			if m == to {
+				shard = i
+			}
+		}
+		if _, _, err := g.FailoverShard(ctx, shard); err != nil {
+			t.Fatal(err)
+		}
+		check("after CLUSTER FAILOVER")
+		if l.Context().Err() == nil {
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("%s: Unlock: %v", tr, err)
+			}
+		}
+	}
+}
