@@ -142,21 +142,28 @@ func (g *SentinelGroup) URL() string {
 	return "redis+sentinel://" + strings.Join(g.SentinelAddrs(), ",") + "/" + g.name
 }
 
-// Master returns the current master as the Sentinels last agreed on it (the
-// one Failover promoted, or the first).
+// Master returns the current master as the Sentinels see it: the server all
+// three name. While they do not agree (during a failover), or cannot be
+// asked, it returns the master they last agreed on.
 func (g *SentinelGroup) Master() *Server {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if addr, err := g.agreedMaster(ctx); err == nil {
+		if s := g.byAddr(addr); s != nil {
+			return s
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.master
 }
 
-// Replicas returns the two servers that are not the master.
+// Replicas returns the two data servers that are not Master().
 func (g *SentinelGroup) Replicas() []*Server {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	m := g.Master()
 	var out []*Server
 	for _, s := range g.data {
-		if s != g.master {
+		if s != m {
 			out = append(out, s)
 		}
 	}
@@ -175,6 +182,9 @@ func (g *SentinelGroup) Failover(ctx context.Context) (old, promoted *Server, er
 	ctx, cancel := withDefaultTimeout(ctx, failoverWait)
 	defer cancel()
 	old = g.Master()
+	g.mu.Lock()
+	g.master = old
+	g.mu.Unlock()
 	if err := old.Kill(); err != nil {
 		return nil, nil, err
 	}
