@@ -395,9 +395,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
 	}
+	quiet := false // the local head is left to learn of the release like the other clients' heads
 	if last && state == stateHeld {
-		if done, err := st.handOver(ctx); done {
-			return err
+		var done bool
+		var herr error
+		if done, quiet, herr = st.handOver(ctx); done {
+			return herr
 		}
 	}
 	call := st.releaseCall(last)
@@ -413,6 +416,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	case len(res) != 1 || res[0] < 0:
 		st.end(ErrLost)
 		return st.lostAtUnlock()
+	case last && quiet:
+		st.endQuiet()
 	case last:
 		st.end(nil)
 	}
@@ -421,26 +426,35 @@ func (l *Lease) Unlock(ctx context.Context) error {
 
 // handoverLimit is how many times in a row a client may pass a lock among its own waiters
 // while other clients wait for it (handover.lua).
-const handoverLimit = 8
+const handoverLimit = 16
+
+// fairnessYield is how long, after such a release, this client's head waits before trying
+// again, so that another client's head, woken over the network, can take the lock first.
+const fairnessYield = time.Millisecond
 
 // handOver passes the lock, at its last Unlock, straight to the first waiter of this client for
 // the same name: one round trip instead of a release followed by the waiter's acquisition.
 // It reports done = false when there is no such waiter or the script refused (other clients
 // wait and the client had its turn): the caller then releases as usual. Not in quorum mode,
 // nor with replica acknowledgement.
-func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
+//
+// quiet reports a refusal for fairness while this client's head is subscribed to the release
+// notice: the caller then releases without waking that head directly, so that it learns of the
+// release over pub/sub at about the same moment as the other clients' heads, and they race on
+// equal terms (woken locally, it would win nearly every time).
+func (st *leaseState) handOver(ctx context.Context) (done, quiet bool, err error) {
 	c := st.c
 	if c.quorum || st.ackN > 0 {
-		return false, nil
+		return false, false, nil
 	}
 	q, w, streak := c.queues.reserveHead(st.key)
 	if w == nil {
-		return false, nil
+		return false, false, nil
 	}
 	m := w.m
 	if m.o.ackN > 0 || m.key != st.key {
 		c.queues.settle(q, w, nil)
-		return false, nil
+		return false, false, nil
 	}
 	mine := "0"
 	if q.isSubscribed() {
@@ -460,27 +474,28 @@ func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
 		// Either side of the handover may have happened: release both owners' holds.
 		c.queues.settle(q, w, nil)
 		c.renewer.orphan(m.releaseCall(owner))
-		return false, nil // the caller's release reports the transport error, or succeeds
+		return false, false, nil // the caller's release reports the transport error, or succeeds
 	case len(res) == 2 && res[0] == 1:
 	case len(res) == 2 && res[0] == 0:
 		c.queues.settle(q, w, nil)
-		return false, nil
+		q.yield.Store(mono() + int64(fairnessYield))
+		return false, mine == "1", nil
 	default:
 		c.queues.settle(q, w, nil)
 		st.end(ErrLost)
-		return true, st.lostAtUnlock()
+		return true, false, st.lostAtUnlock()
 	}
 	next := newLeaseState(m, w.ctx, owner, uint64(res[1]), sent)
 	if !c.renewer.add(next) {
 		c.queues.settle(q, w, nil)
 		c.renewer.orphan(m.releaseCall(owner))
 		st.end(nil)
-		return true, nil
+		return true, false, nil
 	}
 	given := c.queues.settle(q, w, next)
 	st.endQuiet()
 	if !given {
 		(&Lease{st: next}).Unlock(context.WithoutCancel(ctx)) // the waiter left meanwhile
 	}
-	return true, nil
+	return true, false, nil
 }

@@ -233,6 +233,20 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 			return &Lease{st: got}, nil
 		default:
 		}
+		if until := q.yield.Load(); known == nil && until > mono() {
+			// This client just released for fairness: give the other clients' heads a head start.
+			timer.Reset(time.Duration(until - mono()))
+			select {
+			case got = <-w.grant:
+				return &Lease{st: got}, nil
+			case <-timer.C:
+			case <-ctx.Done():
+				return nil, m.ctxErr(ctx)
+			case <-m.c.done:
+				return nil, ErrClosed
+			}
+			timer.Stop()
+		}
 		if known != nil {
 			b, known = *known, nil
 		} else {

@@ -34,6 +34,7 @@ type queue struct {
 	wake      chan struct{} // capacity 1: a release notice, a subscription confirmation, or a local release
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
 	streak    int           // guarded by the shard's mu: handovers in a row within this client
+	yield     atomic.Int64  // mono ns before which the head does not try (after a fairness release)
 }
 
 type waiter struct {
