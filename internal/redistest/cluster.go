@@ -62,7 +62,9 @@ func NewCluster(tb testing.TB, opts ...Option) *ClusterGroup {
 // every node reports cluster_state:ok, every node has the same view of the
 // slots, and the replicas are in sync. opts apply to every node; they come
 // after the defaults (cluster-node-timeout 5000, diskless syncs without
-// delay), so they can override them. The caller must call Close.
+// delay), so they can override them. The nodes talk to each other (and
+// redis-cli to them) as the default user: restrict clients with users
+// (ACLUserArgs), not with --requirepass. The caller must call Close.
 func StartCluster(opts ...Option) (g *ClusterGroup, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
 	defer cancel()

@@ -250,7 +250,9 @@ func (s *Server) Kill() error {
 }
 
 // Restart starts the server again on the same port with an empty data set
-// and returns once it answers. A running server is killed first.
+// and returns once it answers. A running server is killed first. Users made
+// with SetUser are gone (those of ACLUserArgs come back); a cluster node
+// comes back as a new node outside the cluster (its nodes.conf is removed).
 func (s *Server) Restart() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -295,8 +297,9 @@ func (s *Server) signal(sig syscall.Signal) error {
 }
 
 // Do sends one command over a fresh connection and returns the reply as
-// text (see package Do). If the server was started with --requirepass it
-// authenticates first.
+// text (see package Do). It logs in as the user given to SetDoUser, else, if
+// the server was started with --requirepass, as the default user with it.
+// Against a TLS server (WithTLS) it speaks TLS.
 func (s *Server) Do(ctx context.Context, args ...string) (string, error) {
 	s.umu.Lock()
 	t := s.target()

@@ -67,8 +67,10 @@ func NewSentinel(tb testing.TB, opts ...Option) *SentinelGroup {
 // StartSentinel starts a master, two replicas of it and three Sentinels
 // monitoring it under the name "mymaster" with quorum 2, and returns once the
 // replicas are in sync and every Sentinel knows both replicas and the other
-// two Sentinels. opts apply to the three data servers (not the Sentinels).
-// The caller must call Close.
+// two Sentinels. opts apply to the three data servers (not the Sentinels),
+// also when Failover restarts one. The Sentinels log in as the default user
+// without a password: restrict access with users (ACLUserArgs), not with
+// --requirepass. The caller must call Close.
 func StartSentinel(opts ...Option) (g *SentinelGroup, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), failoverWait)
 	defer cancel()
