@@ -395,12 +395,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
 	}
-	quiet := false // the local head is left to learn of the release like the other clients' heads
 	if last && state == stateHeld {
-		var done bool
-		var herr error
-		if done, quiet, herr = st.handOver(ctx); done {
-			return herr
+		if done, err := st.handOver(ctx); done {
+			return err
 		}
 	}
 	call := st.releaseCall(last)
@@ -416,8 +413,6 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	case len(res) != 1 || res[0] < 0:
 		st.end(ErrLost)
 		return st.lostAtUnlock()
-	case last && quiet:
-		st.endQuiet()
 	case last:
 		st.end(nil)
 	}
@@ -437,24 +432,22 @@ const fairnessYield = time.Millisecond
 // It reports done = false when there is no such waiter or the script refused (other clients
 // wait and the client had its turn): the caller then releases as usual. Not in quorum mode,
 // nor with replica acknowledgement.
-//
-// quiet reports a refusal for fairness while this client's head is subscribed to the release
-// notice: the caller then releases without waking that head directly, so that it learns of the
-// release over pub/sub at about the same moment as the other clients' heads, and they race on
-// equal terms (woken locally, it would win nearly every time).
-func (st *leaseState) handOver(ctx context.Context) (done, quiet bool, err error) {
+// After a refusal for fairness, this client's head waits fairnessYield before its next attempt:
+// woken locally at once, it would win nearly every race against the other clients' heads,
+// which learn of the release over the network.
+func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
 	c := st.c
 	if c.quorum || st.ackN > 0 {
-		return false, false, nil
+		return false, nil
 	}
 	q, w, streak := c.queues.reserveHead(st.key)
 	if w == nil {
-		return false, false, nil
+		return false, nil
 	}
 	m := w.m
 	if m.o.ackN > 0 || m.key != st.key {
 		c.queues.settle(q, w, nil)
-		return false, false, nil
+		return false, nil
 	}
 	mine := "0"
 	if q.isSubscribed() {
@@ -474,28 +467,28 @@ func (st *leaseState) handOver(ctx context.Context) (done, quiet bool, err error
 		// Either side of the handover may have happened: release both owners' holds.
 		c.queues.settle(q, w, nil)
 		c.renewer.orphan(m.releaseCall(owner))
-		return false, false, nil // the caller's release reports the transport error, or succeeds
+		return false, nil // the caller's release reports the transport error, or succeeds
 	case len(res) == 2 && res[0] == 1:
 	case len(res) == 2 && res[0] == 0:
 		c.queues.settle(q, w, nil)
 		q.yield.Store(mono() + int64(fairnessYield))
-		return false, mine == "1", nil
+		return false, nil
 	default:
 		c.queues.settle(q, w, nil)
 		st.end(ErrLost)
-		return true, false, st.lostAtUnlock()
+		return true, st.lostAtUnlock()
 	}
 	next := newLeaseState(m, w.ctx, owner, uint64(res[1]), sent)
 	if !c.renewer.add(next) {
 		c.queues.settle(q, w, nil)
 		c.renewer.orphan(m.releaseCall(owner))
 		st.end(nil)
-		return true, false, nil
+		return true, nil
 	}
 	given := c.queues.settle(q, w, next)
 	st.endQuiet()
 	if !given {
 		(&Lease{st: next}).Unlock(context.WithoutCancel(ctx)) // the waiter left meanwhile
 	}
-	return true, false, nil
+	return true, nil
 }
