@@ -54,10 +54,24 @@
 //
 // Redis replication is asynchronous: if the master fails over to a replica that had not yet
 // received a lock, a second client can acquire it while the first still believes it holds it
-// (the lease context of the first is not cancelled, since its renewals succeed on the new
-// master only if the key made it there). Fencing tokens keep the resource safe in that case
-// too, as long as the new master's clock is not behind. A restart without persistence has the
-// same effect. Clock jumps on the server shorten or lengthen leases.
+// (the first learns of the loss at its next renewal, which finds the key gone on the new
+// master, within TTL/3). Fencing tokens keep the resource safe in that case too, as long as
+// the new master's clock is not behind. WithReplicaAck(n, timeout) narrows the window: an
+// acquisition counts only once n replicas have it (WAIT), and renewals too; a failover to one
+// of those replicas keeps the lock. It cannot close the window entirely: Sentinel may promote
+// a replica other than the ones that acknowledged, and WAIT does not make the write durable on
+// the replica's disk. A restart without persistence loses locks the same way. Clock jumps on
+// the server shorten or lengthen leases.
+//
+// # Deployments
+//
+// Dial accepts one server, a Sentinel URL (redis+sentinel://…, following failovers) and a
+// Cluster's seed nodes; New accepts a rueidis or go-redis client of any of those kinds. On a
+// Cluster, every key and channel of a lock shares one slot (the name is the hash tag), release
+// notices use sharded pub/sub (SPUBLISH/SSUBSCRIBE) and renewals are batched per slot; a lock
+// stays held through a slot migration or a manual failover of its shard (its renewals follow
+// the slot), or its holder is told it was lost. WithCAFile and WithTLSConfig set up TLS;
+// docs/SECURITY.md gives the minimal ACL rule.
 //
 // # Quorum mode (Redlock)
 //
