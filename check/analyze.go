@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -156,7 +157,9 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	// A server that forgets the lock (restart without persistence; a quorum member restarted
 	// empty at once) can hand it to a second holder before the first learns: a documented
 	// limitation, measured, not a failure.
-	serverLoses := c.Scenario == "restart" || c.Scenario == "redlock-restart" || c.Scenario == "sentinel-failover"
+	// With replica acknowledgement too: Sentinel may promote the replica that did not
+	// acknowledge (doc.go).
+	serverLoses := c.Scenario == "restart" || c.Scenario == "redlock-restart" || strings.HasPrefix(c.Scenario, "sentinel-")
 	// In quorum mode tokens are promised to increase only if no server loses its data while
 	// it holds a lock (doc.go, "Quorum mode"): the immediate restart breaks that premise.
 	fenceClaimed := c.Scenario != "redlock-restart"

@@ -113,9 +113,11 @@ func docsSection(cmdline string, o options, m machine, elapsed time.Duration, al
 		b.WriteString(strings.Join(fails, "\n"))
 		b.WriteString("\n")
 	}
-	b.WriteString("\nNot run (never faked; they need code that is not in the library yet):\n\n")
-	for _, s := range notRun {
-		fmt.Fprintf(&b, "- %s: %s\n", s.name, s.why)
+	if len(notRun) > 0 {
+		b.WriteString("\nNot run (never faked; they need code that is not in the library yet):\n\n")
+		for _, s := range notRun {
+			fmt.Fprintf(&b, "- %s: %s\n", s.name, s.why)
+		}
 	}
 	fmt.Fprintf(&b, "%s\n", docsEnd)
 	return b.String()

@@ -281,6 +281,9 @@ func (r *runner) spawn(s *slot) error {
 	if r.group != nil {
 		conf.Sentinels, conf.Master = r.group.SentinelAddrs(), r.group.MasterName()
 	}
+	if r.conf.Scenario == "sentinel-failover-ack" {
+		conf.AckN, conf.AckWait = 1, replicaAckWait
+	}
 	b, _ := json.Marshal(conf)
 	cmd := exec.Command(r.exe)
 	cmd.Env = append(os.Environ(), roleEnv+"=worker", confEnv+"="+string(b))
@@ -423,7 +426,7 @@ func (s *schedule) next(kind string, ttl time.Duration) plannedFault {
 	case "restart":
 		p.dur = 100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)))
 		p.work = time.Duration(rng.Int64N(int64(ttl / 2)))
-	case "sentinel-failover":
+	case "sentinel-failover", "sentinel-failover-ack":
 		p.work = time.Duration(rng.Int64N(int64(ttl)))
 	case "redlock-minority":
 		p.servers = rng.Perm(5)
@@ -645,7 +648,7 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			}()
 			return p.work, false // the holder is mid-work when its lock vanishes
 		}}
-	case "sentinel-failover":
+	case "sentinel-failover", "sentinel-failover-ack":
 		// SIGKILL the master while a holder works; Sentinel promotes a replica; the old master
 		// comes back empty as a replica. Replication is asynchronous: a lock not yet copied
 		// to the promoted replica is gone.
@@ -738,6 +741,9 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 	r.infraf("unknown scenario %q", kind)
 	return nil
 }
+
+// replicaAckWait is the WAIT timeout of the sentinel-failover-ack scenario.
+const replicaAckWait = 250 * time.Millisecond
 
 // numServers is how many standalone Redis servers a scenario needs (each worker has a fault
 // proxy in front of each); the Sentinel scenarios use a Sentinel group instead.

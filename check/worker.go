@@ -43,6 +43,8 @@ type workerConf struct {
 	RedisURLs []string      `json:"redis_urls"` // through the slot's own fault proxies; more than one: quorum
 	Sentinels []string      `json:"sentinels"`  // instead: a Sentinel group, through go-redis's failover client
 	Master    string        `json:"master"`
+	AckN      int           `json:"ack_n"` // WithReplicaAck(AckN, AckWait) when > 0
+	AckWait   time.Duration `json:"ack_wait"`
 	Resource  string        `json:"resource"`
 	Lock      string        `json:"lock"`
 	TTL       time.Duration `json:"ttl"`
@@ -163,7 +165,11 @@ func (w *worker) run(ctx context.Context) error {
 	if len(w.conf.Sentinels) > 0 {
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: w.conf.Master, SentinelAddrs: w.conf.Sentinels})
 		defer rdb.Close()
-		client, err = dlock.New(goredisconn.New(rdb), dlock.WithTTL(w.conf.TTL))
+		opts := []dlock.Option{dlock.WithTTL(w.conf.TTL)}
+		if w.conf.AckN > 0 {
+			opts = append(opts, dlock.WithReplicaAck(w.conf.AckN, w.conf.AckWait))
+		}
+		client, err = dlock.New(goredisconn.New(rdb), opts...)
 	} else if len(w.conf.RedisURLs) == 1 {
 		client, err = dlock.Dial(dctx, w.conf.RedisURLs[0], dlock.WithTTL(w.conf.TTL))
 	} else {
