@@ -51,7 +51,7 @@ var (
 	ACLSentinelExtra = []string{"+role"}
 	// ACLClusterExtra: the clients read the slot map (CLUSTER SLOTS on Redis 7, CLUSTER SHARDS
 	// from Redis 8 in rueidis), and release notices go over sharded pub/sub.
-	ACLClusterExtra = []string{"+cluster|slots", "+cluster|shards", "+ssubscribe", "+sunsubscribe", "+spublish"}
+	ACLClusterExtra = []string{"+cluster|slots", "+cluster|shards", "+ssubscribe", "+sunsubscribe", "+spublish", "+pubsub|shardnumsub"}
 )
 
 // ACLUserArgs returns redis-server arguments that create user with password and rules at
