@@ -32,8 +32,8 @@ func TestHarness(t *testing.T) {
 	cfg.s1Goroutines = []int{1, 4}
 	cfg.s1Duration = 50 * time.Millisecond
 	cfg.s1Warm = 10 * time.Millisecond
-	cfg.s2Duration = 200 * time.Millisecond
-	cfg.s3Duration = 150 * time.Millisecond
+	cfg.s2Duration = 400 * time.Millisecond
+	cfg.s3Duration = time.Second // four processes dialling and contending from cold need a moment on a loaded machine
 	cfg.s4Duration = 100 * time.Millisecond
 	cfg.s5Leases = []int{300}
 	cfg.s5TTL = 300 * time.Millisecond
