@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/slot"
 )
 
 // renewBatch is how many leases one renew script call extends. A round sends all of its calls
@@ -332,14 +333,14 @@ func (r *renewer) round() {
 		r.spans = r.spans[:0]
 		if r.c.cluster {
 			// On a Cluster the keys of one script call must share a slot.
-			slices.SortStableFunc(r.flying, func(a, b *leaseState) int { return cmp.Compare(keySlot(a.key), keySlot(b.key)) })
+			slices.SortStableFunc(r.flying, func(a, b *leaseState) int { return cmp.Compare(slot.Of(a.key), slot.Of(b.key)) })
 		}
 		for i := 0; i < len(r.flying); {
 			j := min(i+renewBatch, len(r.flying))
 			if r.c.cluster {
-				slot := keySlot(r.flying[i].key)
+				s := slot.Of(r.flying[i].key)
 				j = i + 1
-				for j < len(r.flying) && j-i < renewBatch && keySlot(r.flying[j].key) == slot {
+				for j < len(r.flying) && j-i < renewBatch && slot.Of(r.flying[j].key) == s {
 					j++
 				}
 			}

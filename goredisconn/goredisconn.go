@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/slot"
 )
 
 type adapter struct {
@@ -223,15 +224,15 @@ func (a *adapter) clusterWaitBatch(ctx context.Context, calls []conn.Call) []con
 	bySlot := make(map[int]*group)
 	for i, c := range calls {
 		if c.Script != nil {
-			slot, key := -1, ""
+			s, key := -1, ""
 			if len(c.Keys) > 0 {
 				key = c.Keys[0]
-				slot = keySlot(key)
+				s = slot.Of(key)
 			}
-			g := bySlot[slot]
+			g := bySlot[s]
 			if g == nil {
 				g = &group{key: key}
-				bySlot[slot] = g
+				bySlot[s] = g
 				groups = append(groups, g)
 			}
 			g.idx = append(g.idx, i)
@@ -278,28 +279,6 @@ func (a *adapter) clusterWaitBatch(ctx context.Context, calls []conn.Call) []con
 		}
 	}
 	return out
-}
-
-// keySlot returns the Redis Cluster hash slot of key: CRC-16/XMODEM of its hash tag (the
-// part between the first "{" and the next "}", when not empty), else of the whole key.
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) & (16384 - 1)
 }
 
 func isNoScript(err error) bool {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/slot"
 )
 
 // shardedListener subscribes with SSUBSCRIBE on a Redis Cluster: each channel on the master
@@ -150,7 +151,7 @@ func (l *shardedListener) send(ctx context.Context, channels []string, sub bool)
 	}
 	bySlot := make(map[int][]string)
 	for _, ch := range channels {
-		bySlot[keySlot(ch)] = append(bySlot[keySlot(ch)], ch)
+		bySlot[slot.Of(ch)] = append(bySlot[slot.Of(ch)], ch)
 	}
 	// Ask the client for each slot's master before taking the lock (it may have to load the
 	// cluster's slots first).

@@ -35,6 +35,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/slot"
 )
 
 // flushDelay lets rueidis gather concurrent commands for this long before writing them: fewer
@@ -432,33 +433,11 @@ func callSlot(c conn.Call) uint16 {
 	if len(c.Keys) == 0 {
 		return noSlot
 	}
-	return keySlot(c.Keys[0])
+	return uint16(slot.Of(c.Keys[0]))
 }
 
 // noSlot groups calls without keys.
 const noSlot = 1 << 15
-
-// keySlot returns the Redis Cluster hash slot of key: CRC-16/XMODEM of its hash tag (the
-// part between the first "{" and the next "}", when not empty), else of the whole key.
-func keySlot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc & (16384 - 1)
-}
 
 func noScript(err error) bool {
 	if err == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/slot"
 )
 
 // shardedListener subscribes with SSUBSCRIBE on a Redis Cluster: each channel on the master
@@ -184,7 +185,7 @@ func (l *shardedListener) failWith(err error) {
 func (l *shardedListener) groups(channels []string) map[string]map[uint16][]string {
 	out := make(map[string]map[uint16][]string)
 	for _, ch := range channels {
-		slot := keySlot(ch)
+		slot := uint16(slot.Of(ch))
 		addr := l.owners[slot]
 		if out[addr] == nil {
 			out[addr] = make(map[uint16][]string)

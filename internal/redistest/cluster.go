@@ -11,10 +11,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/slot"
 )
 
 // NumSlots is the number of hash slots of a Redis Cluster.
-const NumSlots = 16384
+const NumSlots = slot.Count
 
 const clusterWait = 60 * time.Second // default bound on cluster operations when ctx has none
 
@@ -474,27 +476,4 @@ func (g *ClusterGroup) Close() error {
 // SlotOf returns the hash slot of key: CRC16 (XMODEM) of its hash tag (the
 // part between the first "{" and the next "}", if not empty) or of the
 // whole key, modulo 16384.
-func SlotOf(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key)) % NumSlots
-}
-
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), bit by bit.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+func SlotOf(key string) int { return slot.Of(key) }
