@@ -1,11 +1,6 @@
 package goredisconn
 
 import (
-	"context"
-	"fmt"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,19 +9,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/conntest"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-var setScript = conn.NewScript("set.lua", "redis.call('SET', KEYS[1], ARGV[1]) return 1")
-
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func dial(t *testing.T, url string) conn.Conn {
@@ -41,95 +29,9 @@ func dial(t *testing.T, url string) conn.Conn {
 	return New(rc)
 }
 
-func mustDo(t *testing.T, s *redistest.Server, args ...string) string {
-	t.Helper()
-	v, err := s.Do(ctxT(t, 10*time.Second), args...)
-	if err != nil {
-		t.Fatalf("%v on %s: %v", args, s.Addr, err)
-	}
-	return v
-}
-
-// waitStat returns a command's call count on s (INFO commandstats).
-func waitCalls(t *testing.T, s *redistest.Server) int {
-	for _, line := range strings.Split(mustDo(t, s, "INFO", "commandstats"), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_wait:calls="); ok {
-			n, _ := strconv.Atoi(strings.SplitN(v, ",", 2)[0])
-			return n
-		}
-	}
-	return 0
-}
-
-// startReplicated starts a master and one replica in sync with it.
-func startReplicated(t *testing.T) (master, replica *redistest.Server) {
-	master = redistest.Start(t, redistest.WithArgs("--repl-diskless-sync-delay", "0"))
-	replica = redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port)))
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(mustDo(t, replica, "INFO", "replication"), "master_link_status:up") {
-		if time.Now().After(deadline) {
-			t.Fatal("replica never synced")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return master, replica
-}
-
-// TestWait: a WAIT in a batch covers the scripts before it on the same connection; with the
-// replica stopped it times out with 0 acknowledgements (a WAIT on another connection, which made
-// no write, would count the replica at once).
+// TestWait: see conntest.Wait.
 func TestWait(t *testing.T) {
-	master, replica := startReplicated(t)
-	c := dial(t, master.URL())
-	ctx := ctxT(t, 30*time.Second)
-	batch := func(timeout time.Duration) []conn.Result {
-		return c.EvalMulti(ctx, []conn.Call{
-			{Script: setScript, Keys: []string{"a"}, Args: []string{"1"}},
-			{Script: setScript, Keys: []string{"b"}, Args: []string{"2"}},
-			{WaitReplicas: 1, WaitTimeout: timeout},
-		})
-	}
-	res := batch(5 * time.Second)
-	for i, r := range res {
-		if r.Err != nil || len(r.Ints) != 1 || r.Ints[0] != 1 {
-			t.Fatalf("result %d = %+v, want {1}", i, r)
-		}
-	}
-	if got := mustDo(t, replica, "GET", "b"); got != "2" {
-		t.Errorf("replica has b = %q after WAIT acknowledged", got)
-	}
-
-	// After SCRIPT FLUSH the scripts are re-sent with EVAL, and so is the WAIT after them.
-	mustDo(t, master, "SCRIPT", "FLUSH")
-	before := waitCalls(t, master)
-	res = batch(5 * time.Second)
-	if res[2].Err != nil || res[2].Ints[0] != 1 || res[0].Ints[0] != 1 {
-		t.Fatalf("after SCRIPT FLUSH: %+v", res)
-	}
-	if n := waitCalls(t, master) - before; n != 2 {
-		t.Errorf("WAIT sent %d times with a NOSCRIPT fallback, want 2 (again after the EVALs)", n)
-	}
-
-	if err := replica.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	res = batch(300 * time.Millisecond)
-	elapsed := time.Since(start)
-	if err := replica.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	if res[2].Err != nil || len(res[2].Ints) != 1 || res[2].Ints[0] != 0 {
-		t.Fatalf("WAIT with the replica stopped = %+v, want {0}", res[2])
-	}
-	if elapsed < 250*time.Millisecond {
-		t.Errorf("WAIT returned after %v, before its 300 ms timeout", elapsed)
-	}
-	// The connection is still good for ordinary pipelines.
-	res = c.EvalMulti(ctx, []conn.Call{{Script: setScript, Keys: []string{"c"}, Args: []string{"3"}}})
-	if res[0].Err != nil {
-		t.Fatal(res[0].Err)
-	}
+	conntest.Wait(t, dial)
 }
 
 func TestClusterFlag(t *testing.T) {
@@ -139,258 +41,32 @@ func TestClusterFlag(t *testing.T) {
 	}
 }
 
-// TestSentinel: a client dialled with a Sentinel URL keeps working across failovers, on the
-// new master.
+// TestSentinel: a go-redis failover client keeps working across failovers, on the new master.
+// The data servers know the dlock user with docs/SECURITY.md's rule for Sentinel.
 func TestSentinel(t *testing.T) {
-	// The data servers know the dlock user with docs/SECURITY.md's rule for Sentinel.
-	g := redistest.NewSentinel(t, redistest.WithArgs(redistest.ACLUserArgs(aclUser, aclPassword, sentinelRule()...)...))
+	g := redistest.NewSentinel(t, redistest.WithArgs(redistest.ACLUserArgs(conntest.ACLUser, conntest.ACLPassword, conntest.SentinelRule()...)...))
 	rc := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:            g.MasterName(),
 		SentinelAddrs:         g.SentinelAddrs(),
-		Username:              aclUser,
-		Password:              aclPassword,
+		Username:              conntest.ACLUser,
+		Password:              conntest.ACLPassword,
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { rc.Close() })
-	c := New(rc)
-	ctx := ctxT(t, 120*time.Second)
-	if c.(conn.Clustered).Cluster() {
-		t.Error("Sentinel client reports Cluster() = true")
-	}
-	for i := range 2 {
-		key := fmt.Sprintf("dlock:k%d", i)
-		if _, err := c.Eval(ctx, setScript, []string{key}, []string{"before"}); err != nil {
-			t.Fatal(err)
-		}
-		_, promoted, err := g.Failover(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Calls may fail while the client learns of the failover; then they succeed, on the new master.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			_, err := c.Eval(ctx, setScript, []string{key}, []string{"after"})
-			if err == nil && mustDo(t, promoted, "GET", key) == "after" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("failover %d: no write reached the new master %s; last error %v", i, promoted.Addr, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	conntest.Sentinel(t, g, New(rc))
 }
 
-// TestClusterPubSubAndWait: on a cluster, WAIT batches are split by slot, and the listener
-// subscribes with SSUBSCRIBE on each channel's master; a slot migration ends it loudly.
+// TestClusterPubSubAndWait: see conntest.Cluster. Every node knows the dlock user with
+// docs/SECURITY.md's rule for Cluster.
 func TestClusterPubSubAndWait(t *testing.T) {
-	// Every node knows the dlock user with docs/SECURITY.md's rule for Cluster.
-	g := redistest.NewCluster(t, redistest.WithArgs(redistest.ACLUserArgs(aclUser, aclPassword, clusterRule()...)...))
+	g := redistest.NewCluster(t, redistest.WithArgs(redistest.ACLUserArgs(conntest.ACLUser, conntest.ACLPassword, conntest.ClusterRule()...)...))
 	rc := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: g.Addrs(), Username: aclUser, Password: aclPassword, ContextTimeoutEnabled: true,
+		Addrs: g.Addrs(), Username: conntest.ACLUser, Password: conntest.ACLPassword, ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { rc.Close() })
 	c := New(redis.UniversalClient(rc))
-	ctx := ctxT(t, 120*time.Second)
 	if !c.(conn.Clustered).Cluster() {
 		t.Fatal("Cluster() = false on a cluster")
 	}
-	testClusterConn(t, ctx, g, c)
-}
-
-// testClusterConn checks a cluster Conn through the conn interface only (rueidisconn's tests
-// have the same).
-func testClusterConn(t *testing.T, ctx context.Context, g *redistest.ClusterGroup, c conn.Conn) {
-	masters := g.Masters()
-	// One channel (and key) per master.
-	names := make([]string, len(masters))
-	for i, m := range masters {
-		for n := 0; ; n++ {
-			name := fmt.Sprintf("dlock:{n%d}:rel", n)
-			if owner, err := g.MasterOfSlot(ctx, redistest.SlotOf(name)); err == nil && owner == m {
-				names[i] = name
-				break
-			}
-		}
-	}
-	var calls []conn.Call
-	for _, n := range names {
-		calls = append(calls, conn.Call{Script: setScript, Keys: []string{n + ":key"}, Args: []string{"v"}})
-	}
-	calls = append(calls, conn.Call{WaitReplicas: 1, WaitTimeout: 5 * time.Second})
-	res := c.EvalMulti(ctx, calls)
-	for i, r := range res {
-		if r.Err != nil || len(r.Ints) != 1 || r.Ints[0] != 1 {
-			t.Fatalf("result %d = %+v, want {1}", i, r)
-		}
-	}
-
-	var mu sync.Mutex
-	subscribed := make(map[string]int)
-	got := make(map[string]string)
-	ln, err := c.Listen(ctx, conn.Handler{
-		Message: func(ch, msg string) {
-			mu.Lock()
-			got[ch] = msg
-			mu.Unlock()
-		},
-		Subscribed: func(ch string) {
-			mu.Lock()
-			subscribed[ch]++
-			mu.Unlock()
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	if err := ln.Subscribe(ctx, names...); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "ssubscribe confirmations", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(subscribed) == len(names)
-	})
-	for i, m := range masters {
-		if n := mustDo(t, m, "SPUBLISH", names[i], "tok"+strconv.Itoa(i)); n != "1" {
-			t.Errorf("SPUBLISH %s on %s reached %s subscribers, want 1", names[i], m.Addr, n)
-		}
-		// One connection per node: each master has exactly one shard-channel subscriber client.
-		if n := mustDo(t, m, "PUBSUB", "SHARDNUMSUB", names[i]); !strings.HasSuffix(n, "\n1") {
-			t.Errorf("SHARDNUMSUB on %s = %q", m.Addr, n)
-		}
-	}
-	waitFor(t, "smessages", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) == len(names)
-	})
-	for i, n := range names {
-		if got[n] != "tok"+strconv.Itoa(i) {
-			t.Errorf("message on %s = %q", n, got[n])
-		}
-	}
-	// Our own SUNSUBSCRIBE does not end the listener.
-	if err := ln.Unsubscribe(ctx, names[2]); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "unsubscribed", func() bool { return strings.HasSuffix(mustDo(t, masters[2], "PUBSUB", "SHARDNUMSUB", names[2]), "\n0") })
-	select {
-	case err := <-ln.Done():
-		t.Fatalf("listener ended after our own unsubscribe: %v", err)
-	default:
-	}
-	// Moving a subscribed channel's slot ends the listener with an error. A listener opened
-	// before the move that subscribes to the channel afterwards (on the old owner) fails too.
-	early, err := c.Listen(ctx, conn.Handler{Message: func(string, string) {}, Subscribed: func(string) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer early.Close()
-	if err := g.MigrateSlot(ctx, redistest.SlotOf(names[0]), masters[1]); err != nil {
-		t.Fatal(err)
-	}
-	if err := early.Subscribe(ctx, names[0]); err != nil {
-		t.Logf("subscribing on the old owner: %v", err)
-	} else {
-		select {
-		case err := <-early.Done():
-			t.Logf("subscribing on the old owner: Done: %v", err)
-		case <-time.After(20 * time.Second):
-			t.Fatal("subscribing on the old owner neither failed nor ended the listener")
-		}
-	}
-	select {
-	case err := <-ln.Done():
-		if err == nil {
-			t.Error("Done closed without an error after the slot moved")
-		} else {
-			t.Logf("after the slot moved: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("listener still open 20 s after its channel's slot moved")
-	}
-	ln.Close()
-
-	// After a manual failover of a shard, a subscription made on its old master either still
-	// gets the shard's messages (Redis forwards SPUBLISH to every node of the shard) or ends the
-	// listener: it is never silently dead.
-	mu.Lock()
-	clear(subscribed)
-	clear(got)
-	mu.Unlock()
-	ln, err = c.Listen(ctx, conn.Handler{
-		Message: func(ch, msg string) {
-			mu.Lock()
-			got[ch] = msg
-			mu.Unlock()
-		},
-		Subscribed: func(ch string) {
-			mu.Lock()
-			subscribed[ch]++
-			mu.Unlock()
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	if err := ln.Subscribe(ctx, names[1]); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "ssubscribe confirmation", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return subscribed[names[1]] == 1
-	})
-	_, promoted, err := g.FailoverShard(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustDo(t, promoted, "SPUBLISH", names[1], "after-failover")
-	deadline := time.After(20 * time.Second)
-	for {
-		mu.Lock()
-		msg := got[names[1]]
-		mu.Unlock()
-		if msg == "after-failover" {
-			t.Log("after a failover: the subscription still gets the shard's messages")
-			break
-		}
-		select {
-		case err := <-ln.Done():
-			t.Logf("after a failover: the listener ended: %v", err)
-			return
-		case <-deadline:
-			t.Fatal("after a failover: neither the message nor the end of the listener")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-const aclUser, aclPassword = "dlock", "pw"
-
-func sentinelRule() []string {
-	return append(append([]string(nil), redistest.ACLRule...), redistest.ACLSentinelExtra...)
-}
-
-func clusterRule() []string {
-	return append(append([]string(nil), redistest.ACLRule...), redistest.ACLClusterExtra...)
-}
-
-// withUser puts the dlock user's credentials into a URL.
-func withUser(url string) string {
-	return strings.Replace(url, "://", "://"+aclUser+":"+aclPassword+"@", 1)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	conntest.Cluster(t, conntest.Ctx(t, 120*time.Second), g, c)
 }
