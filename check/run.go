@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -708,18 +709,29 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			for _, k := range p.servers {
 				if held[k] && len(keep) < 3 {
 					keep = append(keep, k)
-				} else {
-					cut = append(cut, k)
 				}
 			}
+			note := ""
 			if len(keep) < 3 {
-				r.infraf("%s: the holder's lease (token %d) is on %d servers only", kind, tok, len(keep))
+				// The lease ended between the holder's check and this read (it is then no
+				// bare-majority holder): inject the same fault on servers of the schedule.
+				note = fmt.Sprintf(" (holder's lease on %d servers only)", len(keep))
+				for _, k := range p.servers {
+					if len(keep) < 3 && !slices.Contains(keep, k) {
+						keep = append(keep, k)
+					}
+				}
+			}
+			for _, k := range p.servers {
+				if !slices.Contains(keep, k) {
+					cut = append(cut, k)
+				}
 			}
 			c := keep[0]
 			for _, k := range cut {
 				vs.proxies[k].Block()
 			}
-			i := record(faultRec{Kind: kind, Variant: fmt.Sprintf("held on %v; links to %v cut; server %d down %v", keep, cut, c, p.dur.Round(time.Millisecond)),
+			i := record(faultRec{Kind: kind, Variant: fmt.Sprintf("held on %v%s; links to %v cut; server %d down %v", keep, note, cut, c, p.dur.Round(time.Millisecond)),
 				Slot: slot, Inc: inc, Token: tok, Start: mono()})
 			go func() {
 				defer r.faultWG.Done()
