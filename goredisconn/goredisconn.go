@@ -23,7 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/conn"
-	"github.com/dlock-go/dlock/internal/slot"
+	"github.com/dlock-go/dlock/internal/waitbatch"
 )
 
 type adapter struct {
@@ -208,77 +208,19 @@ func result(cmd redis.Cmder) ([]int64, error) {
 	return nil, fmt.Errorf("unexpected command %T", cmd)
 }
 
-// clusterWaitBatch runs a batch holding WAITs on a cluster. A WAIT only covers writes made on
-// its own connection, to one node, so the scripts each WAIT covers (those since the previous
-// WAIT) are grouped by hash slot, and each group goes with its own copy of the WAIT in one
-// pipeline to the slot's master. The WAIT's result is the smallest count of acknowledging
-// replicas among its groups (or the first error).
+// clusterWaitBatch runs a batch holding WAITs on a cluster: see package waitbatch.
 func (a *adapter) clusterWaitBatch(ctx context.Context, calls []conn.Call) []conn.Result {
-	type group struct {
-		key   string      // a key of the group's slot ("" for calls without keys)
-		idx   []int       // indexes in calls of the scripts, then of the WAIT
-		calls []conn.Call // the same calls
-		res   []conn.Result
-	}
-	var groups []*group
-	bySlot := make(map[int]*group)
-	for i, c := range calls {
-		if c.Script != nil {
-			s, key := -1, ""
-			if len(c.Keys) > 0 {
-				key = c.Keys[0]
-				s = slot.Of(key)
+	return waitbatch.Run(calls, func(key string, calls []conn.Call) []conn.Result {
+		node, err := a.cc.MasterForKey(ctx, key)
+		if err != nil {
+			res := make([]conn.Result, len(calls))
+			for i := range res {
+				res[i].Err = err
 			}
-			g := bySlot[s]
-			if g == nil {
-				g = &group{key: key}
-				bySlot[s] = g
-				groups = append(groups, g)
-			}
-			g.idx = append(g.idx, i)
-			g.calls = append(g.calls, c)
-			continue
+			return res
 		}
-		if len(bySlot) == 0 { // a WAIT with nothing before it: any master will do
-			groups = append(groups, &group{idx: []int{i}, calls: []conn.Call{c}})
-		}
-		for _, g := range bySlot {
-			g.idx = append(g.idx, i)
-			g.calls = append(g.calls, c)
-		}
-		clear(bySlot)
-	}
-	var wg sync.WaitGroup
-	for _, g := range groups {
-		wg.Go(func() {
-			node, err := a.cc.MasterForKey(ctx, g.key)
-			if err != nil {
-				g.res = make([]conn.Result, len(g.calls))
-				for i := range g.res {
-					g.res[i].Err = err
-				}
-				return
-			}
-			g.res = batch(ctx, node, g.calls)
-		})
-	}
-	wg.Wait()
-	out := make([]conn.Result, len(calls))
-	for _, g := range groups {
-		for j, i := range g.idx {
-			r := g.res[j]
-			switch {
-			case calls[i].Script != nil:
-				out[i] = r
-			case out[i].Err != nil:
-			case r.Err != nil:
-				out[i] = r
-			case out[i].Ints == nil || (len(r.Ints) == 1 && r.Ints[0] < out[i].Ints[0]):
-				out[i].Ints = r.Ints
-			}
-		}
-	}
-	return out
+		return batch(ctx, node, calls)
+	})
 }
 
 func isNoScript(err error) bool {

@@ -35,7 +35,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dlock-go/dlock/conn"
-	"github.com/dlock-go/dlock/internal/slot"
+	"github.com/dlock-go/dlock/internal/waitbatch"
 )
 
 // flushDelay lets rueidis gather concurrent commands for this long before writing them: fewer
@@ -370,74 +370,11 @@ func (a *adapter) batch(ctx context.Context, calls []conn.Call) []conn.Result {
 	return out
 }
 
-// clusterWaitBatch runs a batch holding WAITs on a cluster. A WAIT only covers writes made on
-// its own connection, to one node, so the scripts each WAIT covers (those since the previous
-// WAIT) are grouped by hash slot, and each group goes with its own copy of the WAIT in one
-// batch to the slot's master. The WAIT's result is the smallest count of acknowledging
-// replicas among its groups (or the first error).
+// clusterWaitBatch runs a batch holding WAITs on a cluster: see package waitbatch. rueidis
+// routes each group by its keys.
 func (a *adapter) clusterWaitBatch(ctx context.Context, calls []conn.Call) []conn.Result {
-	type group struct {
-		idx   []int       // indexes in calls of the scripts, then of the WAIT
-		calls []conn.Call // the same calls
-		res   []conn.Result
-	}
-	var groups []*group
-	bySlot := make(map[uint16]*group)
-	for i, c := range calls {
-		if c.Script != nil {
-			slot := callSlot(c)
-			g := bySlot[slot]
-			if g == nil {
-				g = &group{}
-				bySlot[slot] = g
-				groups = append(groups, g)
-			}
-			g.idx = append(g.idx, i)
-			g.calls = append(g.calls, c)
-			continue
-		}
-		if len(bySlot) == 0 { // a WAIT with nothing before it: any node will do
-			groups = append(groups, &group{idx: []int{i}, calls: []conn.Call{c}})
-		}
-		for _, g := range bySlot {
-			g.idx = append(g.idx, i)
-			g.calls = append(g.calls, c)
-		}
-		clear(bySlot)
-	}
-	var wg sync.WaitGroup
-	for _, g := range groups {
-		wg.Go(func() { g.res = a.batch(ctx, g.calls) })
-	}
-	wg.Wait()
-	out := make([]conn.Result, len(calls))
-	for _, g := range groups {
-		for j, i := range g.idx {
-			r := g.res[j]
-			switch {
-			case calls[i].Script != nil:
-				out[i] = r
-			case out[i].Err != nil:
-			case r.Err != nil:
-				out[i] = r
-			case out[i].Ints == nil || (len(r.Ints) == 1 && r.Ints[0] < out[i].Ints[0]):
-				out[i].Ints = r.Ints
-			}
-		}
-	}
-	return out
+	return waitbatch.Run(calls, func(_ string, calls []conn.Call) []conn.Result { return a.batch(ctx, calls) })
 }
-
-// callSlot is the hash slot of a script call's first key (all keys of one call share it).
-func callSlot(c conn.Call) uint16 {
-	if len(c.Keys) == 0 {
-		return noSlot
-	}
-	return uint16(slot.Of(c.Keys[0]))
-}
-
-// noSlot groups calls without keys.
-const noSlot = 1 << 15
 
 func noScript(err error) bool {
 	if err == nil {
