@@ -225,7 +225,6 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	defer timer.Stop()
 	for {
 		var b busy
 		select {
@@ -235,17 +234,10 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 		}
 		if until := q.yield.Load(); known == nil && until > mono() {
 			// This client just released for fairness: give the other clients' heads a head start.
-			timer.Reset(time.Duration(until - mono()))
-			select {
-			case got = <-w.grant:
-				return &Lease{st: got}, nil
-			case <-timer.C:
-			case <-ctx.Done():
-				return nil, m.ctxErr(ctx)
-			case <-m.c.done:
-				return nil, ErrClosed
+			if st, err := m.pause(ctx, w, timer, nil, time.Duration(until-mono())); st != nil || err != nil {
+				got = st
+				return leaseOf(st), err
 			}
-			timer.Stop()
 		}
 		if known != nil {
 			b, known = *known, nil
@@ -268,19 +260,36 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 		if b.pttl < 0 {
 			d = m.o.ttl
 		}
-		timer.Reset(d)
-		select {
-		case <-q.wake:
-		case got = <-w.grant:
-			return &Lease{st: got}, nil
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, m.ctxErr(ctx)
-		case <-m.c.done:
-			return nil, ErrClosed
+		if st, err := m.pause(ctx, w, timer, q.wake, d); st != nil || err != nil {
+			got = st
+			return leaseOf(st), err
 		}
-		timer.Stop()
 	}
+}
+
+// pause waits, as the head of a queue, for d to pass, for wake (when not nil), or for a lease
+// handed over to w. It returns that lease, or an error when ctx ends or the client closes.
+func (m *Mutex) pause(ctx context.Context, w *waiter, timer *time.Timer, wake <-chan struct{}, d time.Duration) (*leaseState, error) {
+	timer.Reset(d)
+	defer timer.Stop()
+	select {
+	case <-wake:
+	case st := <-w.grant:
+		return st, nil
+	case <-timer.C:
+	case <-ctx.Done():
+		return nil, m.ctxErr(ctx)
+	case <-m.c.done:
+		return nil, ErrClosed
+	}
+	return nil, nil
+}
+
+func leaseOf(st *leaseState) *Lease {
+	if st == nil {
+		return nil
+	}
+	return &Lease{st: st}
 }
 
 func (m *Mutex) ctxErr(ctx context.Context) error {
