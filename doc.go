@@ -115,6 +115,14 @@
 // holds no pooled connection. A holder that crashed sends no notice: the waiter retries when
 // the lease reported by its failed attempt runs out.
 //
+// On a hot lock, Unlock hands the lock straight to the next waiter of the same client (one
+// round trip: the release and the waiter's acquisition in one script, with a new token). While
+// other clients wait for the same lock, a client does so at most 16 times in a row, then
+// releases it for all to compete, and its own next waiter gives the others a millisecond's head
+// start. Within a client waiters are served in order; across clients the lock goes to whichever
+// waiter reaches the server first after a release, which in the benchmarks (docs/BENCHMARKS.md)
+// spreads it evenly.
+//
 // # Re-entry
 //
 // Lock, TryLock and Do re-enter a lock when their context carries a lease on the same name
