@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -225,6 +226,7 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	first := true // the first attempt of a new head goes at once
 	for {
 		var b busy
 		select {
@@ -232,6 +234,15 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 			return &Lease{st: got}, nil
 		default:
 		}
+		if m.c.quorum && known == nil && !first {
+			// Quorum mode: every contender hears the same release (from each server) at once;
+			// a random pause before the attempt spreads them, so fewer votes split.
+			if st, err := m.pause(ctx, w, timer, nil, time.Duration(rand.Int64N(int64(2*time.Millisecond)))); st != nil || err != nil {
+				got = st
+				return leaseOf(st), err
+			}
+		}
+		first = false
 		if until := q.yield.Load(); known == nil && until > mono() {
 			// This client just released for fairness: give the other clients' heads a head start.
 			if st, err := m.pause(ctx, w, timer, nil, time.Duration(until-mono())); st != nil || err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -291,7 +292,12 @@ type noQuorumError struct {
 	errs error
 }
 
-func (e *noQuorumError) Error() string        { return e.msg + ": " + e.errs.Error() }
+func (e *noQuorumError) Error() string {
+	if e.errs == nil { // no server failed: too few answered within the lease
+		return e.msg
+	}
+	return e.msg + ": " + e.errs.Error()
+}
 func (e *noQuorumError) Unwrap() error        { return e.errs }
 func (e *noQuorumError) Is(target error) bool { return target == ErrNotAcquired }
 
@@ -346,7 +352,13 @@ func (q *quorumConn) acquire(ctx context.Context, c conn.Call) conn.Result {
 			case failed > n-q.need: // not because of a holder: servers are down
 				result <- conn.Result{Err: q.errNoQuorum(n-failed, errs)}
 			default:
-				result <- conn.Result{Ints: []int64{0, q.freeIn(yes, pttls), 0}}
+				free := q.freeIn(yes, pttls)
+				if yes > 0 {
+					// A split vote: contenders each got part of the servers and all gave
+					// them back. Retry after a random pause, so that they stop colliding.
+					free = splitBackoff()
+				}
+				result <- conn.Result{Ints: []int64{0, free, 0}}
 			}
 		}
 		return done
@@ -373,6 +385,10 @@ func (q *quorumConn) pendingOf(owner string) *pendingAcquire {
 	defer q.pmu.Unlock()
 	return q.pending[owner]
 }
+
+// splitBackoff is the pause, in milliseconds, before retrying after a split vote: random in
+// [1, 8] ms.
+func splitBackoff() int64 { return 1 + rand.Int64N(8) }
 
 // freeIn estimates how long until a majority could grant the lock: the servers that granted
 // it now (released again) count as free; the others free up as their leases run out. -1 means

@@ -41,6 +41,7 @@ type renewer struct {
 	ack     bool          // the batch in flight ends with a WAIT
 	spans   []int         // leases per renew call of the batch in flight, in order
 	stopped bool
+	wakeAt  int64 // mono ns the loop's timer is set for, -1 when it sleeps until poked
 
 	kick  chan struct{} // capacity 1: the earliest due time changed, or there is an orphan
 	quit  chan struct{}
@@ -68,7 +69,8 @@ type batch struct {
 func newRenewer(c *Client) *renewer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &renewer{
-		c: c, kick: make(chan struct{}, 1), quit: make(chan struct{}),
+		wakeAt: -1,
+		c:      c, kick: make(chan struct{}, 1), quit: make(chan struct{}),
 		reqs: make(chan batch, 1), resps: make(chan []conn.Result, 1),
 		ctx: ctx, halt: cancel,
 	}
@@ -83,7 +85,10 @@ func (r *renewer) add(st *leaseState) bool {
 	}
 	st.due = dueAfter(st, st.lastSent)
 	heap.Push(&r.h, st)
-	if st.idx == 0 {
+	if st.idx == 0 && (r.wakeAt < 0 || st.due < r.wakeAt) {
+		// The loop sleeps past this lease's due time (or indefinitely): wake it to re-arm its
+		// timer. Otherwise it wakes in time anyway, and a lock taken and released at once (the
+		// common case) costs the loop nothing.
 		r.poke()
 	}
 	return true
@@ -259,13 +264,14 @@ func (r *renewer) sendBatch(b batch) []conn.Result {
 	return r.c.conn.EvalMulti(r.ctx, b.calls)
 }
 
-// nextWake returns how long the loop may sleep: until the earliest lease is due or, while a
-// batch is in flight, until the earliest deadline among those that cannot be renewed before it
-// comes back. -1 means until kicked.
+// nextWake returns how long the loop may sleep (and records until when in wakeAt): until the
+// earliest lease is due or, while a batch is in flight, until the earliest deadline among those
+// that cannot be renewed before it comes back. -1 means until kicked.
 func (r *renewer) nextWake() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.orphans) > 0 && !r.busy {
+		r.wakeAt = mono()
 		return 0
 	}
 	at := int64(-1)
@@ -288,6 +294,7 @@ func (r *renewer) nextWake() time.Duration {
 			earliest(st.deadline.Load())
 		}
 	}
+	r.wakeAt = at // add compares a new lease's due time with it, under the same lock
 	if at < 0 {
 		return -1
 	}
