@@ -83,7 +83,10 @@
 // server. Renewals and releases go to every server; the lease context is cancelled (ErrLost)
 // when no majority confirmed a renewal in time. Waiters are woken by a release announced on
 // any server. When too few servers can be reached, Lock and TryLock fail at once with an error
-// matching ErrNotAcquired that names the servers' errors, rather than waiting.
+// matching ErrNotAcquired that names the servers' errors, rather than waiting. Contenders that
+// split the vote (each granted by some servers, none by a majority) give their grants back and
+// retry after a random pause of a few milliseconds; waiters retry a release after a random
+// 0–2 ms, so that they do not all collide again.
 //
 // Quorum mode survives a minority of servers down, slow or partitioned. It does not survive a
 // server that restarts without its data while a lock is held: that server can then grant the
