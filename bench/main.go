@@ -84,7 +84,6 @@ func defaultConfig(quick bool) config {
 		c.s3Duration = 500 * time.Millisecond
 		c.s4Duration = 500 * time.Millisecond
 		c.s5Leases = []int{10_000, 100_000}
-		c.s5TTL = 1500 * time.Millisecond
 		c.s5Acquire = 8 * time.Second
 		c.s6TTL = 500 * time.Millisecond
 		c.s6Hold = 100 * time.Millisecond
