@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
@@ -272,6 +273,20 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 	return head + b.String(), ok, nil
 }
 
+// gitCommit names the commit the run measured (", at commit abc1234", "+ local changes" when the
+// work tree differs), or "" outside a git work tree.
+func gitCommit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	s := ", at commit " + strings.TrimSpace(string(out))
+	if err := exec.Command("git", "diff", "--quiet", "HEAD", "--", "..").Run(); err != nil {
+		s += " + local changes"
+	}
+	return s
+}
+
 // loadavg returns the 1, 5 and 15 minute load averages from /proc/loadavg ("" elsewhere).
 func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -295,8 +310,8 @@ func header(cfg config, command string, start time.Time, loadBefore, loadAfter s
 		"starts itself; client and server share the machine. Medians of %d repetitions (%s mode); "+
 		"\"× best peer\" divides by the best of redsync, redislock and rueidislock in the same table. "+
 		"Scenario 4 (Redlock) runs against 5 more private servers.\n\n"+
-		"**Command:** %s\n**Machine:** %s\n**Run:** started %s\n**Load average** (1, 5, 15 min, `/proc/loadavg`; the machine is shared): %s before the run, %s after it\n",
-		cfg.reps, mode, strings.TrimSpace(command), machine(), start.UTC().Format("2006-01-02 15:04 MST"), loadBefore, loadAfter)
+		"**Command:** %s\n**Machine:** %s\n**Run:** started %s%s\n**Load average** (1, 5, 15 min, `/proc/loadavg`; the machine is shared): %s before the run, %s after it\n",
+		cfg.reps, mode, strings.TrimSpace(command), machine(), start.UTC().Format("2006-01-02 15:04 MST"), gitCommit(), loadBefore, loadAfter)
 }
 
 func median(xs []float64) float64 {
