@@ -15,7 +15,7 @@ import (
 )
 
 // The benchmarks share the test binary's private redis-server (TestMain). Run them with
-// `make bench`; docs/BENCHMARKS.md records the figures and the ratios between them.
+// `make bench-go`; docs/BENCHMARKS.md records the figures and the ratios between them.
 
 // benchGoroutines is how many goroutines the parallel benchmarks run, whatever GOMAXPROCS is.
 const benchGoroutines = 64
