@@ -114,7 +114,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.minFaults, "min-faults", 5, "...and at least this many faults played out")
 	fs.IntVar(&o.sentFaults, "sentinel-faults", 10, "...at least this many failovers per Sentinel run")
 	fs.DurationVar(&o.maxRun, "max-run", 80*time.Second, "...or until this much time passed, per run")
-	fs.DurationVar(&o.quorumMax, "max-run-redlock", 55*time.Second, "...or this long in the Redlock scenarios (quorum handoffs under contention are slow: see docs/CORRECTNESS.md)")
+	fs.DurationVar(&o.quorumMax, "max-run-redlock", 115*time.Second, "...or this long in the Redlock scenarios (quorum handoffs under contention are slower: see docs/CORRECTNESS.md)")
 	fs.DurationVar(&o.linTimeout, "lin-timeout", 30*time.Second, "porcupine time limit per run (a timeout reports Unknown; fenced: a failure)")
 	fs.BoolVar(&o.short, "short", false, "short preset for CI: --cycles 100 --min-faults 1 (pause: 2) --sentinel-faults 1 --max-run 15s --max-run-redlock 15s --lin-timeout 20s, gaps between faults halved (explicit flags win)")
 	fs.StringVar(&o.writeDocs, "write-docs", "", "write the table between the check markers of this file (docs/CORRECTNESS.md)")
