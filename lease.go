@@ -445,7 +445,7 @@ func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
 		return false, nil
 	}
 	m := w.m
-	if m.o.ackN > 0 || m.key != st.key {
+	if m.o.ackN > 0 {
 		c.queues.settle(q, w, nil)
 		return false, nil
 	}

@@ -143,9 +143,10 @@ type reply struct {
 	res  []conn.Result
 }
 
-// fanOut sends calls to every server in parallel and feeds the answers to decide, in the order
-// they come, until decide reports true or every server answered (it then returns true), or
-// limit (when > 0) passes first (it returns false). Calls still running then finish in the
+// fanOut sends calls to every server in parallel and feeds the answers to decide (in the
+// caller's goroutine, one at a time, so decide needs no lock), in the order they come, until
+// decide reports true or every server answered (it then returns true), or limit (when > 0)
+// passes first (it returns false). Calls still running then finish in the
 // background (Close waits for them).
 func (q *quorumConn) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, decide func(reply) bool) bool {
 	return q.fanOutOrdered(ctx, calls, limit, "", nil, decide)
@@ -311,63 +312,52 @@ func (q *quorumConn) acquire(ctx context.Context, c conn.Call) conn.Result {
 		token, holds    int64
 		pttls           []int64
 		errs            []error
-		done            bool
-		mu              sync.Mutex
+		res             conn.Result
 	)
-	result := make(chan conn.Result, 1)
 	reentry := len(c.Args) > 3 && c.Args[3] == "r"
 	// Past the lease time, an answer is useless: the lease would have no validity left.
 	ttl, _ := strconv.ParseInt(c.Args[1], 10, 64)
-	q.fanOutOrdered(ctx, []conn.Call{c}, time.Duration(ttl)*time.Millisecond, c.Args[0], q.pendingOf(c.Args[0]), func(r reply) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		res := r.res[0]
+	// decide runs in this goroutine, one answer at a time, until it returns true.
+	decided := q.fanOutOrdered(ctx, []conn.Call{c}, time.Duration(ttl)*time.Millisecond, c.Args[0], q.pendingOf(c.Args[0]), func(r reply) bool {
+		x := r.res[0]
 		switch {
-		case res.Err != nil:
+		case x.Err != nil:
 			failed++
-			errs = append(errs, fmt.Errorf("%s: %w", q.nodes[r.node].Addr(), res.Err))
-		case len(res.Ints) == 3 && res.Ints[0] == 1:
+			errs = append(errs, fmt.Errorf("%s: %w", q.nodes[r.node].Addr(), x.Err))
+		case len(x.Ints) == 3 && x.Ints[0] == 1:
 			yes++
-			token = max(token, res.Ints[1])
-			holds = max(holds, res.Ints[2])
-		case len(res.Ints) == 3:
+			token = max(token, x.Ints[1])
+			holds = max(holds, x.Ints[2])
+		case len(x.Ints) == 3:
 			no++
-			if res.Ints[1] >= 0 {
-				pttls = append(pttls, res.Ints[1])
+			if x.Ints[1] >= 0 {
+				pttls = append(pttls, x.Ints[1])
 			}
 		default:
 			failed++
-			errs = append(errs, fmt.Errorf("%s: unexpected reply %v", q.nodes[r.node].Addr(), res.Ints))
+			errs = append(errs, fmt.Errorf("%s: unexpected reply %v", q.nodes[r.node].Addr(), x.Ints))
 		}
 		switch {
-		case done:
 		case yes >= q.need:
-			done = true
-			result <- conn.Result{Ints: []int64{1, token, holds}}
-		case n-no-failed < q.need: // a majority can no longer grant it
-			done = true
-			switch {
-			case reentry:
-				result <- conn.Result{Ints: []int64{0, -2, 0}}
-			case failed > n-q.need: // not because of a holder: servers are down
-				result <- conn.Result{Err: q.errNoQuorum(n-failed, errs)}
-			default:
-				free := q.freeIn(yes, pttls)
-				if yes > 0 {
-					// A split vote: contenders each got part of the servers and all gave
-					// them back. Retry after a random pause, so that they stop colliding.
-					free = splitBackoff()
-				}
-				result <- conn.Result{Ints: []int64{0, free, 0}}
+			res = conn.Result{Ints: []int64{1, token, holds}}
+		case n-no-failed >= q.need:
+			return false // a majority can still grant it
+		case reentry:
+			res = conn.Result{Ints: []int64{0, -2, 0}}
+		case failed > n-q.need: // not because of a holder: servers are down
+			res = conn.Result{Err: q.errNoQuorum(n-failed, errs)}
+		default:
+			free := q.freeIn(yes, pttls)
+			if yes > 0 {
+				// A split vote: contenders each got part of the servers and all gave
+				// them back. Retry after a random pause, so that they stop colliding.
+				free = splitBackoff()
 			}
+			res = conn.Result{Ints: []int64{0, free, 0}}
 		}
-		return done
+		return true
 	})
-	var res conn.Result
-	select {
-	case res = <-result:
-	default:
-		// the lease time passed before a majority answered
+	if !decided { // the lease time passed before a majority answered
 		res = conn.Result{Err: q.errNoQuorum(yes+no, errs)}
 		if reentry {
 			res = conn.Result{Ints: []int64{0, -2, 0}}
@@ -431,7 +421,6 @@ func (q *quorumConn) releaseOwner(key, owner string) {
 // majority says the caller does not hold the lock.
 func (q *quorumConn) release(ctx context.Context, c conn.Call) conn.Result {
 	var (
-		mu               sync.Mutex
 		ok, notHeld, bad int
 		left             int64
 		errs             []error
@@ -439,8 +428,6 @@ func (q *quorumConn) release(ctx context.Context, c conn.Call) conn.Result {
 	)
 	n := len(q.nodes)
 	if !q.fanOutOrdered(ctx, []conn.Call{c}, answerWait, "", q.pendingOf(c.Args[0]), func(r reply) bool {
-		mu.Lock()
-		defer mu.Unlock()
 		x := r.res[0]
 		switch {
 		case x.Err != nil:
@@ -464,8 +451,6 @@ func (q *quorumConn) release(ctx context.Context, c conn.Call) conn.Result {
 		}
 		return true
 	}) {
-		mu.Lock()
-		defer mu.Unlock()
 		res = conn.Result{Err: fmt.Errorf("dlock: %d of %d servers answered within %v: %w", ok+notHeld, n, answerWait, errors.Join(errs...))}
 	}
 	return res
@@ -481,7 +466,6 @@ func (q *quorumConn) renew(ctx context.Context, calls []conn.Call) []conn.Result
 	n := len(q.nodes)
 	type tally struct{ yes, no []int }
 	var (
-		mu      sync.Mutex
 		answers int
 		errs    []error
 		failed  = make([]int, len(calls)) // servers whose answer to call i is an error
@@ -512,8 +496,6 @@ func (q *quorumConn) renew(ctx context.Context, calls []conn.Call) []conn.Result
 		}
 	}
 	q.fanOut(ctx, calls, max(limit, 0), func(r reply) bool {
-		mu.Lock()
-		defer mu.Unlock()
 		answers++
 		for i, x := range r.res {
 			if x.Err != nil || len(x.Ints) != len(calls[i].Keys) {
@@ -533,8 +515,6 @@ func (q *quorumConn) renew(ctx context.Context, calls []conn.Call) []conn.Result
 		}
 		return decided()
 	})
-	mu.Lock()
-	defer mu.Unlock()
 	out := make([]conn.Result, len(calls))
 	for i := range calls {
 		ints := make([]int64, len(t[i].yes))
@@ -559,7 +539,6 @@ func (q *quorumConn) renew(ctx context.Context, calls []conn.Call) []conn.Result
 // majority-th longest remaining lease; -2 when fewer than a majority hold it.
 func (q *quorumConn) pttl(ctx context.Context, c conn.Call) conn.Result {
 	var (
-		mu       sync.Mutex
 		left     []int64
 		no, bad  int
 		errs     []error
@@ -568,8 +547,6 @@ func (q *quorumConn) pttl(ctx context.Context, c conn.Call) conn.Result {
 		answered int
 	)
 	if !q.fanOut(ctx, []conn.Call{c}, answerWait, func(r reply) bool {
-		mu.Lock()
-		defer mu.Unlock()
 		answered++
 		x := r.res[0]
 		switch {
@@ -594,8 +571,6 @@ func (q *quorumConn) pttl(ctx context.Context, c conn.Call) conn.Result {
 		}
 		return true
 	}) {
-		mu.Lock()
-		defer mu.Unlock()
 		res = conn.Result{Err: fmt.Errorf("dlock: %d of %d servers answered within %v: %w", answered-bad, n, answerWait, errors.Join(errs...))}
 	}
 	return res
