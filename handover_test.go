@@ -62,7 +62,7 @@ func TestHandover_TokensAndExclusion(t *testing.T) {
 				t.Fatalf("hold %d got token %d after %d", i, tokens[i], tokens[i-1])
 			}
 		}
-		if v := redisDo(t, shared, "GET", keyOf(name)); len(v) == 0 || v[0] != '-' {
+		if v := redisDo(t, shared, "GET", keyOf(name)); heldValue(v) {
 			t.Fatalf("lock not released at the end: %q", v)
 		}
 	})
@@ -104,7 +104,7 @@ func TestHandover_OtherClientNotStarved(t *testing.T) {
 		// Let a's goroutines hand the lock among themselves, then ask from b.
 		waitFor(t, 5*time.Second, "a's goroutines take turns", func() bool {
 			v := redisDo(t, shared, "GET", keyOf(name))
-			return len(v) > 0 && v[0] != '-'
+			return heldValue(v)
 		})
 		start := time.Now()
 		bctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -147,6 +147,14 @@ func uniqueName(t testing.TB) string {
 // keyOf is the Redis key of a lock with the default prefix (see docs/PROTOCOL.md).
 func keyOf(name string) string { return dlock.DefaultPrefix + "{" + name + "}" }
 
+// heldValue reports whether v, a lock key's value, names a holder: its first field is an owner
+// secret, not the released marker "-". (An owner secret is base64url and may itself begin
+// with '-', so the first byte alone does not tell.)
+func heldValue(v string) bool {
+	owner, _, _ := strings.Cut(v, " ")
+	return owner != "" && owner != "-"
+}
+
 // lockValue splits the lock's value: owner, token, holds, description (docs/PROTOCOL.md).
 func lockValue(t testing.TB, name string) []string {
 	t.Helper()
