@@ -19,6 +19,10 @@ type notifier struct {
 
 	mu   sync.Mutex
 	subs map[string]*queue // channel -> queue wanting its notices
+	// live: channels whose subscription the server confirmed and that no unsubscribe has been
+	// decided for since. A queue registered on a live channel hears every later notice but
+	// gets no confirmation of its own, so add wakes it instead.
+	live map[string]bool
 
 	dirty chan struct{} // capacity 1: subs changed
 	quit  chan struct{}
@@ -32,17 +36,26 @@ func newNotifier(c *Client) *notifier {
 	return &notifier{
 		c:      c,
 		subs:   make(map[string]*queue),
+		live:   make(map[string]bool),
 		dirty:  make(chan struct{}, 1),
 		quit:   make(chan struct{}),
 		active: make(map[string]bool),
 	}
 }
 
+// add routes channel's notices to q. Its head made an attempt before this call, and a release
+// between that attempt and now sent a notice nobody routed to q: the head must try again once
+// notices reach it. On a new subscription the server's confirmation wakes it (onSubscribed);
+// on a channel still live from a queue that just left, add wakes it at once.
 func (n *notifier) add(channel string, q *queue) {
 	n.mu.Lock()
 	n.subs[channel] = q
+	live := n.live[channel]
 	n.mu.Unlock()
 	n.markDirty()
+	if live {
+		q.notify(wakeAll)
+	}
 }
 
 // remove stops routing channel to q (a newer queue for the same lock may have taken its place).
@@ -81,7 +94,11 @@ func (n *notifier) onMessage(channel, payload string) {
 }
 
 func (n *notifier) onSubscribed(channel string) {
-	if q := n.lookup(channel); q != nil {
+	n.mu.Lock()
+	n.live[channel] = true
+	q := n.subs[channel]
+	n.mu.Unlock()
+	if q != nil {
 		q.notify(wakeAll)
 	}
 }
@@ -138,6 +155,7 @@ func (n *notifier) sync() error {
 	for ch := range n.active {
 		if n.subs[ch] == nil {
 			unsub = append(unsub, ch)
+			delete(n.live, ch) // a queue added from now on waits for the next confirmation
 		}
 	}
 	n.mu.Unlock()
@@ -177,6 +195,9 @@ func (n *notifier) sync() error {
 }
 
 func (n *notifier) closeListener() {
+	n.mu.Lock()
+	clear(n.live)
+	n.mu.Unlock()
 	if n.ln != nil {
 		n.ln.Close()
 		n.ln = nil

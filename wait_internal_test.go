@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -73,5 +74,67 @@ func TestLocalQueue_FIFO(t *testing.T) {
 	c.notifier.mu.Unlock()
 	if subs != 0 {
 		t.Fatalf("%d release channels still routed after every waiter left", subs)
+	}
+}
+
+// A queue registered on a channel whose subscription is still live (its previous queue just
+// left and the unsubscribe was not sent yet) gets no confirmation of its own: add must wake its
+// head, which made its attempt before registering and could otherwise sleep through a release
+// in between until the holder's lease ran out.
+func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
+	s := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	other, err := Dial(ctx, s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	m := c.Mutex("live")
+	held, err := other.Mutex("live").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWaiter := context.WithCancel(ctx)
+	waiter := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(wctx)
+		waiter <- err
+	}()
+	live := func() bool {
+		c.notifier.mu.Lock()
+		defer c.notifier.mu.Unlock()
+		return c.notifier.live[m.channel]
+	}
+	for deadline := time.Now().Add(10 * time.Second); !live(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter's subscription was never confirmed")
+		}
+	}
+	q2 := &queue{c: c, key: m.key, channel: m.channel, wake: make(chan struct{}, 1)}
+	c.notifier.add(m.channel, q2)
+	select {
+	case <-q2.wake:
+	default:
+		t.Fatal("a queue registered on a live channel was not woken")
+	}
+	c.notifier.remove(m.channel, q2)
+	stopWaiter()
+	if err := <-waiter; !errors.Is(err, context.Canceled) {
+		t.Fatalf("waiter: %v, want context.Canceled", err)
+	}
+	held.Unlock(ctx)
+
+	// Once the unsubscribe is decided the channel is no longer live: a new queue then waits
+	// for the confirmation of its own subscription.
+	for deadline := time.Now().Add(10 * time.Second); live(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the channel stayed live after its last queue left")
+		}
 	}
 }
