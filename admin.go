@@ -19,8 +19,10 @@ type Info struct {
 	Name string
 	// Held reports whether someone holds the lock.
 	Held bool
-	// Token is the holder's fencing token. For a free lock it is the last token, while the
-	// server keeps it (one minute after a release), else 0.
+	// Token is the holder's fencing token as the server issued it: after local handoffs (see
+	// the package documentation, Waiting) the current holder's lease carries up to 15 more.
+	// For a free lock it is the last token, while the server keeps it (one minute after a
+	// release), else 0.
 	Token uint64
 	// Holds is the holder's number of holds (re-entries count); 0 when free.
 	Holds int
@@ -44,12 +46,12 @@ type Holder struct {
 	Label string    // WithLabel's label; empty when none
 }
 
-// TokenTime returns the server-clock time that Token encodes: tokens are made as
-// max(previous token + 1, server time in microseconds), so for a lock taken while the server's
-// clock was ahead of the name's previous token (the usual case) it is the time of the
+// TokenTime returns the server-clock time that Token encodes: the server makes tokens as
+// max(previous token + 16, server time in microseconds), so for a lock taken while the
+// server's clock was ahead of the name's previous token (the usual case) it is the time of the
 // acquisition, to the microsecond. When the clock was behind (it stepped back, or two
-// acquisitions fell in one microsecond) the token is previous + 1 and this time is later than
-// the acquisition. Re-entries keep the token. Zero when Token is 0.
+// acquisitions fell within 16 microseconds) the token is previous + 16 and this time is later
+// than the acquisition. Re-entries keep the token. Zero when Token is 0.
 func (i Info) TokenTime() time.Time {
 	if i.Token == 0 {
 		return time.Time{}

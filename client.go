@@ -201,17 +201,22 @@ func (o options) dialOptions() []rueidisconn.DialOption {
 }
 
 // releaseArgs are the arguments of release.lua (docs/PROTOCOL.md): on a Cluster it announces
-// with SPUBLISH; in quorum mode the lease's token is the floor of the token kept after release.
-func (c *Client) releaseArgs(owner, channel string, all bool, token uint64) []string {
+// with SPUBLISH; a non-zero floor (the lease's token, in quorum mode or after a local handoff)
+// is the least token kept after the release.
+func (c *Client) releaseArgs(owner, channel string, all bool, floor uint64) []string {
 	flag := "0"
 	if all {
 		flag = "1"
 	}
+	pub := "p"
+	if c.cluster {
+		pub = "s"
+	}
 	switch {
-	case c.quorum:
-		return []string{owner, retentionArg, channel, flag, "p", strconv.FormatUint(token, 10)}
+	case floor != 0:
+		return []string{owner, retentionArg, channel, flag, pub, strconv.FormatUint(floor, 10)}
 	case c.cluster:
-		return []string{owner, retentionArg, channel, flag, "s"}
+		return []string{owner, retentionArg, channel, flag, pub}
 	}
 	return []string{owner, retentionArg, channel, flag}
 }

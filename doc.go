@@ -36,8 +36,11 @@
 //
 // Fencing tokens: Lease.Token is strictly larger than the token of every earlier acquisition
 // of the same lock name, by any client, including holders that crashed and whose lease
-// expired. A token is max(previous token + 1, the server's clock in microseconds); the
-// previous token is kept with the lock while it is held and for one minute after its release.
+// expired. The server makes a token as max(previous token + 16, the server's clock in
+// microseconds); a lock that passes among one client's waiters without the server (see
+// Waiting) gives them the next 15 tokens, each holder previous + 1, below the server's next
+// one. The previous token is kept with the lock while it is held and for one minute after its
+// release.
 // So tokens keep increasing as long as the Redis server's wall clock does not step back by more
 // than the time since the name's state expired (at least one minute after a release, at least
 // the lease after a crash), and the server's data is not lost with its clock behind (a restart
@@ -118,11 +121,15 @@
 // holds no pooled connection. A holder that crashed sends no notice: the waiter retries when
 // the lease reported by its failed attempt runs out.
 //
-// On a hot lock, Unlock hands the lock straight to the next waiter of the same client (one
-// round trip: the release and the waiter's acquisition in one script, with a new token). While
-// other clients wait for the same lock, a client does so at most 16 times in a row, then
-// releases it for all to compete, and its own next waiter gives the others a millisecond's head
-// start. Within a client waiters are served in order; across clients the lock goes to whichever
+// On a hot lock, Unlock hands the lock straight to the next waiter of the same client. Up to 15
+// times in a row this costs no round trip: the lock stays with the client on the server, under
+// the same lease, renewed as before, and the waiter's lease gets the next token. The 16th
+// handoff goes through the server (one script: release and acquisition in one step, a new
+// server token), which refuses it when other clients wait: the client then releases the lock
+// for all to compete, and its own next waiter gives the others a millisecond's head start. So
+// while other clients wait, a client holds a lock at most 16 times in a row. A waiter whose
+// Mutex asks for another TTL, label or renewal setting always gets the lock through the server.
+// Within a client waiters are served in order; across clients the lock goes to whichever
 // waiter reaches the server first after a release, which in the benchmarks (docs/BENCHMARKS.md)
 // spreads it evenly.
 //

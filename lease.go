@@ -41,6 +41,8 @@ type leaseState struct {
 	owner   string
 	token   uint64
 	renew   bool
+	meta    string        // the holder description stored with the lock
+	local   bool          // token issued by a local handoff: above the token stored on the server
 	ackN    int           // WithReplicaAck: replicas that must acknowledge each renewal
 	ackWait time.Duration // and how long to wait for them
 
@@ -65,7 +67,7 @@ type leaseState struct {
 func newLeaseState(m *Mutex, parent context.Context, owner string, token uint64, sent int64) *leaseState {
 	st := &leaseState{
 		c: m.c, name: m.name, key: m.key, keys: m.keys, channel: m.channel,
-		owner: owner, token: token, renew: m.o.renew, ackN: m.o.ackN, ackWait: m.o.ackWait,
+		owner: owner, token: token, renew: m.o.renew, meta: m.meta, ackN: m.o.ackN, ackWait: m.o.ackWait,
 		lastSent: sent, holds: 1, parent: parent, idx: -1,
 	}
 	st.ttl.Store(int64(m.o.ttl))
@@ -174,7 +176,11 @@ func (st *leaseState) lostAtUnlock() error {
 }
 
 func (st *leaseState) releaseCall(all bool) conn.Call {
-	return conn.Call{Script: scriptRelease, Keys: st.keys, Args: st.c.releaseArgs(st.owner, st.channel, all, st.token)}
+	var floor uint64
+	if st.c.quorum || st.local {
+		floor = st.token // the server's token may be smaller: keep this one
+	}
+	return conn.Call{Script: scriptRelease, Keys: st.keys, Args: st.c.releaseArgs(st.owner, st.channel, all, floor)}
 }
 
 var retentionArg = strconv.FormatInt(tokenRetention.Milliseconds(), 10)
@@ -419,19 +425,29 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return nil
 }
 
-// handoverLimit is how many times in a row a client may pass a lock among its own waiters
-// while other clients wait for it (handover.lua).
-const handoverLimit = 16
+// localHandoffs is how many times in a row a lock passes among one client's waiters without
+// asking the server (see handOver); the next handoff asks, by handover.lua, and the server
+// refuses it when other clients wait. So while other clients wait, a client holds a lock at most
+// localHandoffs+1 times in a row. acquire.lua keeps the tokens it issues at least
+// localHandoffs+1 (16) apart, so that the tokens T+1 … T+localHandoffs given out locally after a
+// server token T stay below every later server token.
+const localHandoffs = 15
 
 // fairnessYield is how long, after such a release, this client's head waits before trying
 // again, so that another client's head, woken over the network, can take the lock first.
 const fairnessYield = time.Millisecond
 
 // handOver passes the lock, at its last Unlock, straight to the first waiter of this client for
-// the same name: one round trip instead of a release followed by the waiter's acquisition.
-// It reports done = false when there is no such waiter or the script refused (other clients
-// wait and the client had its turn): the caller then releases as usual. Not in quorum mode,
-// nor with replica acknowledgement.
+// the same name. It reports done = false when there is no such waiter or the server refused
+// (other clients wait and the client had its turn): the caller then releases as usual. Not in
+// quorum mode, nor with replica acknowledgement.
+//
+// Most handoffs cost no round trip: the lock stays with this client under the same owner secret
+// in Redis, and the waiter gets a lease with the next token (token+1, below every later token
+// from the server: see localHandoffs) and the same deadline, renewed by the loop as any other. Every
+// localHandoffs+1-th handoff, and any handoff to a waiter whose lease differs (TTL, renewal,
+// label), goes through handover.lua: one round trip, a new owner secret and a server token, and
+// the server's check that no other client waits too long.
 // After a refusal for fairness, this client's head waits fairnessYield before its next attempt:
 // woken locally at once, it would win nearly every race against the other clients' heads,
 // which learn of the release over the network.
@@ -446,8 +462,21 @@ func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
 	}
 	m := w.m
 	if m.o.ackN > 0 {
-		c.queues.settle(q, w, nil)
+		c.queues.settle(q, w, nil, false)
 		return false, nil
+	}
+	if streak < localHandoffs && st.renew && m.o.renew && m.meta == st.meta && m.o.ttl == st.currentTTL() {
+		next := st.passOn(m, w.ctx)
+		if !c.renewer.add(next) {
+			c.queues.settle(q, w, nil, false)
+			return false, nil // the client is closing: the caller's release reports it
+		}
+		given := c.queues.settle(q, w, next, false)
+		st.endQuiet()
+		if !given {
+			(&Lease{st: next}).Unlock(context.WithoutCancel(ctx)) // the waiter left meanwhile
+		}
+		return true, nil
 	}
 	mine := "0"
 	if q.isSubscribed() {
@@ -460,35 +489,52 @@ func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
 	owner := c.newOwner()
 	sent := mono()
 	res, err := c.conn.Eval(ctx, scriptHandover, st.keys, []string{
-		st.owner, owner, m.ttlArg, m.meta, strconv.Itoa(streak), strconv.Itoa(handoverLimit), st.channel, mine, shard,
+		st.owner, owner, m.ttlArg, m.meta, strconv.Itoa(streak), strconv.Itoa(localHandoffs), st.channel, mine, shard,
+		strconv.FormatUint(st.token, 10),
 	})
 	switch {
 	case err != nil:
 		// Either side of the handover may have happened: release both owners' holds.
-		c.queues.settle(q, w, nil)
+		c.queues.settle(q, w, nil, false)
 		c.renewer.orphan(m.releaseCall(owner))
 		return false, nil // the caller's release reports the transport error, or succeeds
 	case len(res) == 2 && res[0] == 1:
 	case len(res) == 2 && res[0] == 0:
-		c.queues.settle(q, w, nil)
+		c.queues.settle(q, w, nil, false)
 		q.yield.Store(mono() + int64(fairnessYield))
 		return false, nil
 	default:
-		c.queues.settle(q, w, nil)
+		c.queues.settle(q, w, nil, false)
 		st.end(ErrLost)
 		return true, st.lostAtUnlock()
 	}
 	next := newLeaseState(m, w.ctx, owner, uint64(res[1]), sent)
 	if !c.renewer.add(next) {
-		c.queues.settle(q, w, nil)
+		c.queues.settle(q, w, nil, false)
 		c.renewer.orphan(m.releaseCall(owner))
 		st.end(nil)
 		return true, nil
 	}
-	given := c.queues.settle(q, w, next)
+	// The server checked for other clients' waiters (and found none) once the streak reached
+	// localHandoffs: the next localHandoffs handoffs go without asking again.
+	given := c.queues.settle(q, w, next, streak >= localHandoffs)
 	st.endQuiet()
 	if !given {
 		(&Lease{st: next}).Unlock(context.WithoutCancel(ctx)) // the waiter left meanwhile
 	}
 	return true, nil
+}
+
+// passOn makes the lease of a local waiter (Mutex m, Lock's context parent) that takes over
+// this lease's hold on the server: same owner secret, the next token, and the deadline and
+// renewal time this lease has reached.
+func (st *leaseState) passOn(m *Mutex, parent context.Context) *leaseState {
+	st.mu.Lock()
+	sent := st.lastSent
+	st.mu.Unlock()
+	next := newLeaseState(m, parent, st.owner, st.token+1, sent)
+	next.local = true
+	next.ttl.Store(st.ttl.Load())
+	next.deadline.Store(st.deadline.Load())
+	return next
 }

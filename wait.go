@@ -33,7 +33,7 @@ type queue struct {
 
 	wake      chan struct{} // capacity 1: a release notice, a subscription confirmation, or a local release
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
-	streak    int           // guarded by the shard's mu: handovers in a row within this client
+	streak    int           // guarded by the shard's mu: handovers in a row within this client (see handOver)
 	yield     atomic.Int64  // mono ns before which the head does not try (after a fairness release)
 }
 
@@ -153,17 +153,21 @@ func (qs *queues) reserveHead(key string) (*queue, *waiter, int) {
 
 // settle ends a handover to w: when it succeeded (st != nil), st goes to w unless w left
 // meanwhile, in which case settle returns false and the caller releases st. The streak of
-// handovers in a row grows on success and restarts otherwise.
-func (qs *queues) settle(q *queue, w *waiter, st *leaseState) bool {
+// handovers in a row grows on success and restarts otherwise, or when restart is set (the
+// server just checked that no other client waits).
+func (qs *queues) settle(q *queue, w *waiter, st *leaseState, restart bool) bool {
 	s := qs.shard(q.key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w.reserved = false
-	if st == nil {
+	if st == nil || restart {
 		q.streak = 0
+	} else {
+		q.streak++
+	}
+	if st == nil {
 		return true
 	}
-	q.streak++
 	if w.abandoned {
 		return false
 	}

@@ -9,9 +9,11 @@
 -- Reply    {1, token, holds}     taken (holds = 1) or re-entered by the same owner (holds > 1)
 --          {0, pttl, token}      held by another owner: its remaining lease (ms) and its token
 --          {0, -2, 0}            re-entry asked for, but the lock is not the caller's
--- A new token is max(last token + 1, server time in microseconds). The last token outlives a
--- release (see release.lua), so tokens keep increasing within that window; once the key is
--- gone, the server clock alone keeps them increasing.
+-- A new token is max(last token + 16, server time in microseconds): the 15 tokens after a
+-- holder's are for the holders its client passes the lock to without the server (a local
+-- handoff, see handover.lua), and a ForceUnlock keeps only the server's token. The last token
+-- outlives a release (see release.lua), so tokens keep increasing within that window; once the
+-- key is gone, the server clock alone keeps them increasing.
 local v = redis.call('GET', KEYS[1])
 local o, t, n, m
 if v then
@@ -31,8 +33,8 @@ end
 local now = redis.call('TIME')
 local token = now[1] * 1000000 + now[2]
 local last = tonumber(t)
-if last and last >= token then
-  token = last + 1
+if last and last + 16 > token then
+  token = last + 16
 end
 redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. string.format('%d', token) .. ' 1 ' .. ARGV[3], 'PX', ARGV[2])
 return {1, token, 1}

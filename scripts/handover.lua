@@ -6,16 +6,18 @@
 -- ARGV[3]  the waiter's lease in milliseconds
 -- ARGV[4]  holder description for the waiter
 -- ARGV[5]  handovers in a row so far within this client
--- ARGV[6]  the limit of handovers in a row while other clients wait
+-- ARGV[6]  from this many handovers in a row on, check that no other client waits
 -- ARGV[7]  release channel
 -- ARGV[8]  this client's own subscriptions to the channel (0 or 1)
 -- ARGV[9]  "s" to count sharded subscribers (Redis Cluster), else plain ones
+-- ARGV[10] the holder's token, larger than the stored one when the lock passed among the
+--          client's waiters without the server (at most 15 past it)
 -- Reply    {1, token}  handed over: the waiter holds the lock with a new token
 --          {0, 0}      refused: other clients wait and the limit is reached; release instead
 --          {-1, 0}     the holder does not own the lock
 -- Fairness: other clients' waiters are subscribed to the release channel. While there are
--- none, a client may pass the lock among its own waiters indefinitely; while there are, at
--- most ARGV[6] times in a row before a real release lets every client compete.
+-- none, a client may pass the lock among its own waiters indefinitely; while there are, the
+-- check refuses and the holder releases, which lets every client compete.
 local v = redis.call('GET', KEYS[1])
 if not v then
   return {-1, 0}
@@ -39,7 +41,7 @@ if tonumber(ARGV[5]) >= tonumber(ARGV[6]) then
 end
 local now = redis.call('TIME')
 local token = now[1] * 1000000 + now[2]
-local last = tonumber(t)
+local last = math.max(tonumber(t), tonumber(ARGV[10]) or 0)
 if last >= token then
   token = last + 1
 end

@@ -5,8 +5,9 @@
 -- ARGV[3]  release channel: <prefix>{<name>}:rel
 -- ARGV[4]  "1" to drop every hold at once, "0" to drop one
 -- ARGV[5]  optional: "s" to announce with SPUBLISH (Redis Cluster, sharded pub/sub), else PUBLISH
--- ARGV[6]  optional: a token floor (quorum mode): the token kept after the final release is
---          the larger of the lock's token and this one
+-- ARGV[6]  optional: a token floor (quorum mode, or a holder that got the lock by a local
+--          handoff): the token kept after the final release is the larger of the lock's
+--          token and this one
 -- Reply    holds left (0 = released and waiters notified), or -1 when the caller does not own the lock.
 -- The release notice carries the released token, so waiters can ignore stale notices.
 local v = redis.call('GET', KEYS[1])
