@@ -15,24 +15,37 @@
 -- outlives a release (see release.lua), so tokens keep increasing within that window; once the
 -- key is gone, the server clock alone keeps them increasing.
 local v = redis.call('GET', KEYS[1])
-local o, t, n, m
+local last
 if v then
-  o, t, n, m = string.match(v, '^(%S+) (%d+) (%d+) ?(.*)$')
-end
-if o == ARGV[1] then
-  n = tonumber(n) + 1
-  redis.call('SET', KEYS[1], o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'PX', ARGV[2])
-  return {1, tonumber(t), n}
-end
-if ARGV[4] == 'r' then
-  return {0, -2, 0}
-end
-if v and o ~= '-' then
-  return {0, redis.call('PTTL', KEYS[1]), tonumber(t) or 0}
+  -- Fields are parsed with string.byte/find/sub where possible: pattern matching costs the
+  -- server more, and these are the hottest paths (a free name, a released one, a busy one).
+  local o = ARGV[1]
+  if string.byte(v, #o + 1) == 32 and string.find(v, o, 1, true) == 1 then
+    -- held by the caller: re-enter
+    local t, n, m = string.match(v, '^%S+ (%d+) (%d+) ?(.*)$')
+    n = tonumber(n) + 1
+    redis.call('SET', KEYS[1], o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'PX', ARGV[2])
+    return {1, tonumber(t), n}
+  end
+  if ARGV[4] == 'r' then
+    return {0, -2, 0}
+  end
+  if string.byte(v, 1) == 45 and string.byte(v, 2) == 32 then
+    last = tonumber(string.sub(v, 3, -3)) -- released: "- <token> 0"
+  end
+  if not last then
+    -- held by another owner (or not a lock value): its remaining lease and its token
+    local t = 0
+    local s1 = string.find(v, ' ', 1, true)
+    if s1 then
+      local s2 = string.find(v, ' ', s1 + 1, true)
+      t = tonumber(string.sub(v, s1 + 1, (s2 or 0) - 1)) or 0
+    end
+    return {0, redis.call('PTTL', KEYS[1]), t}
+  end
 end
 local now = redis.call('TIME')
 local token = now[1] * 1000000 + now[2]
-local last = tonumber(t)
 if last and last + 16 > token then
   token = last + 16
 end

@@ -11,15 +11,24 @@
 -- Reply    holds left (0 = released and waiters notified), or -1 when the caller does not own the lock.
 -- The release notice carries the released token, so waiters can ignore stale notices.
 local v = redis.call('GET', KEYS[1])
-if not v then
+local o = ARGV[1]
+if not v or string.byte(v, #o + 1) ~= 32 or string.find(v, o, 1, true) ~= 1 then
   return -1
 end
-local o, t, n, m = string.match(v, '^(%S+) (%d+) (%d+) ?(.*)$')
-if o ~= ARGV[1] then
+-- "<owner> <token> <holds> <description>", read with string.find/sub (cheaper than a pattern)
+local s2 = string.find(v, ' ', #o + 2, true)
+if not s2 then
   return -1
 end
-n = tonumber(n) - 1
-if n > 0 and ARGV[4] ~= '1' then
+local t = string.sub(v, #o + 2, s2 - 1)
+local s3 = string.find(v, ' ', s2 + 1, true)
+local n = tonumber(string.sub(v, s2 + 1, (s3 or 0) - 1)) or 1
+if n > 1 and ARGV[4] ~= '1' then
+  n = n - 1
+  local m = ''
+  if s3 then
+    m = string.sub(v, s3 + 1)
+  end
   redis.call('SET', KEYS[1], o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'KEEPTTL')
   return n
 end
