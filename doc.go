@@ -40,7 +40,13 @@
 // microseconds); a lock that passes among one client's waiters without the server (see
 // Waiting) gives them the next 15 tokens, each holder previous + 1, below the server's next
 // one. The previous token is kept with the lock while it is held and for one minute after its
-// release.
+// release. One exception: when the server loses a held lock (a restart without persistence, a
+// failover without replica acknowledgement, a ForceUnlock), the holder's client learns of it
+// only at its next renewal (within a third of the TTL; its context is then cancelled), and until
+// then may pass the lock to its other waiters; such a lease is lost from the start, and its
+// token can be smaller than that of a holder the server granted the lock to meanwhile. A
+// resource that checks tokens refuses it once it has seen the newer token; the checker
+// (docs/CORRECTNESS.md) counts these cases.
 // So tokens keep increasing as long as the Redis server's wall clock does not step back by more
 // than the time since the name's state expired (at least one minute after a release, at least
 // the lease after a crash), and the server's data is not lost with its clock behind (a restart
@@ -126,8 +132,10 @@
 // the same lease, renewed as before, and the waiter's lease gets the next token. The 16th
 // handoff goes through the server (one script: release and acquisition in one step, a new
 // server token), which refuses it when other clients wait: the client then releases the lock
-// for all to compete, and its own next waiter gives the others a millisecond's head start. So
-// while other clients wait, a client holds a lock at most 16 times in a row. A waiter whose
+// for all to compete. So while other clients wait, a client holds a lock at most 16 times in a
+// row. After a release, a client's waiter holds back its next attempt by up to a millisecond
+// the more recently its own client held the lock, so that clients which held it less recently
+// tend to go first. A waiter whose
 // Mutex asks for another TTL, label or renewal setting always gets the lock through the server.
 // Within a client waiters are served in order; across clients the lock goes to whichever
 // waiter reaches the server first after a release, which in the benchmarks (docs/BENCHMARKS.md)

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,5 +231,46 @@ func TestLocalHandoff_DifferentLeaseGoesThroughServer(t *testing.T) {
 	wg.Wait()
 	if owner == owner0 || token == first.Token()+1 {
 		t.Fatalf("owner unchanged %v, token %d after %d: want a handoff through the server", owner == owner0, token, first.Token())
+	}
+}
+
+// A lease received by local handoff can be re-entered: the server's value keeps the token of
+// the client's hold (below the lease's), which re-entry must accept.
+func TestLocalHandoff_Reentry(t *testing.T) {
+	s := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := c.Mutex("reentry")
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inner error
+	var innerToken uint64
+	wg := queueWaiters(t, ctx, m, 1, func(_ int, l *Lease) bool {
+		r, err := m.Lock(l.Context())
+		if err != nil {
+			inner = err
+			return true
+		}
+		innerToken = r.Token()
+		inner = r.Unlock(ctx)
+		if err := l.Context().Err(); err != nil {
+			inner = fmt.Errorf("lease ended after the re-entry: %v", context.Cause(l.Context()))
+		}
+		return true
+	})
+	first.Unlock(ctx)
+	wg.Wait()
+	if inner != nil {
+		t.Fatalf("re-entering a locally handed-off lease: %v", inner)
+	}
+	if innerToken != first.Token()+1 {
+		t.Fatalf("re-entry token %d, want the lease's %d", innerToken, first.Token()+1)
 	}
 }

@@ -188,7 +188,7 @@ func (m *Mutex) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 		return nil, m.c.redisErr("re-enter "+strconv.Quote(m.name), err)
 	}
 	// In quorum mode each server has its own token; the lease's is the largest of a majority.
-	if len(res) != 3 || res[0] != 1 || (!m.c.quorum && uint64(res[1]) != st.token) {
+	if len(res) != 3 || res[0] != 1 || (!m.c.quorum && uint64(res[1]) != st.base) {
 		st.end(ErrLost)
 		return nil, st.endedErr()
 	}
@@ -243,9 +243,10 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 			}
 		}
 		first = false
-		if until := q.yield.Load(); known == nil && until > mono() {
-			// This client just released for fairness: give the other clients' heads a head start.
-			if st, err := m.pause(ctx, w, timer, nil, time.Duration(until-mono())); st != nil || err != nil {
+		if last := q.lastEnd.Load(); known == nil && last != 0 && holdBack(time.Duration(mono()-last)) > 0 {
+			// This client held the lock a moment ago: give the other clients' heads a head start
+			// (the more recently it held it, the longer it waits; see fairnessYield).
+			if st, err := m.pause(ctx, w, timer, nil, holdBack(time.Duration(mono()-last))); st != nil || err != nil {
 				got = st
 				return leaseOf(st), err
 			}

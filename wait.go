@@ -34,7 +34,7 @@ type queue struct {
 	wake      chan struct{} // capacity 1: a release notice, a subscription confirmation, or a local release
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
 	streak    int           // guarded by the shard's mu: handovers in a row within this client (see handOver)
-	yield     atomic.Int64  // mono ns before which the head does not try (after a fairness release)
+	lastEnd   atomic.Int64  // mono ns when this client's last lease on the lock ended (0: none yet)
 }
 
 type waiter struct {
@@ -189,6 +189,7 @@ func (qs *queues) notice(key string, token uint64) {
 	q := s.m[key]
 	s.mu.Unlock()
 	if q != nil {
+		q.lastEnd.Store(mono())
 		q.notify(token)
 	}
 }
