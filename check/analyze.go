@@ -21,6 +21,7 @@ type findings struct {
 	Ops            int // register operations that reached the resource (reads + writes)
 	Writes         int // writes applied
 	Cycles         int // acquisitions that completed Lock
+	LocalHandoffs  int // ...that took the lock from another goroutine of the same process without the server
 	Faults         int
 	Overlaps       int // critical sections still open on the resource when a newer lease's section began
 	OverlapMax     int // the most newer sections one of them straddled
@@ -46,19 +47,22 @@ type findings struct {
 }
 
 // acq is one successful acquisition. s and r bound the Lock call; lo and hi bound the
-// instant the server granted the lock: the token is the server's TIME in microseconds at
-// that instant (unless it had to be bumped past the previous token), so when it maps inside
-// [s, r] lo = hi = that instant; otherwise lo = s, hi = r.
+// instant the lock was granted. A token from the server is its TIME in microseconds at that
+// instant (unless it had to be bumped past the previous token), so when it maps inside [s, r]
+// lo = hi = that instant; otherwise lo = s, hi = r. A local handoff (see localHandoff) is
+// granted inside the previous holder's Unlock call: lo and hi are the intersection of the two
+// calls.
 type acq struct {
-	slot, inc int
-	tok       uint64
-	s, r      int64
-	lo, hi    int64
+	w      who
+	tok    uint64
+	s, r   int64
+	lo, hi int64
+	local  bool
 }
 
 type cycleKey struct {
-	slot, inc int
-	seq       int64
+	w   who
+	seq int64
 }
 
 // analyze computes the findings of one run and checks the guarantees for its scenario.
@@ -95,7 +99,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	// straddled.
 	spans := map[cycleKey]span{}
 	for _, op := range d.ops {
-		k := cycleKey{op.Slot, op.Inc, op.Seq}
+		k := cycleKey{op.who(), op.Seq}
 		sp, ok := spans[k]
 		if !ok {
 			sp = span{k: k, tok: op.Token, s: op.T, e: op.T}
@@ -113,7 +117,6 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	var acqs []acq
 	var lat []time.Duration
 	clocks := newClockMap(d.clocks)
-	granted := 0
 	for _, e := range d.events {
 		if e.K != "acq" {
 			continue
@@ -122,29 +125,51 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 			f.AcquireErrors++
 			continue
 		}
-		a := acq{slot: e.Slot, inc: e.Inc, tok: e.Tok, s: e.S, r: e.R, lo: e.S, hi: e.R}
-		if t, ok := clocks.toMono(int64(e.Tok) * 1000); ok && t >= e.S-int64(time.Millisecond) && t <= e.R+int64(time.Millisecond) {
-			a.lo, a.hi = t, t
-			granted++
-		}
-		acqs = append(acqs, a)
+		acqs = append(acqs, acq{w: e.who(), tok: e.Tok, s: e.S, r: e.R, lo: e.S, hi: e.R})
 		lat = append(lat, time.Duration(e.R-e.S))
 	}
 	f.Cycles = len(acqs)
+	granted := placeGrants(acqs, d.events, clocks) // and sorts acqs by token
+	for _, a := range acqs {
+		if a.local {
+			f.LocalHandoffs++
+		}
+	}
 	if !clocks.ok {
 		f.Notes = append(f.Notes, "the wall clock stepped during the run: grant instants are bounded by the Lock calls only")
-	} else if granted < len(acqs) {
-		f.Notes = append(f.Notes, fmt.Sprintf("%d of %d grant instants bounded by the Lock call only (token bumped past the previous one)", len(acqs)-granted, len(acqs)))
+	} else if n := len(acqs) - f.LocalHandoffs - granted; n > 0 {
+		f.Notes = append(f.Notes, fmt.Sprintf("%d of %d grant instants from the server bounded by the Lock call only (token bumped past the previous one)", n, len(acqs)-f.LocalHandoffs))
 	}
 	f.AcquireP50, f.AcquireP99 = pct(lat, 50), pct(lat, 99)
-	sort.Slice(acqs, func(i, j int) bool { return acqs[i].tok < acqs[j].tok })
 	tokenFail := fail
 	if c.Scenario == "redlock-restart" {
 		tokenFail = func(format string, args ...any) {
 			f.Notes = append(f.Notes, "not a claimed guarantee here: "+fmt.Sprintf(format, args...))
 		}
 	}
-	f.TokenOrderBugs = checkTokenOrder(acqs, tokenFail)
+	// A server that forgets the lock (restart without persistence, failover without replica
+	// acknowledgement) leaves the holder's client believing it holds the lock until its next
+	// renewal, and meanwhile passing it to its other goroutines (local handoffs, token + 1),
+	// possibly after the server granted a larger token to someone else: doc.go documents it
+	// (Fencing tokens); measured and noted, not a failure, as long as that lease was told.
+	told := map[uint64]bool{}
+	for _, e := range d.events {
+		if e.K == "sig" {
+			told[e.Tok] = true
+		}
+	}
+	forgets := c.Scenario == "restart" || c.Scenario == "redlock-restart" || strings.HasPrefix(c.Scenario, "sentinel-")
+	var lostHandoffs int
+	f.TokenOrderBugs = checkTokenOrder(acqs, tokenFail, func(a acq) bool {
+		if forgets && a.local && told[a.tok] {
+			lostHandoffs++
+			return true
+		}
+		return false
+	})
+	if lostHandoffs > 0 {
+		f.Notes = append(f.Notes, fmt.Sprintf("%d local handoffs of a hold the server had lost, granted after a larger token (each told ErrLost; see doc.go, Fencing tokens)", lostHandoffs))
+	}
 	next := func(tok uint64) (acq, bool) {
 		i := sort.Search(len(acqs), func(i int) bool { return acqs[i].tok > tok })
 		if i == len(acqs) {
@@ -183,8 +208,8 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 			case e.S > n.hi:
 				f.LiveAfterNext++
 				if len(liveEx) < 5 {
-					liveEx = append(liveEx, fmt.Sprintf("worker %d.%d token %d context live at %s, %s after worker %d.%d was granted token %d",
-						e.Slot, e.Inc, e.Tok, ts(e.S, d.start), time.Duration(e.S-n.hi), n.slot, n.inc, n.tok))
+					liveEx = append(liveEx, fmt.Sprintf("%s token %d context live at %s, %s after %s was granted token %d",
+						e.who(), e.Tok, ts(e.S, d.start), time.Duration(e.S-n.hi), n.w, n.tok))
 				}
 			default:
 				f.UnsureLive++
@@ -209,7 +234,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	// A paused or partitioned holder must be told.
 	for _, flt := range d.faults {
 		if (flt.Kind == "pause" || flt.Kind == "partition") && !signalled[flt.Token] {
-			fail("%s at %s: worker %d.%d (token %d) never got a lost-lock signal", flt.Kind, ts(flt.Start, d.start), flt.Slot, flt.Inc, flt.Token)
+			fail("%s at %s: %s (token %d) never got a lost-lock signal", flt.Kind, ts(flt.Start, d.start), flt.who(), flt.Token)
 		}
 	}
 	if f.LiveAfterNext > 0 {
@@ -228,14 +253,14 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	for _, flt := range d.faults {
 		i := sort.Search(len(byR), func(i int) bool { return byR[i].r > flt.Start })
 		if i == len(byR) {
-			fail("%s fault at %s (worker %d.%d): no acquisition followed it", flt.Kind, ts(flt.Start, d.start), flt.Slot, flt.Inc)
+			fail("%s fault at %s (%s): no acquisition followed it", flt.Kind, ts(flt.Start, d.start), flt.who())
 			continue
 		}
 		rec := time.Duration(byR[i].r - flt.Start)
 		f.Recovery = append(f.Recovery, rec)
 		if flt.Kind == "kill" && rec > c.TTL+250*time.Millisecond {
-			fail("kill: worker %d.%d (token %d) killed at %s; next acquisition (worker %d.%d, token %d) %v later, over TTL + 250 ms = %v",
-				flt.Slot, flt.Inc, flt.Token, ts(flt.Start, d.start), byR[i].slot, byR[i].inc, byR[i].tok, rec.Round(time.Millisecond), c.TTL+250*time.Millisecond)
+			fail("kill: %s (token %d) killed at %s; next acquisition (%s, token %d) %v later, over TTL + 250 ms = %v",
+				flt.who(), flt.Token, ts(flt.Start, d.start), byR[i].w, byR[i].tok, rec.Round(time.Millisecond), c.TTL+250*time.Millisecond)
 		}
 	}
 
@@ -264,27 +289,71 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	return f
 }
 
+// localHandoff reports whether a was a local handoff from p, the acquisition with the token
+// just below: the lock passed, inside p's Unlock, to another goroutine of p's process, which got
+// p's token + 1 without asking the server (dlock's Lease.handOver). A token from the server is
+// not that in practice: acquire.lua keeps new tokens at least 16 past the stored one, and
+// handover.lua (run inside an Unlock too, so its grant lies there as well) gives the server's
+// TIME in µs unless the previous token is ahead of it, which 15 local handoffs in a row, each
+// a whole cycle long, never make it.
+func localHandoff(p, a acq) bool {
+	return a.tok == p.tok+1 && a.w.sameProcess(p.w) && a.w.G != p.w.G
+}
+
+// placeGrants sorts acqs by token and bounds each one's grant instant (lo, hi): a local
+// handoff inside the previous holder's Unlock call and its own Lock call; a token from the
+// server at its TIME when that maps inside the Lock call. It marks local handoffs and returns
+// how many server grants were placed exactly.
+func placeGrants(acqs []acq, events []event, clocks clockMap) (exact int) {
+	sort.Slice(acqs, func(i, j int) bool { return acqs[i].tok < acqs[j].tok })
+	unlocks := map[uint64]event{}
+	for _, e := range events {
+		if e.K == "unl" {
+			unlocks[e.Tok] = e
+		}
+	}
+	for i := range acqs {
+		a := &acqs[i]
+		if i > 0 && localHandoff(acqs[i-1], *a) {
+			a.local = true
+			// A local token is its first holder's server token plus a few: mapped to a
+			// wall-clock instant it would land at that holder's grant, too early.
+			if u, ok := unlocks[acqs[i-1].tok]; ok && u.who() == acqs[i-1].w {
+				if lo, hi := max(a.s, u.S), min(a.r, u.R); lo <= hi {
+					a.lo, a.hi = lo, hi
+				}
+			}
+			continue
+		}
+		if t, ok := clocks.toMono(int64(a.tok) * 1000); ok && t >= a.s-int64(time.Millisecond) && t <= a.r+int64(time.Millisecond) {
+			a.lo, a.hi = t, t
+			exact++
+		}
+	}
+	return exact
+}
+
 // checkTokenOrder reports acquisitions whose token is not larger than that of an acquisition
-// that completed before they started. acqs is sorted by token.
-func checkTokenOrder(acqs []acq, fail func(string, ...any)) int {
+// that completed before they started, but those that excused accepts. acqs is sorted by token.
+func checkTokenOrder(acqs []acq, fail func(string, ...any), excused func(acq) bool) int {
 	bugs := 0
 	for i := 1; i < len(acqs); i++ {
 		if acqs[i].tok == acqs[i-1].tok {
 			bugs++
 			if bugs <= 3 {
-				fail("token %d handed out twice (workers %d.%d and %d.%d)", acqs[i].tok, acqs[i-1].slot, acqs[i-1].inc, acqs[i].slot, acqs[i].inc)
+				fail("token %d handed out twice (%s and %s)", acqs[i].tok, acqs[i-1].w, acqs[i].w)
 			}
 		}
 	}
 	// For i < j (tok_i < tok_j), acquisition j must not have returned before i was sent.
 	minR, at := int64(math.MaxInt64), -1
 	for i := len(acqs) - 1; i >= 0; i-- {
-		if minR < acqs[i].s {
+		if minR < acqs[i].s && !excused(acqs[i]) {
 			bugs++
 			if bugs <= 3 {
 				j := acqs[at]
-				fail("token order: worker %d.%d got token %d after worker %d.%d had already got the larger token %d",
-					acqs[i].slot, acqs[i].inc, acqs[i].tok, j.slot, j.inc, j.tok)
+				fail("token order: %s got token %d after %s had already got the larger token %d",
+					acqs[i].w, acqs[i].tok, j.w, j.tok)
 			}
 		}
 		if acqs[i].r < minR {
@@ -321,8 +390,8 @@ func countOverlaps(spans map[cycleKey]span) (n, most int, ex []string) {
 		}
 		active = kept
 		for _, a := range active {
-			if a.k.slot == sp.k.slot && a.k.inc == sp.k.inc {
-				continue
+			if a.k.w == sp.k.w {
+				continue // one goroutine's cycles follow one another
 			}
 			older, newer := a, sp
 			if sp.tok < a.tok {
@@ -340,8 +409,8 @@ func countOverlaps(spans map[cycleKey]span) (n, most int, ex []string) {
 		most = max(most, c)
 		if len(ex) < 3 {
 			nw := first[k]
-			ex = append(ex, fmt.Sprintf("worker %d.%d cycle %d (token %d) still open when worker %d.%d cycle %d (token %d) began; %d newer sections in all",
-				k.slot, k.inc, k.seq, spans[k].tok, nw.k.slot, nw.k.inc, nw.k.seq, nw.tok, c))
+			ex = append(ex, fmt.Sprintf("%s cycle %d (token %d) still open when %s cycle %d (token %d) began; %d newer sections in all",
+				k.w, k.seq, spans[k].tok, nw.k.w, nw.k.seq, nw.tok, c))
 		}
 	}
 	return n, most, ex
@@ -390,7 +459,7 @@ func history(d *runData) ([]porcupine.Operation, []string) {
 		if e.K != "rd" && e.K != "wr" {
 			continue
 		}
-		k := cycleKey{e.Slot, e.Inc, e.Seq}
+		k := cycleKey{e.who(), e.Seq}
 		cy := cycles[k]
 		if cy == nil {
 			cy = &cyc{}
@@ -405,22 +474,28 @@ func history(d *runData) ([]porcupine.Operation, []string) {
 	applied := map[cycleKey]opRecord{}
 	for _, op := range d.ops {
 		if op.Op == 'W' && op.Accepted {
-			applied[cycleKey{op.Slot, op.Inc, op.Seq}] = op
+			applied[cycleKey{op.who(), op.Seq}] = op
 		}
 	}
 	var errs []string
 	var ops []porcupine.Operation
+	clients := map[who]int{} // porcupine's client ids: one per goroutine
 	for k, cy := range cycles {
 		if cy.rd == nil || cy.rd.Res != "ok" {
 			continue // a refused read has no effect and returned nothing
 		}
-		op := porcupine.Operation{ClientId: k.slot, Call: cy.rd.S, Output: cy.rd.Val}
+		id, ok := clients[k.w]
+		if !ok {
+			id = len(clients)
+			clients[k.w] = id
+		}
+		op := porcupine.Operation{ClientId: id, Call: cy.rd.S, Output: cy.rd.Val}
 		w, ok := applied[k]
 		switch {
 		case ok && cy.wr != nil:
 			op.Input, op.Return = incInput{inc: true}, cy.wr.R
 			if w.Value != cy.rd.Val+1 {
-				errs = append(errs, fmt.Sprintf("worker %d.%d cycle %d read %d but wrote %d", k.slot, k.inc, k.seq, cy.rd.Val, w.Value))
+				errs = append(errs, fmt.Sprintf("%s cycle %d read %d but wrote %d", k.w, k.seq, cy.rd.Val, w.Value))
 			}
 		case ok:
 			// Applied, but the worker never saw the answer: it took effect some time after
@@ -433,7 +508,7 @@ func history(d *runData) ([]porcupine.Operation, []string) {
 	}
 	for k := range applied {
 		if cy := cycles[k]; cy == nil || cy.rd == nil {
-			errs = append(errs, fmt.Sprintf("worker %d.%d cycle %d: a write was applied but the worker logged no read", k.slot, k.inc, k.seq))
+			errs = append(errs, fmt.Sprintf("%s cycle %d: a write was applied but the worker logged no read", k.w, k.seq))
 		}
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })

@@ -68,15 +68,15 @@ func TestResource_FencesReadsAndWrites(t *testing.T) {
 				}
 				return ""
 			}
-			want("R 0 1 1 5", "ok 0 0")
-			want("W 0 1 1 5 1", "ok 1 0")
+			want("R 0 1 0 1 5", "ok 0 0")
+			want("W 0 1 0 1 5 1", "ok 1 0")
 			if fenced {
-				want("R 1 1 1 4", stale(1)) // an older holder may not even read
-				want("W 1 1 1 4 7", stale(1))
-				want("W 0 1 2 5 2", "ok 2 0") // the same token is still the holder's
+				want("R 1 1 0 1 4", stale(1)) // an older holder may not even read
+				want("W 1 1 0 1 4 7", stale(1))
+				want("W 0 1 1 2 5 2", "ok 2 0") // the same token is still the holder's
 			} else {
-				want("R 1 1 1 4", "ok 1 0")
-				want("W 1 1 1 4 7", "ok 7 0")
+				want("R 1 1 0 1 4", "ok 1 0")
+				want("W 1 1 0 1 4 7", "ok 7 0")
 			}
 			final, ops := r.snapshot()
 			if fenced && final != 2 || !fenced && final != 7 {
@@ -111,24 +111,24 @@ func TestResource_TrapFiresOnceOnTheMatchingRequest(t *testing.T) {
 	defer c.Close()
 	br := bufio.NewReader(c)
 	fired := 0
-	r.arm(&trap{op: 'W', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+	r.arm(&trap{op: 'W', fire: func(w who, tok uint64) (time.Duration, bool) {
 		fired++
-		if slot != 3 || inc != 2 || tok != 9 {
-			t.Errorf("fired for %d.%d token %d", slot, inc, tok)
+		if w != (who{3, 2, 1}) || tok != 9 {
+			t.Errorf("fired for %s token %d", w, tok)
 		}
 		return 0, false
 	}})
-	resCall(t, c, br, "R 3 2 1 9")
+	resCall(t, c, br, "R 3 2 1 1 9")
 	if fired != 0 {
 		t.Fatal("a write trap fired on a read")
 	}
-	resCall(t, c, br, "W 3 2 1 9 1")
-	resCall(t, c, br, "W 3 2 2 9 2")
+	resCall(t, c, br, "W 3 2 1 1 9 1")
+	resCall(t, c, br, "W 3 2 1 2 9 2")
 	if fired != 1 {
 		t.Fatalf("fired %d times, want 1", fired)
 	}
-	r.arm(&trap{op: 'R', fire: func(int, int, uint64) (time.Duration, bool) { return 250 * time.Millisecond, false }})
-	if got := resCall(t, c, br, "R 3 2 3 9"); got != "ok 2 250" {
+	r.arm(&trap{op: 'R', fire: func(who, uint64) (time.Duration, bool) { return 250 * time.Millisecond, false }})
+	if got := resCall(t, c, br, "R 3 2 1 3 9"); got != "ok 2 250" {
 		t.Fatalf("work not handed back: %q", got)
 	}
 	if r.disarm() {
@@ -149,44 +149,61 @@ func newHist(scenario string, fenced bool) *hist {
 
 func msT(v float64) int64 { return int64(v * 1e6) }
 
-func (h *hist) acq(slot int, tok uint64, s, r float64) {
-	h.d.events = append(h.d.events, event{K: "acq", Slot: slot, Inc: 1, Tok: tok, S: msT(s), R: msT(r), Res: "ok"})
+// Participants of the analysis tests: the first goroutine of workers 0 and 1 (incarnation 1),
+// and the second goroutine of worker 0.
+var (
+	w0  = who{0, 1, 0}
+	w1  = who{1, 1, 0}
+	w0b = who{0, 1, 1}
+)
+
+func (h *hist) acq(w who, tok uint64, s, r float64) {
+	h.d.events = append(h.d.events, event{K: "acq", Slot: w.Slot, Inc: w.Inc, G: w.G, Tok: tok, S: msT(s), R: msT(r), Res: "ok"})
 }
 
-func (h *hist) chk(slot int, tok uint64, at float64, live bool) {
-	h.d.events = append(h.d.events, event{K: "chk", Slot: slot, Inc: 1, Tok: tok, S: msT(at), Live: live})
+func (h *hist) chk(w who, tok uint64, at float64, live bool) {
+	h.d.events = append(h.d.events, event{K: "chk", Slot: w.Slot, Inc: w.Inc, G: w.G, Tok: tok, S: msT(at), Live: live})
 }
 
-func (h *hist) sig(slot int, tok uint64, at float64) {
-	h.d.events = append(h.d.events, event{K: "sig", Slot: slot, Inc: 1, Tok: tok, S: msT(at), Cause: "done"})
+func (h *hist) sig(w who, tok uint64, at float64) {
+	h.d.events = append(h.d.events, event{K: "sig", Slot: w.Slot, Inc: w.Inc, G: w.G, Tok: tok, S: msT(at), Cause: "done"})
+}
+
+func (h *hist) unl(w who, tok uint64, s, r float64) {
+	h.d.events = append(h.d.events, event{K: "unl", Slot: w.Slot, Inc: w.Inc, G: w.G, Tok: tok, S: msT(s), R: msT(r)})
 }
 
 // rmw is a read at [rs, rs+1] (applied at rs+0.5) and, if ws > 0, a write at [ws, ws+1].
-func (h *hist) rmw(slot int, tok uint64, seq int64, val int64, rs, ws float64, accepted bool) {
-	h.d.events = append(h.d.events, event{K: "rd", Slot: slot, Inc: 1, Tok: tok, Seq: seq, S: msT(rs), R: msT(rs + 1), Val: val, Res: "ok"})
-	h.d.ops = append(h.d.ops, opRecord{T: msT(rs + 0.5), Op: 'R', Slot: slot, Inc: 1, Seq: seq, Token: tok, Value: val, Accepted: true})
+func (h *hist) rmw(w who, tok uint64, seq int64, val int64, rs, ws float64, accepted bool) {
+	h.d.events = append(h.d.events, event{K: "rd", Slot: w.Slot, Inc: w.Inc, G: w.G, Tok: tok, Seq: seq, S: msT(rs), R: msT(rs + 1), Val: val, Res: "ok"})
+	h.d.ops = append(h.d.ops, opRecord{T: msT(rs + 0.5), Op: 'R', Slot: w.Slot, Inc: w.Inc, G: w.G, Seq: seq, Token: tok, Value: val, Accepted: true})
 	if ws == 0 {
 		return
 	}
+	h.write(w, tok, seq, val+1, ws, accepted)
+}
+
+// write is a write of val at [ws, ws+1] (applied at ws+0.5).
+func (h *hist) write(w who, tok uint64, seq int64, val int64, ws float64, accepted bool) {
 	res := "ok"
 	if !accepted {
 		res = "stale"
 	}
-	h.d.events = append(h.d.events, event{K: "wr", Slot: slot, Inc: 1, Tok: tok, Seq: seq, S: msT(ws), R: msT(ws + 1), Val: val + 1, Res: res})
-	h.d.ops = append(h.d.ops, opRecord{T: msT(ws + 0.5), Op: 'W', Slot: slot, Inc: 1, Seq: seq, Token: tok, Value: val + 1, Accepted: accepted})
+	h.d.events = append(h.d.events, event{K: "wr", Slot: w.Slot, Inc: w.Inc, G: w.G, Tok: tok, Seq: seq, S: msT(ws), R: msT(ws + 1), Val: val, Res: res})
+	h.d.ops = append(h.d.ops, opRecord{T: msT(ws + 0.5), Op: 'W', Slot: w.Slot, Inc: w.Inc, G: w.G, Seq: seq, Token: tok, Value: val, Accepted: accepted})
 	if accepted {
-		h.d.final = val + 1
+		h.d.final = val
 	}
 }
 
 func TestAnalyze_MutualExclusionIsCleanAndLinearizable(t *testing.T) {
 	h := newHist("pause", true)
-	h.acq(0, 10, 0, 1)
-	h.chk(0, 10, 2, true)
-	h.rmw(0, 10, 1, 0, 3, 5, true)
-	h.acq(1, 11, 1, 8) // waited, granted after 0's unlock at ~7
-	h.chk(1, 11, 9, true)
-	h.rmw(1, 11, 1, 1, 10, 12, true)
+	h.acq(w0, 10, 0, 1)
+	h.chk(w0, 10, 2, true)
+	h.rmw(w0, 10, 1, 0, 3, 5, true)
+	h.acq(w1, 11, 1, 8) // waited, granted after 0's unlock at ~7
+	h.chk(w1, 11, 9, true)
+	h.rmw(w1, 11, 1, 1, 10, 12, true)
 	f := analyze(h.d, 10*time.Second)
 	if len(f.Failures) != 0 || f.Overlaps != 0 || f.LostUpdates != 0 || f.Linearizable != porcupine.Ok || f.Cycles != 2 || f.Ops != 4 {
 		t.Fatalf("%+v", f)
@@ -197,17 +214,17 @@ func TestAnalyze_MutualExclusionIsCleanAndLinearizable(t *testing.T) {
 // and writes the value it read plus one.
 func pausedWriterHistory(fenced bool) *hist {
 	h := newHist("pause", fenced)
-	h.acq(0, 10, 0, 1)
-	h.chk(0, 10, 2, true)
-	h.rmw(0, 10, 1, 0, 3, 0, false)
-	h.acq(1, 11, 1, 600)
-	h.chk(1, 11, 601, true)
-	h.rmw(1, 11, 1, 0, 602, 604, true)
+	h.acq(w0, 10, 0, 1)
+	h.chk(w0, 10, 2, true)
+	h.rmw(w0, 10, 1, 0, 3, 0, false)
+	h.acq(w1, 11, 1, 600)
+	h.chk(w1, 11, 601, true)
+	h.rmw(w1, 11, 1, 0, 602, 604, true)
 	// A's write lands after B's, with its old token.
 	h.d.events = append(h.d.events, event{K: "wr", Slot: 0, Inc: 1, Tok: 10, Seq: 1, S: msT(4), R: msT(700), Val: 1, Res: map[bool]string{true: "stale", false: "ok"}[fenced]})
 	h.d.ops = append(h.d.ops, opRecord{T: msT(699), Op: 'W', Slot: 0, Inc: 1, Seq: 1, Token: 10, Value: 1, Accepted: !fenced, Stale: true})
 	h.d.final = 1
-	h.sig(0, 10, 701)
+	h.sig(w0, 10, 701)
 	h.d.faults = []faultRec{{Kind: "pause", Slot: 0, Inc: 1, Token: 10, Start: msT(3.5), End: msT(698)}}
 	return h
 }
@@ -248,11 +265,11 @@ func TestAnalyze_FencedLostUpdateFails(t *testing.T) {
 
 func TestAnalyze_LiveContextAfterTheNextGrantFails(t *testing.T) {
 	h := newHist("partition", true)
-	h.acq(0, 10, 0, 1)
-	h.acq(1, 11, 1, 600)
-	h.chk(0, 10, 599, true) // during 1's Lock call: cannot tell
-	h.chk(0, 10, 650, true) // after it returned: the context lied
-	h.sig(0, 10, 660)
+	h.acq(w0, 10, 0, 1)
+	h.acq(w1, 11, 1, 600)
+	h.chk(w0, 10, 599, true) // during 1's Lock call: cannot tell
+	h.chk(w0, 10, 650, true) // after it returned: the context lied
+	h.sig(w0, 10, 660)
 	h.d.faults = []faultRec{{Kind: "partition", Slot: 0, Inc: 1, Token: 10, Start: msT(2)}}
 	f := analyze(h.d, time.Second)
 	if f.LiveAfterNext != 1 || f.UnsureLive != 1 || f.SignalsAfter != 1 || len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "token 10 context live") {
@@ -268,15 +285,15 @@ func TestAnalyze_LiveContextAfterTheNextGrantFails(t *testing.T) {
 
 func TestAnalyze_MissingSignalAndSlowRecoveryFail(t *testing.T) {
 	h := newHist("partition", false)
-	h.acq(0, 10, 0, 1)
-	h.acq(1, 11, 1, 600)
+	h.acq(w0, 10, 0, 1)
+	h.acq(w1, 11, 1, 600)
 	h.d.faults = []faultRec{{Kind: "partition", Slot: 0, Inc: 1, Token: 10, Start: msT(2)}}
 	if f := analyze(h.d, time.Second); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "never got a lost-lock signal") {
 		t.Fatalf("failures: %q", f.Failures)
 	}
 	h = newHist("kill", false)
-	h.acq(0, 10, 0, 1)
-	h.acq(1, 11, 1, 802)
+	h.acq(w0, 10, 0, 1)
+	h.acq(w1, 11, 1, 802)
 	h.d.faults = []faultRec{{Kind: "kill", Slot: 0, Inc: 1, Token: 10, Start: msT(2)}} // 800 ms before the next grant
 	if f := analyze(h.d, time.Second); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "over TTL + 250 ms") {
 		t.Fatalf("failures: %q", f.Failures)
@@ -285,10 +302,75 @@ func TestAnalyze_MissingSignalAndSlowRecoveryFail(t *testing.T) {
 
 func TestAnalyze_TokensMustIncrease(t *testing.T) {
 	h := newHist("latency", true)
-	h.acq(0, 20, 0, 1)
-	h.acq(1, 11, 5, 6) // started after 20 was handed out, yet smaller
+	h.acq(w0, 20, 0, 1)
+	h.acq(w1, 11, 5, 6) // started after 20 was handed out, yet smaller
 	if f := analyze(h.d, time.Second); f.TokenOrderBugs != 1 || len(f.Failures) != 1 {
 		t.Fatalf("token order bugs %d, failures %q", f.TokenOrderBugs, f.Failures)
+	}
+}
+
+// Goroutines of one worker process are separate clients: two of them interleaving their
+// read-modify-writes (the same cycle numbers, one process) is an overlap, a lost update and a
+// history porcupine rejects, exactly as between two processes.
+func TestAnalyze_GoroutinesOfOneProcessAreSeparateClients(t *testing.T) {
+	h := newHist("pause", false)
+	h.acq(w0, 10, 0, 1)
+	h.chk(w0, 10, 2, true)
+	h.rmw(w0, 10, 1, 0, 3, 0, false) // reads 0...
+	h.acq(w0b, 30, 1, 600)
+	h.chk(w0b, 30, 601, true)
+	h.rmw(w0b, 30, 1, 0, 602, 604, true) // ...so does its sibling, which writes 1...
+	h.write(w0, 10, 1, 1, 700, true)     // ...and the first writes 1 again, late
+	h.d.ops[len(h.d.ops)-1].Stale = true // (its token is below the sibling's)
+	f := analyze(h.d, 10*time.Second)
+	if f.Overlaps != 1 || f.LostUpdates != 1 || f.StaleLanded != 1 || f.Linearizable != porcupine.Illegal {
+		t.Fatalf("overlaps %d, lost %d, stale landed %d, %s: want 1, 1, 1, Illegal", f.Overlaps, f.LostUpdates, f.StaleLanded, f.Linearizable)
+	}
+	if len(f.Failures) != 0 || f.LocalHandoffs != 0 {
+		t.Fatalf("failures %q, local handoffs %d", f.Failures, f.LocalHandoffs)
+	}
+	// The same history fenced: the late write is refused and nothing is lost.
+	h.d.conf.Fenced = true
+	h.d.ops[len(h.d.ops)-1].Accepted = false
+	h.d.events[len(h.d.events)-1].Res = "stale"
+	h.d.final = 1
+	if f := analyze(h.d, 10*time.Second); f.LostUpdates != 0 || f.StaleRejected != 1 || f.Linearizable != porcupine.Ok || len(f.Failures) != 0 {
+		t.Fatalf("fenced: lost %d, stale refused %d, %s, failures %q", f.LostUpdates, f.StaleRejected, f.Linearizable, f.Failures)
+	}
+}
+
+// A local handoff: the holder's Unlock passes the lock to its sibling goroutine with token + 1.
+// The analysis counts it, and places its grant inside the Unlock call: mapped as a server token
+// (the clock) it would land at the first holder's own grant, and every later check of that
+// holder would look like "held after the next grant".
+func TestAnalyze_LocalHandoffGrantedInsideUnlock(t *testing.T) {
+	h := newHist("pause", true)
+	// Tokens are µs of the wall clock; with this sample, wall clock = CLOCK_MONOTONIC.
+	h.d.clocks = []clockSample{{mono: 0, real: 0}}
+	h.acq(w0, 500, 0, 1) // granted by the server at 0.5 ms
+	h.chk(w0, 500, 2, true)
+	h.rmw(w0, 500, 1, 0, 3, 5, true)
+	h.chk(w0, 500, 5.9, true)
+	h.unl(w0, 500, 6, 7)
+	h.acq(w0b, 501, 0.2, 8) // queued behind it since 0.2 ms; 501 µs would map inside its call
+	h.chk(w0b, 501, 9, true)
+	h.rmw(w0b, 501, 1, 1, 10, 12, true)
+	h.unl(w0b, 501, 13, 13.5)
+	h.acq(w1, 14001, 2, 15) // another process, from the server
+	h.chk(w1, 14001, 16, true)
+	h.rmw(w1, 14001, 1, 2, 17, 19, true)
+	h.unl(w1, 14001, 20, 20.5)
+	h.acq(who{2, 1, 0}, 14002, 21, 25) // token + 1, but another process: not a local handoff
+	f := analyze(h.d, 10*time.Second)
+	if f.LocalHandoffs != 1 || f.LiveAfterNext != 0 || f.UnsureLive != 0 || len(f.Failures) != 0 {
+		t.Fatalf("local handoffs %d, live after next %d, unsure %d, failures %q: want 1, 0, 0, none",
+			f.LocalHandoffs, f.LiveAfterNext, f.UnsureLive, f.Failures)
+	}
+	// A check of the first holder after its Unlock returned (impossible in a worker, which
+	// stops checking once it unlocks) would be one after the handoff.
+	h.chk(w0, 500, 7.5, true)
+	if f := analyze(h.d, 10*time.Second); f.LiveAfterNext != 1 || len(f.Failures) != 1 {
+		t.Fatalf("live after next %d, failures %q: want 1, 1", f.LiveAfterNext, f.Failures)
 	}
 }
 
@@ -375,32 +457,10 @@ func TestRun_PauseBeforeWrite(t *testing.T) {
 	}
 	for _, fenced := range []bool{true, false} {
 		t.Run(fmt.Sprint("fenced=", fenced), func(t *testing.T) {
-			conf := runConf{
-				Scenario: "pause", Fenced: fenced, Seed: 1, Workers: 5, TTL: 500 * time.Millisecond,
+			d, f := runForTest(t, runConf{
+				Scenario: "pause", Fenced: fenced, Seed: 1, Workers: 5, Goroutines: defaultGoroutines, TTL: 500 * time.Millisecond,
 				Cycles: 30, MinFaults: 1, MaxRun: 30 * time.Second, Short: true,
-				Logf: t.Logf,
-			}
-			root, err := os.MkdirTemp("", "dlock-check-test-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			conf.Dir = filepath.Join(root, "run")
-			defer func() {
-				if t.Failed() {
-					t.Logf("worker logs kept in %s", conf.Dir)
-				} else {
-					os.RemoveAll(root)
-				}
-			}()
-			d, err := run(conf)
-			if err != nil {
-				if errors.Is(err, redistest.ErrNotFound) {
-					t.Skip(err)
-				}
-				t.Fatal(err)
-			}
-			f := analyze(d, 20*time.Second)
-			t.Logf("\n%s", markdownTable([]*findings{f}))
+			})
 			if len(f.Failures) != 0 {
 				t.Fatalf("failures: %q", f.Failures)
 			}
@@ -417,6 +477,76 @@ func TestRun_PauseBeforeWrite(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runForTest runs conf in a temporary directory (kept when the test fails) and analyzes it.
+func runForTest(t *testing.T, conf runConf) (*runData, *findings) {
+	t.Helper()
+	root, err := os.MkdirTemp("", "dlock-check-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf.Dir = filepath.Join(root, "run")
+	conf.Logf = t.Logf
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("worker logs kept in %s", conf.Dir)
+		} else {
+			os.RemoveAll(root)
+		}
+	})
+	d, err := run(conf)
+	if err != nil {
+		if errors.Is(err, redistest.ErrNotFound) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	f := analyze(d, 20*time.Second)
+	t.Logf("\n%s", markdownTable([]*findings{f}))
+	return d, f
+}
+
+// Goroutines of one worker process share its Client, so the lock passes between them without
+// the server: the resource sees a goroutine's token followed by its sibling's token + 1. The run
+// cuts a holder off from Redis while its siblings wait; every analysis keeps the goroutines
+// apart, and the cut-off holder is told (the analysis fails the run otherwise).
+func TestRun_LocalHandoffs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and five worker processes")
+	}
+	d, f := runForTest(t, runConf{
+		Scenario: "partition", Fenced: true, Seed: 1, Workers: 5, Goroutines: 3, TTL: 500 * time.Millisecond,
+		Cycles: 60, MinFaults: 1, MaxRun: 30 * time.Second, Short: true,
+	})
+	if len(f.Failures) != 0 {
+		t.Fatalf("failures: %q", f.Failures)
+	}
+	// Count, on the resource's own record, the times the lock passed to a sibling goroutine
+	// with the next token.
+	passed := 0
+	clients := map[who]bool{}
+	var prev opRecord // the last accepted operation of an earlier lease
+	for _, op := range d.ops {
+		clients[op.who()] = true
+		if !op.Accepted || op.Token == prev.Token {
+			continue
+		}
+		if op.Token == prev.Token+1 && op.who().sameProcess(prev.who()) && op.G != prev.G {
+			passed++
+		}
+		prev = op
+	}
+	if passed == 0 || f.LocalHandoffs < passed {
+		t.Fatalf("the resource saw %d local handoffs, the analysis counted %d: want some, and at least as many", passed, f.LocalHandoffs)
+	}
+	if len(clients) <= 5 {
+		t.Fatalf("%d goroutines reached the resource, want more than one per process", len(clients))
+	}
+	if f.Faults < 1 || f.Signals < 1 || f.LostUpdates != 0 || f.Linearizable != porcupine.Ok {
+		t.Fatalf("faults %d, signals %d, lost %d, %s", f.Faults, f.Signals, f.LostUpdates, f.Linearizable)
+	}
+	t.Logf("%d local handoffs (%d seen by the resource) among %d acquisitions by %d goroutines", f.LocalHandoffs, passed, f.Cycles, len(clients))
 }
 
 func TestWaitStopped(t *testing.T) {

@@ -5,7 +5,10 @@
 // It starts its own redis-server (real processes, loopback only), a resource server (one
 // register that timestamps every operation and, in fenced mode, refuses stale tokens) and P
 // worker processes (this binary again, in the worker role), each reaching Redis through its
-// own fault proxy. Workers loop Lock → read → write value+1 → Unlock with the lease's token.
+// own fault proxy. Each worker process runs G goroutines that share its one dlock.Client, so
+// the lock also passes between goroutines of one process without Redis (local handoffs); each
+// goroutine loops Lock → read → write value+1 → Unlock with the lease's token, and counts as a
+// client of its own in every analysis. Faults hit whole processes.
 //
 //	cd check && go run . --help
 //	make test-check      # short: every scenario, both modes (CI)
@@ -33,21 +36,28 @@ var scenarios = []string{"pause", "kill", "partition", "latency", "restart",
 var notRun = []struct{ name, why string }{}
 
 var scenarioHelp = map[string]string{
-	"pause":                   "SIGSTOP the holder past its TTL, then SIGCONT: alternately between its last context check and its write reaching the resource, and right after its read",
-	"kill":                    "SIGKILL the holder inside its critical section; a new worker takes its place",
-	"partition":               "cut the holder's link to Redis (its proxy holds every byte) past its TTL while it works",
-	"latency":                 "50 ms ± 25 ms on the holder's link to Redis for 2–3 s",
+	"pause":                   "SIGSTOP the holder's process (all its goroutines) past the TTL, then SIGCONT: alternately between the holder's last context check and its write reaching the resource, and right after its read",
+	"kill":                    "SIGKILL the holder's process inside the holder's critical section; a new worker process takes its place",
+	"partition":               "cut the link to Redis of the holder's process (its proxy holds every byte) past the TTL while the holder works",
+	"latency":                 "50 ms ± 25 ms on the link to Redis of the holder's process for 2–3 s",
+	"sentinel-failover":       "a Sentinel group: SIGKILL the master while the holder works; Sentinel promotes a replica, the old master comes back empty as a replica",
+	"sentinel-failover-ack":   "as sentinel-failover, with WithReplicaAck(1, 250ms)",
 	"restart":                 "kill redis-server and start it again empty (no persistence) while the holder works",
 	"redlock-minority":        "DialQuorum over 5 servers: kill 2 of them while the holder works; they restart empty after more than a lease",
 	"redlock-restart":         "DialQuorum over 5 servers: a worker's links to 2 servers are cut before it acquires; while it holds the lock on a bare majority, one server of that majority restarts empty at once",
 	"redlock-restart-delayed": "as redlock-restart, but the server stays down longer than the lease before it restarts empty",
 }
 
+// defaultGoroutines is --goroutines: 2 or more, so that every run (the short ones of CI
+// included) passes the lock between goroutines of one Client under faults.
+const defaultGoroutines = 2
+
 type options struct {
 	scenarios  []string
 	modes      []bool // fenced?
 	seed       uint64
 	workers    int
+	goroutines int
 	ttl        time.Duration
 	sentTTL    time.Duration
 	cycles     int
@@ -72,21 +82,27 @@ Usage (from the check/ directory; it is its own Go module):
 Each run starts its own redis-server, a resource server (one register; in fenced mode it
 refuses reads and writes whose fencing token is below the highest it has seen) and P worker
 processes (this binary again, in the worker role), each reaching Redis through its own fault
-proxy. Workers loop: Lock -> check the lease context -> read -> (work) -> check -> write
-value+1 -> Unlock, every request carrying the lease's token, every event stamped with
-CLOCK_MONOTONIC (one clock for all processes on the machine).
+proxy. Each worker process runs G goroutines (--goroutines) sharing its one dlock.Client and
+so the same Mutex: when a holder unlocks while a sibling waits, the lock passes to the
+sibling inside the Client, most times without a round trip to Redis (a local handoff, token
++1). Each goroutine loops: Lock -> check the lease context -> read -> (work) -> check ->
+write value+1 -> Unlock, with its own resource connection, every request carrying the lease's
+token, every event stamped with CLOCK_MONOTONIC (one clock for all processes on the
+machine). Every analysis treats each goroutine as a client of its own ("worker S.I gG":
+goroutine G of incarnation I of the process in slot S); a fault hits a whole process.
 
 Scenarios (faults start ~1 s into traffic, one at a time, on a schedule fixed by --seed):
 %s
 Not run (the deployment or API is not in the library yet):
 %s
-Findings per run: register operations, cycles (acquisitions), overlaps (critical sections of
-two clients intersecting on the resource's timeline), lost updates (writes applied minus the
-final register), stale operations refused by the fence (or, unfenced, applied although a
-newer token had been seen), acquire latency p50/p99, recovery after each fault (fault start
--> next successful acquisition), lost-lock signals (before / during / after the next
-holder's acquire), and a porcupine linearizability check of the lock-guarded
-read-modify-write.
+Findings per run: register operations, cycles (acquisitions), local handoffs (acquisitions
+whose token is the previous holder's + 1, from another goroutine of its process), overlaps
+(critical sections of two clients intersecting on the resource's timeline), lost updates
+(writes applied minus the final register), stale operations refused by the fence (or,
+unfenced, applied although a newer token had been seen), acquire latency p50/p99, recovery
+after each fault (fault start -> next successful acquisition), lost-lock signals (before /
+during / after the next holder's acquire), and a porcupine linearizability check of the
+lock-guarded read-modify-write.
 
 Exit status: 0 when every claimed guarantee held; 1 when one broke (the report names the
 scenario, seed and operations); 2 on a bad command line; 3 when the harness could not run.
@@ -108,6 +124,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&modes, "modes", "fenced,unfenced", "comma-separated modes: fenced, unfenced")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the fault schedule (the same seed gives the same kinds, gaps, durations and variants)")
 	fs.IntVar(&o.workers, "workers", 5, "worker processes (at least 5 for the published figures)")
+	fs.IntVar(&o.goroutines, "goroutines", defaultGoroutines, "goroutines per worker process, sharing its one dlock.Client (so the lock passes between them locally); each is a client of its own in every analysis")
 	fs.DurationVar(&o.ttl, "ttl", 500*time.Millisecond, "lease TTL of every lock (but the Sentinel scenarios')")
 	fs.DurationVar(&o.sentTTL, "sentinel-ttl", 3*time.Second, "lease TTL in the Sentinel scenarios: longer than a failover (Sentinel's down-after is 1.5 s), so that a lock can outlive one")
 	fs.IntVar(&o.cycles, "cycles", 5000, "run until this many writes were applied (each cycle is a read and a write: 2 register operations)...")
@@ -179,8 +196,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 			return o, fmt.Errorf("unknown mode %q (fenced, unfenced)", m)
 		}
 	}
-	if o.workers < 2 || o.ttl < 50*time.Millisecond || o.cycles < 1 || o.maxRun <= 0 {
-		return o, fmt.Errorf("need --workers >= 2, --ttl >= 50ms, --cycles >= 1, --max-run > 0")
+	if o.workers < 2 || o.goroutines < 1 || o.ttl < 50*time.Millisecond || o.cycles < 1 || o.maxRun <= 0 {
+		return o, fmt.Errorf("need --workers >= 2, --goroutines >= 1, --ttl >= 50ms, --cycles >= 1, --max-run > 0")
 	}
 	return o, nil
 }
@@ -228,11 +245,11 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 				ttl = o.sentTTL
 			}
 			conf := runConf{
-				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, TTL: ttl,
+				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, Goroutines: o.goroutines, TTL: ttl,
 				Cycles: o.cycles, MinFaults: minFaults(sc, o), MaxRun: maxRun(sc, o), Short: o.short, Logf: logf,
 			}
 			conf.Dir = filepath.Join(root, sc+"-"+conf.mode())
-			logf("run %s %s (seed %d, %d workers, TTL %v)", sc, conf.mode(), o.seed, o.workers, ttl)
+			logf("run %s %s (seed %d, %d workers × %d goroutines, TTL %v)", sc, conf.mode(), o.seed, o.workers, o.goroutines, ttl)
 			t0 := time.Now()
 			d, err := run(conf)
 			if err != nil {
@@ -240,8 +257,8 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 				return 3
 			}
 			f := analyze(d, o.linTimeout)
-			logf("  %s in %v: %d ops, %d faults, %d overlaps, %d lost updates, linearizable %s, %d failures",
-				sc, time.Since(t0).Round(time.Millisecond), f.Ops, f.Faults, f.Overlaps, f.LostUpdates, f.Linearizable, len(f.Failures))
+			logf("  %s in %v: %d ops, %d acquisitions (%d local handoffs), %d faults, %d overlaps, %d lost updates, linearizable %s, %d failures",
+				sc, time.Since(t0).Round(time.Millisecond), f.Ops, f.Cycles, f.LocalHandoffs, f.Faults, f.Overlaps, f.LostUpdates, f.Linearizable, len(f.Failures))
 			if len(f.Failures) > 0 && !o.keep {
 				logf("  worker logs kept in %s", conf.Dir)
 				o.keep = true // keep the evidence
@@ -251,6 +268,8 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 	}
 	elapsed := time.Since(began)
 	table := markdownTable(all)
+	fmt.Fprintln(out, setupLine(o))
+	fmt.Fprintln(out)
 	fmt.Fprintln(out, table)
 	failed := 0
 	for _, f := range all {

@@ -29,8 +29,8 @@ func ms(d time.Duration) string {
 // markdownTable is the per-run table: one row per scenario and mode.
 func markdownTable(all []*findings) string {
 	var b strings.Builder
-	b.WriteString("| scenario | mode | ops | acquisitions | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before the next grant (least margin, ms) / later, never acted on / later, acted on | context said held after re-acquire | linearizable | verdict |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
+	b.WriteString("| scenario | mode | ops | acquisitions | local handoffs | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before the next grant (least margin, ms) / later, never acted on / later, acted on | context said held after re-acquire | linearizable | verdict |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
 	for _, f := range all {
 		rec := "–"
 		if len(f.Recovery) > 0 {
@@ -50,12 +50,26 @@ func markdownTable(all []*findings) string {
 		if len(f.SignalMargins) > 0 {
 			margin = " (" + ms(slices.Min(f.SignalMargins)) + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s |\n",
-			f.Scenario, f.Mode, f.Ops, f.Cycles, f.Faults, f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s |\n",
+			f.Scenario, f.Mode, f.Ops, f.Cycles, f.LocalHandoffs, f.Faults, f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
 			ms(f.AcquireP50), ms(f.AcquireP99), rec, f.Signals, f.SignalsBefore, margin, f.SignalsLate, f.SignalsAfter,
 			live, f.Linearizable, verdict)
 	}
 	return b.String()
+}
+
+// participants says how many worker processes and goroutines ran.
+func participants(o options) string {
+	if o.goroutines == 1 {
+		return fmt.Sprintf("%d worker processes, one goroutine each", o.workers)
+	}
+	return fmt.Sprintf("%d worker processes × %d goroutines sharing each process's one dlock.Client (%d clients of the lock; the lock passes between goroutines of one process by local handoffs)",
+		o.workers, o.goroutines, o.workers*o.goroutines)
+}
+
+// setupLine heads the printed report.
+func setupLine(o options) string {
+	return fmt.Sprintf("Seed %d; %s; lease TTL %v (Sentinel scenarios: %v).", o.seed, participants(o), o.ttl, o.sentTTL)
 }
 
 type machine struct {
@@ -94,8 +108,8 @@ func docsSection(cmdline string, o options, m machine, elapsed time.Duration, al
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n", docsStart)
 	fmt.Fprintf(&b, "_Written by `%s` on %s; %d runs in %v._\n\n", cmdline, time.Now().UTC().Format("2006-01-02 15:04 MST"), len(all), elapsed.Round(time.Second))
-	fmt.Fprintf(&b, "- Seed %d; %d worker processes; lease TTL %v (Sentinel scenarios: %v); each run until %d writes were applied (%d register operations) and %d faults (Sentinel: %d failovers) had played out, or %v passed (Redlock: %v).\n",
-		o.seed, o.workers, o.ttl, o.sentTTL, o.cycles, 2*o.cycles, o.minFaults, o.sentFaults, o.maxRun, o.quorumMax)
+	fmt.Fprintf(&b, "- Seed %d; %s; lease TTL %v (Sentinel scenarios: %v); each run until %d writes were applied (%d register operations) and %d faults (Sentinel: %d failovers) had played out, or %v passed (Redlock: %v).\n",
+		o.seed, participants(o), o.ttl, o.sentTTL, o.cycles, 2*o.cycles, o.minFaults, o.sentFaults, o.maxRun, o.quorumMax)
 	fmt.Fprintf(&b, "- Machine: %d cores (%s), Linux %s, %s, %s; load average %s when the run began. The CPU was shared with other work during the run.\n\n",
 		m.cores, m.cpu, m.kernel, m.redis, m.goVersion, m.load)
 	b.WriteString(table)

@@ -12,14 +12,14 @@ import (
 )
 
 // The resource server is the thing the lock protects: one integer register on loopback.
-// Workers read it and write it back incremented, each request carrying the fencing token of
-// the lease it holds. Every operation is stamped with CLOCK_MONOTONIC at the moment it is
+// Workers' goroutines read it and write it back incremented, each request carrying the fencing
+// token of the lease it holds. Every operation is stamped with CLOCK_MONOTONIC at the moment it is
 // applied, under one mutex, so the server's record is the resource's own timeline.
 //
 // Wire format, one line each way:
 //
-//	R <slot> <inc> <seq> <token>\n          read
-//	W <slot> <inc> <seq> <token> <value>\n  write value
+//	R <slot> <inc> <g> <seq> <token>\n          read
+//	W <slot> <inc> <g> <seq> <token> <value>\n  write value
 //	ok <value> <work-ms>\n | stale <value> 0\n
 //
 // In fenced mode a read or a write whose token is lower than the highest token seen so far is
@@ -36,7 +36,8 @@ type opRecord struct {
 	Op       byte   `json:"op"`
 	Slot     int    `json:"slot"`
 	Inc      int    `json:"inc"` // worker incarnation within the slot (a killed worker is respawned)
-	Seq      int64  `json:"seq"` // the worker's cycle number: a cycle's read and write share it
+	G        int    `json:"g"`   // the goroutine within the worker process
+	Seq      int64  `json:"seq"` // the goroutine's cycle number: a cycle's read and write share it
 	Token    uint64 `json:"token"`
 	Value    int64  `json:"value"`    // value read, or value written
 	Accepted bool   `json:"accepted"` // applied (always true unfenced)
@@ -44,13 +45,15 @@ type opRecord struct {
 }
 
 // trap is a fault that fires on the next matching request: the scheduler arms it, the
-// request of whichever worker holds the lock at that moment springs it.
+// request of whichever worker goroutine holds the lock at that moment springs it.
 type trap struct {
 	op byte // 'R' or 'W'
 	// fire runs in the request's goroutine before the request is applied. It returns the
 	// work time to hand back to the worker and whether to drop the request unanswered.
-	fire func(slot, inc int, token uint64) (work time.Duration, drop bool)
+	fire func(w who, token uint64) (work time.Duration, drop bool)
 }
+
+func (op opRecord) who() who { return who{op.Slot, op.Inc, op.G} }
 
 type resource struct {
 	fenced bool
@@ -179,8 +182,7 @@ func (r *resource) handle(c net.Conn) {
 
 type request struct {
 	op    byte
-	slot  int
-	inc   int
+	w     who
 	seq   int64
 	token uint64
 	value int64
@@ -188,18 +190,19 @@ type request struct {
 
 func parseRequest(line string) (request, error) {
 	f := strings.Fields(line)
-	if len(f) < 5 || (f[0] != "R" && f[0] != "W") || (f[0] == "W") != (len(f) == 6) {
+	if len(f) < 6 || (f[0] != "R" && f[0] != "W") || (f[0] == "W") != (len(f) == 7) {
 		return request{}, fmt.Errorf("bad request %q", strings.TrimSpace(line))
 	}
 	var req request
-	var errs [5]error
+	var errs [6]error
 	req.op = f[0][0]
-	req.slot, errs[0] = strconv.Atoi(f[1])
-	req.inc, errs[1] = strconv.Atoi(f[2])
-	req.seq, errs[2] = strconv.ParseInt(f[3], 10, 64)
-	req.token, errs[3] = strconv.ParseUint(f[4], 10, 64)
+	req.w.Slot, errs[0] = strconv.Atoi(f[1])
+	req.w.Inc, errs[1] = strconv.Atoi(f[2])
+	req.w.G, errs[2] = strconv.Atoi(f[3])
+	req.seq, errs[3] = strconv.ParseInt(f[4], 10, 64)
+	req.token, errs[4] = strconv.ParseUint(f[5], 10, 64)
 	if req.op == 'W' {
-		req.value, errs[4] = strconv.ParseInt(f[5], 10, 64)
+		req.value, errs[5] = strconv.ParseInt(f[6], 10, 64)
 	}
 	if err := errors.Join(errs[:]...); err != nil {
 		return request{}, fmt.Errorf("bad request %q: %w", strings.TrimSpace(line), err)
@@ -221,7 +224,7 @@ func (r *resource) do(req request) (string, bool) {
 	var work time.Duration
 	if t != nil {
 		var drop bool
-		work, drop = t.fire(req.slot, req.inc, req.token)
+		work, drop = t.fire(req.w, req.token)
 		if drop {
 			return "", false
 		}
@@ -229,7 +232,7 @@ func (r *resource) do(req request) (string, bool) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rec := opRecord{T: mono(), Op: req.op, Slot: req.slot, Inc: req.inc, Seq: req.seq, Token: req.token}
+	rec := opRecord{T: mono(), Op: req.op, Slot: req.w.Slot, Inc: req.w.Inc, G: req.w.G, Seq: req.seq, Token: req.token}
 	rec.Stale = req.token < r.maxToken
 	rec.Accepted = !(r.fenced && rec.Stale)
 	if rec.Accepted {

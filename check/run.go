@@ -21,17 +21,18 @@ import (
 
 // runConf is one run: one scenario in one mode.
 type runConf struct {
-	Scenario  string
-	Fenced    bool
-	Seed      uint64
-	Workers   int
-	TTL       time.Duration
-	Cycles    int           // stop once this many writes were applied...
-	MinFaults int           // ...and at least this many faults played out
-	MaxRun    time.Duration // or after this long, whichever comes first
-	Short     bool          // CI: gaps between faults halved
-	Dir       string        // run directory: worker logs
-	Logf      func(format string, args ...any)
+	Scenario   string
+	Fenced     bool
+	Seed       uint64
+	Workers    int
+	Goroutines int // per worker process, sharing its Client; each goroutine is a participant of its own
+	TTL        time.Duration
+	Cycles     int           // stop once this many writes were applied...
+	MinFaults  int           // ...and at least this many faults played out
+	MaxRun     time.Duration // or after this long, whichever comes first
+	Short      bool          // CI: gaps between faults halved
+	Dir        string        // run directory: worker logs
+	Logf       func(format string, args ...any)
 }
 
 func (c runConf) mode() string {
@@ -41,16 +42,20 @@ func (c runConf) mode() string {
 	return "unfenced"
 }
 
-// faultRec is one injected fault. Times are CLOCK_MONOTONIC ns.
+// faultRec is one injected fault. Times are CLOCK_MONOTONIC ns. A fault hits a worker process
+// (all its goroutines); Slot, Inc and G name the goroutine whose request sprang it, the holder.
 type faultRec struct {
 	Kind    string `json:"kind"`
 	Variant string `json:"variant,omitempty"`
 	Slot    int    `json:"slot"`
 	Inc     int    `json:"inc"`
-	Token   uint64 `json:"token"` // the lease of the worker the fault hit
+	G       int    `json:"g"`
+	Token   uint64 `json:"token"` // the lease of the goroutine the fault hit
 	Start   int64  `json:"start"`
 	End     int64  `json:"end"`
 }
+
+func (f faultRec) who() who { return who{f.Slot, f.Inc, f.G} }
 
 // runData is everything a run leaves for analysis.
 type runData struct {
@@ -197,8 +202,8 @@ func run(conf runConf) (*runData, error) {
 	deadline := time.Now().Add(conf.MaxRun)
 
 	// The fault schedule: the first fault ~1 s into traffic, then one at a time with a seeded
-	// gap. A seed fixes kinds, variants, gaps and durations; which worker a fault hits is
-	// whichever holds the lock when the trap springs.
+	// gap. A seed fixes kinds, variants, gaps and durations; which worker process a fault hits
+	// is the one whose goroutine holds the lock when the trap springs.
 	sched := newSchedule(conf)
 	ctx, stopSched := context.WithCancel(context.Background())
 	var schedDone = make(chan int)
@@ -276,8 +281,9 @@ func (r *runner) spawn(s *slot) error {
 	conf := workerConf{
 		Slot: s.i, Inc: s.inc, RedisURLs: urls, Resource: r.res.Addr(), Lock: r.lock,
 		TTL: r.conf.TTL, Log: filepath.Join(r.conf.Dir, fmt.Sprintf("worker-%d.%d.jsonl", s.i, s.inc)),
-		MaxRun: r.conf.MaxRun + time.Minute,
-		Poll:   s.i == len(r.slots)-1, // one of the workers does not wait in Lock
+		MaxRun:     r.conf.MaxRun + time.Minute,
+		Goroutines: r.conf.Goroutines,
+		Poll:       s.i == len(r.slots)-1, // one goroutine of one worker does not wait in Lock
 	}
 	if r.group != nil {
 		conf.Sentinels, conf.Master = r.group.SentinelAddrs(), r.group.MasterName()
@@ -533,23 +539,27 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 		r.mu.Unlock()
 		close(done)
 	}
-	// hit looks up the worker that made the request; ok is false if it is not the running
-	// incarnation (cannot happen: an old incarnation is dead).
-	hit := func(slot, inc int) (*slot, int, bool) {
-		s := r.slots[slot]
+	// hit looks up the worker process that made the request; ok is false if it is not the
+	// running incarnation (cannot happen: an old incarnation is dead).
+	hit := func(w who) (*slot, int, bool) {
+		s := r.slots[w.Slot]
 		cur, pid, _ := s.current()
-		return s, pid, cur == inc
+		return s, pid, cur == w.Inc
 	}
 	kind := r.conf.Scenario
+	// rec is the record of a fault that starts now, sprung by w's request with token tok.
+	rec := func(w who, tok uint64, variant string) faultRec {
+		return faultRec{Kind: kind, Variant: variant, Slot: w.Slot, Inc: w.Inc, G: w.G, Token: tok, Start: mono()}
+	}
 	switch kind {
 	case "pause":
 		if p.variant == "before-write" {
-			return &trap{op: 'W', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+			return &trap{op: 'W', fire: func(w who, tok uint64) (time.Duration, bool) {
 				r.faultWG.Add(1)
 				defer r.faultWG.Done()
 				close(fired)
-				_, pid, _ := hit(slot, inc)
-				i := record(faultRec{Kind: kind, Variant: p.variant, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+				_, pid, _ := hit(w)
+				i := record(rec(w, tok, p.variant))
 				r.stop(pid)
 				time.Sleep(p.dur)
 				_ = syscall.Kill(pid, syscall.SIGCONT)
@@ -557,11 +567,11 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 				return 0, false // the write is applied now, after the pause
 			}}
 		}
-		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
 			r.faultWG.Add(1)
 			close(fired)
-			_, pid, _ := hit(slot, inc)
-			i := record(faultRec{Kind: kind, Variant: p.variant, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			_, pid, _ := hit(w)
+			i := record(rec(w, tok, p.variant))
 			r.stop(pid) // frozen before it gets its answer
 			go func() {
 				defer r.faultWG.Done()
@@ -572,11 +582,11 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			return 0, false
 		}}
 	case "kill":
-		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
 			r.faultWG.Add(1)
 			close(fired)
-			s, pid, _ := hit(slot, inc)
-			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			s, pid, _ := hit(w)
+			i := record(rec(w, tok, ""))
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			_, _, exited := s.current()
 			go func() {
@@ -594,14 +604,14 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			return 0, true // the killed worker never gets an answer
 		}}
 	case "partition":
-		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
 			r.faultWG.Add(1)
 			close(fired)
-			s := r.slots[slot]
+			s := r.slots[w.Slot]
 			for _, px := range s.proxies {
 				px.Block()
 			}
-			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			i := record(rec(w, tok, ""))
 			go func() {
 				defer r.faultWG.Done()
 				time.Sleep(p.dur)
@@ -613,15 +623,15 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			return p.work, false // keep working while cut off: the lease must be reported lost
 		}}
 	case "latency":
-		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
 			r.faultWG.Add(1)
 			close(fired)
-			s := r.slots[slot]
+			s := r.slots[w.Slot]
 			for _, px := range s.proxies {
 				px.SetJitter(25 * time.Millisecond)
 				px.SetDelay(50 * time.Millisecond)
 			}
-			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			i := record(rec(w, tok, ""))
 			go func() {
 				defer r.faultWG.Done()
 				time.Sleep(p.dur)
@@ -634,10 +644,10 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			return 0, false
 		}}
 	case "restart":
-		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
 			r.faultWG.Add(1)
 			close(fired)
-			i := record(faultRec{Kind: kind, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			i := record(rec(w, tok, ""))
 			_ = r.srvs[0].Kill()
 			go func() {
 				defer r.faultWG.Done()
@@ -653,10 +663,10 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 		// SIGKILL the master while a holder works; Sentinel promotes a replica; the old master
 		// comes back empty as a replica. Replication is asynchronous: a lock not yet copied
 		// to the promoted replica is gone.
-		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
 			r.faultWG.Add(1)
 			close(fired)
-			i := record(faultRec{Kind: kind, Variant: r.group.Master().Addr, Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			i := record(rec(w, tok, r.group.Master().Addr))
 			go func() {
 				defer r.faultWG.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -671,10 +681,10 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 	case "redlock-minority":
 		// Kill a minority (2 of 5) of the servers while a holder works; they come back empty
 		// after more than a lease (a delayed restart).
-		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
 			r.faultWG.Add(1)
 			close(fired)
-			i := record(faultRec{Kind: kind, Variant: fmt.Sprintf("servers %d,%d", p.servers[0], p.servers[1]), Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			i := record(rec(w, tok, fmt.Sprintf("servers %d,%d", p.servers[0], p.servers[1])))
 			for _, k := range p.servers[:2] {
 				_ = r.srvs[k].Kill()
 			}
@@ -699,10 +709,10 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 		// can form a majority of that empty server and the two the holder cannot reach, while
 		// the holder still believes it holds the lock. Delayed past the lease: the holder
 		// cannot renew on a majority and learns it lost the lock before the server is back.
-		return &trap{op: 'R', fire: func(slot, inc int, tok uint64) (time.Duration, bool) {
+		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
 			r.faultWG.Add(1)
 			close(fired)
-			vs := r.slots[slot]
+			vs := r.slots[w.Slot]
 			_, pid, _ := vs.current()
 			held := r.holdersOf(pid)
 			var keep, cut []int
@@ -731,8 +741,7 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 			for _, k := range cut {
 				vs.proxies[k].Block()
 			}
-			i := record(faultRec{Kind: kind, Variant: fmt.Sprintf("held on %v%s; links to %v cut; server %d down %v", keep, note, cut, c, p.dur.Round(time.Millisecond)),
-				Slot: slot, Inc: inc, Token: tok, Start: mono()})
+			i := record(rec(w, tok, fmt.Sprintf("held on %v%s; links to %v cut; server %d down %v", keep, note, cut, c, p.dur.Round(time.Millisecond))))
 			go func() {
 				defer r.faultWG.Done()
 				time.Sleep(r.conf.TTL + 100*time.Millisecond) // its keys on the cut servers expire

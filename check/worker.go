@@ -22,15 +22,21 @@ import (
 	"github.com/dlock-go/dlock/goredisconn"
 )
 
-// A worker is one client process of the workload: the checker runs its own binary again with
-// roleEnv=worker and the worker's configuration in confEnv. It loops, as a correct dlock user:
+// A worker is one process of the workload: the checker runs its own binary again with
+// roleEnv=worker and the worker's configuration in confEnv. The process makes one dlock.Client
+// and runs Goroutines goroutines that share it (and so the same Mutex name): while one of them
+// holds the lock, the others wait in the Client's local queue, and an Unlock passes the lock to
+// the first of them, most times without a round trip to Redis (a local handoff). Each goroutine
+// is a participant of its own, with its own connection to the resource and its own cycle
+// numbers; each loops, as a correct dlock user:
 //
 //	Lock → check the lease context → read the register → (work, checking the context) →
 //	check the lease context → write value+1 → Unlock
 //
-// with the lease's fencing token on every request, and writes one JSON line per event to its
-// log file, each stamped with CLOCK_MONOTONIC (see mono). Lines are written with one write(2)
-// each, so a worker killed with SIGKILL loses none it had written.
+// with the lease's fencing token on every request. The process writes one JSON line per event
+// to its log file, each naming the goroutine and stamped with CLOCK_MONOTONIC (see mono).
+// Lines are written with one write(2) each, so a worker killed with SIGKILL loses none it had
+// written.
 
 const (
 	roleEnv = "DLOCK_CHECK_ROLE"
@@ -50,8 +56,24 @@ type workerConf struct {
 	TTL       time.Duration `json:"ttl"`
 	Log       string        `json:"log"`
 	MaxRun    time.Duration `json:"max_run"` // the worker exits after this even if never told to stop
-	Poll      bool          `json:"poll"`    // take the lock with TryLock every 10 ms instead of waiting in Lock
+	// Goroutines is how many goroutines share the process's Client (at least 1).
+	Goroutines int `json:"goroutines"`
+	// Poll: goroutine 0 takes the lock with TryLock every 10 ms instead of waiting in Lock (the
+	// others wait in Lock).
+	Poll bool `json:"poll"`
 }
+
+// who is one participant of the workload: goroutine G of incarnation Inc of the worker process
+// in slot Slot. Faults hit processes; every analysis treats each goroutine as a client of its
+// own.
+type who struct {
+	Slot, Inc, G int
+}
+
+func (w who) String() string { return fmt.Sprintf("worker %d.%d g%d", w.Slot, w.Inc, w.G) }
+
+// sameProcess reports whether w and o are goroutines of one worker process (one Client).
+func (w who) sameProcess(o who) bool { return w.Slot == o.Slot && w.Inc == o.Inc }
 
 // event is one line of a worker's log. Times are CLOCK_MONOTONIC ns.
 type event struct {
@@ -66,8 +88,11 @@ type event struct {
 	PID   int    `json:"pid,omitempty"`
 	Slot  int    `json:"slot"`
 	Inc   int    `json:"inc"`
+	G     int    `json:"g"` // the goroutine (start and exit: the process, 0)
 	Cause string `json:"cause,omitempty"`
 }
+
+func (e event) who() who { return who{e.Slot, e.Inc, e.G} }
 
 type eventLog struct {
 	mu   sync.Mutex
@@ -105,8 +130,7 @@ func runWorker() int {
 	ctx, cancel := context.WithTimeout(ctx, conf.MaxRun)
 	defer cancel()
 
-	w := &worker{conf: conf, log: log}
-	err = w.run(ctx)
+	err = runProcess(ctx, conf, log)
 	log.add(event{K: "exit", S: mono(), Res: errString(err)})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dlock-check worker %d.%d: %v\n", conf.Slot, conf.Inc, err)
@@ -122,12 +146,21 @@ func errString(err error) string {
 	return err.Error()
 }
 
+// worker is one goroutine of a worker process.
 type worker struct {
 	conf workerConf
 	log  *eventLog
+	g    int
+	poll bool // TryLock every 10 ms instead of Lock
 	seq  int64
 
 	res *resConn
+}
+
+// add logs an event of this goroutine.
+func (w *worker) add(e event) {
+	e.G = w.g
+	w.log.add(e)
 }
 
 // resConn is the worker's connection to the resource server: one request at a time.
@@ -158,36 +191,64 @@ func (rc *resConn) call(line string) (string, int64, time.Duration, error) {
 	return f[0], v, time.Duration(ms) * time.Millisecond, nil
 }
 
-func (w *worker) run(ctx context.Context) error {
+// runProcess makes the process's one Client and runs its goroutines until ctx ends or one of
+// them fails (its resource connection broke); it returns the first failure.
+func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	var client *dlock.Client
 	var err error
-	if len(w.conf.Sentinels) > 0 {
-		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: w.conf.Master, SentinelAddrs: w.conf.Sentinels})
+	if len(conf.Sentinels) > 0 {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: conf.Master, SentinelAddrs: conf.Sentinels})
 		defer rdb.Close()
-		opts := []dlock.Option{dlock.WithTTL(w.conf.TTL)}
-		if w.conf.AckN > 0 {
-			opts = append(opts, dlock.WithReplicaAck(w.conf.AckN, w.conf.AckWait))
+		opts := []dlock.Option{dlock.WithTTL(conf.TTL)}
+		if conf.AckN > 0 {
+			opts = append(opts, dlock.WithReplicaAck(conf.AckN, conf.AckWait))
 		}
 		client, err = dlock.New(goredisconn.New(rdb), opts...)
-	} else if len(w.conf.RedisURLs) == 1 {
-		client, err = dlock.Dial(dctx, w.conf.RedisURLs[0], dlock.WithTTL(w.conf.TTL))
+	} else if len(conf.RedisURLs) == 1 {
+		client, err = dlock.Dial(dctx, conf.RedisURLs[0], dlock.WithTTL(conf.TTL))
 	} else {
-		client, err = dlock.DialQuorum(dctx, w.conf.RedisURLs, dlock.WithTTL(w.conf.TTL))
+		client, err = dlock.DialQuorum(dctx, conf.RedisURLs, dlock.WithTTL(conf.TTL))
 	}
 	dcancel()
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	c, err := net.DialTimeout("tcp", w.conf.Resource, 5*time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	w.res = &resConn{c: c, br: bufio.NewReader(c)}
-	m := client.Mutex(w.conf.Lock)
+	m := client.Mutex(conf.Lock)
 
+	workers := make([]*worker, max(conf.Goroutines, 1))
+	for g := range workers {
+		c, err := net.DialTimeout("tcp", conf.Resource, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		workers[g] = &worker{conf: conf, log: log, g: g, poll: conf.Poll && g == 0, res: &resConn{c: c, br: bufio.NewReader(c)}}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(workers))
+	var wg sync.WaitGroup
+	for g, w := range workers {
+		wg.Go(func() {
+			if errs[g] = w.run(ctx, m); errs[g] != nil {
+				cancel() // the others finish their cycles and stop
+			}
+		})
+	}
+	wg.Wait()
+	for g, err := range errs {
+		if err != nil {
+			return fmt.Errorf("goroutine %d: %w", g, err)
+		}
+	}
+	return nil
+}
+
+// run loops cycles until ctx ends; it returns an error only when the resource connection
+// failed.
+func (w *worker) run(ctx context.Context, m *dlock.Mutex) error {
 	backoff := 5 * time.Millisecond
 	for ctx.Err() == nil {
 		ok, err := w.cycle(ctx, m)
@@ -216,7 +277,7 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 	s := mono()
 	var l *dlock.Lease
 	var lerr error
-	if w.conf.Poll {
+	if w.poll {
 		l, lerr = pollLock(lctx, m)
 	} else {
 		l, lerr = m.Lock(lctx)
@@ -225,17 +286,17 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 	lcancel()
 	if lerr != nil {
 		if ctx.Err() == nil {
-			w.log.add(event{K: "acq", S: s, R: r, Res: "err: " + lerr.Error()})
+			w.add(event{K: "acq", S: s, R: r, Res: "err: " + lerr.Error()})
 		}
 		return false, nil
 	}
 	tok := l.Token()
-	w.log.add(event{K: "acq", S: s, R: r, Tok: tok, Res: "ok"})
+	w.add(event{K: "acq", S: s, R: r, Tok: tok, Res: "ok"})
 	lease := l.Context()
 	var signalled atomic.Bool
 	signal := func(at int64, how string) {
 		if signalled.CompareAndSwap(false, true) {
-			w.log.add(event{K: "sig", S: at, Tok: tok, Cause: how})
+			w.add(event{K: "sig", S: at, Tok: tok, Cause: how})
 		}
 	}
 	stopAfter := context.AfterFunc(lease, func() {
@@ -251,7 +312,7 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 		at := mono()
 		err := lease.Err()
 		live := err == nil
-		w.log.add(event{K: "chk", S: at, Tok: tok, Live: live})
+		w.add(event{K: "chk", S: at, Tok: tok, Live: live})
 		if !live && errors.Is(context.Cause(lease), dlock.ErrLost) {
 			signal(at, "err")
 		}
@@ -265,18 +326,18 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 		us := mono()
 		uerr := l.Unlock(uctx)
 		ucancel()
-		w.log.add(event{K: "unl", S: us, R: mono(), Tok: tok, Res: errString(uerr)})
+		w.add(event{K: "unl", S: us, R: mono(), Tok: tok, Res: errString(uerr)})
 	}()
 
 	if !check() {
 		return true, nil
 	}
 	rs := mono()
-	st, val, work, err := w.res.call(fmt.Sprintf("R %d %d %d %d\n", w.conf.Slot, w.conf.Inc, seq, tok))
+	st, val, work, err := w.res.call(fmt.Sprintf("R %d %d %d %d %d\n", w.conf.Slot, w.conf.Inc, w.g, seq, tok))
 	if err != nil {
 		return true, fmt.Errorf("resource read: %w", err)
 	}
-	w.log.add(event{K: "rd", S: rs, R: mono(), Tok: tok, Seq: seq, Val: val, Res: st})
+	w.add(event{K: "rd", S: rs, R: mono(), Tok: tok, Seq: seq, Val: val, Res: st})
 	if st != "ok" {
 		return true, nil
 	}
@@ -294,11 +355,11 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 		return true, nil
 	}
 	ws := mono()
-	st, _, _, err = w.res.call(fmt.Sprintf("W %d %d %d %d %d\n", w.conf.Slot, w.conf.Inc, seq, tok, val+1))
+	st, _, _, err = w.res.call(fmt.Sprintf("W %d %d %d %d %d %d\n", w.conf.Slot, w.conf.Inc, w.g, seq, tok, val+1))
 	if err != nil {
 		return true, fmt.Errorf("resource write: %w", err)
 	}
-	w.log.add(event{K: "wr", S: ws, R: mono(), Tok: tok, Seq: seq, Val: val + 1, Res: st})
+	w.add(event{K: "wr", S: ws, R: mono(), Tok: tok, Seq: seq, Val: val + 1, Res: st})
 	return true, nil
 }
 
