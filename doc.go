@@ -42,11 +42,12 @@
 // one. The previous token is kept with the lock while it is held and for one minute after its
 // release. One exception: when the server loses a held lock (a restart without persistence, a
 // failover without replica acknowledgement, a ForceUnlock), the holder's client learns of it
-// only at its next renewal (within a third of the TTL; its context is then cancelled), and until
-// then may pass the lock to its other waiters; such a lease is lost from the start, and its
-// token can be smaller than that of a holder the server granted the lock to meanwhile. A
-// resource that checks tokens refuses it once it has seen the newer token; the checker
-// (docs/CORRECTNESS.md) counts these cases.
+// only at its next renewal (within a third of the TTL) or its 16th handoff in a row, and until
+// then may pass the lock to its other waiters; such a lease is lost from the start, its token
+// can be smaller than that of a holder the server granted the lock to meanwhile, and it is told
+// (context cancelled with ErrLost) only if it is still held when the client finds out: one
+// unlocked before that never is (its Unlock returns nil). A resource that checks tokens refuses
+// it once it has seen the newer token; the checker (docs/CORRECTNESS.md) counts these cases.
 // So tokens keep increasing as long as the Redis server's wall clock does not step back by more
 // than the time since the name's state expired (at least one minute after a release, at least
 // the lease after a crash), and the server's data is not lost with its clock behind (a restart
