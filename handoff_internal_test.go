@@ -67,14 +67,8 @@ func queueWaiters(t *testing.T, ctx context.Context, m *Mutex, n int, hold func(
 // goes through the server (new owner, a larger server token), and so on. The final release
 // stores the last local token, and the next acquisition's token is larger still.
 func TestLocalHandoff_TokensAndServerValue(t *testing.T) {
-	s := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	s, ctx, dial := privateServer(t)
+	c := dial()
 	m := c.Mutex("chain")
 	first, err := m.Lock(ctx)
 	if err != nil {
@@ -124,11 +118,7 @@ func TestLocalHandoff_TokensAndServerValue(t *testing.T) {
 	if o, tok := serverValue(t, s, m.key); o != "-" || tok != last {
 		t.Fatalf("after the last Unlock: owner %q token %d, want released with token %d", o, tok, last)
 	}
-	other, err := Dial(ctx, s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := dial()
 	l, err := other.Mutex("chain").Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -142,14 +132,8 @@ func TestLocalHandoff_TokensAndServerValue(t *testing.T) {
 // A holder that got the lock by a local handoff has a lease like any other: renewed past its
 // TTL, and told (ErrLost) when the lock is taken from it. The next holder's token is larger.
 func TestLocalHandoff_RenewedAndLost(t *testing.T) {
-	s := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, s.URL(), WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, ctx, dial := privateServer(t)
+	c := dial(WithTTL(300 * time.Millisecond))
 	m := c.Mutex("renewed")
 	first, err := m.Lock(ctx)
 	if err != nil {
@@ -176,11 +160,7 @@ func TestLocalHandoff_RenewedAndLost(t *testing.T) {
 	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
 		t.Fatalf("TTL = %v, %v", ttl, err)
 	}
-	admin, err := Dial(ctx, s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := dial()
 	if _, err := admin.ForceUnlock(ctx, "renewed"); err != nil {
 		t.Fatal(err)
 	}
@@ -206,14 +186,8 @@ func TestLocalHandoff_RenewedAndLost(t *testing.T) {
 
 // A waiter whose lease would differ (another TTL) gets the lock through the server.
 func TestLocalHandoff_DifferentLeaseGoesThroughServer(t *testing.T) {
-	s := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	s, ctx, dial := privateServer(t)
+	c := dial()
 	first, err := c.Mutex("ttl").Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -237,14 +211,8 @@ func TestLocalHandoff_DifferentLeaseGoesThroughServer(t *testing.T) {
 // A lease received by local handoff can be re-entered: the server's value keeps the token of
 // the client's hold (below the lease's), which re-entry must accept.
 func TestLocalHandoff_Reentry(t *testing.T) {
-	s := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, ctx, dial := privateServer(t)
+	c := dial()
 	m := c.Mutex("reentry")
 	first, err := m.Lock(ctx)
 	if err != nil {

@@ -20,16 +20,29 @@ func queueLen(c *Client, key string) int {
 	return 0
 }
 
-// Waiters of one client are served first-in first-out.
-func TestLocalQueue_FIFO(t *testing.T) {
+// privateServer starts a redis-server for one test and returns it, a context that ends with
+// the test (30 s at most) and a dial function whose clients close when the test ends.
+func privateServer(t *testing.T) (*redistest.Server, context.Context, func(...Option) *Client) {
+	t.Helper()
 	s := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, s.URL())
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(cancel)
+	dial := func(opts ...Option) *Client {
+		t.Helper()
+		c, err := Dial(ctx, s.URL(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
 	}
-	defer c.Close()
+	return s, ctx, dial
+}
+
+// Waiters of one client are served first-in first-out.
+func TestLocalQueue_FIFO(t *testing.T) {
+	_, ctx, dial := privateServer(t)
+	c := dial()
 	m := c.Mutex("fifo")
 	holder, err := m.Lock(ctx)
 	if err != nil {
@@ -82,19 +95,9 @@ func TestLocalQueue_FIFO(t *testing.T) {
 // head, which made its attempt before registering and could otherwise sleep through a release
 // in between until the holder's lease ran out.
 func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
-	s := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	other, err := Dial(ctx, s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	_, ctx, dial := privateServer(t)
+	c := dial()
+	other := dial()
 	m := c.Mutex("live")
 	held, err := other.Mutex("live").Lock(ctx)
 	if err != nil {
