@@ -47,13 +47,16 @@ func BenchmarkUncontended(b *testing.B) {
 		})
 	}
 	// The raw rueidis floor with rueidis's defaults, and with the flush delay dlock.Dial sets.
+	// The raw floors log in as the suite's admin: the default user may only run dlock's commands
+	// on dlock's keys (main_test.go), and DEL is not one of them.
 	for _, flush := range []time.Duration{0, 20 * time.Microsecond} {
 		name := "raw-rueidis"
 		if flush > 0 {
 			name += "-flush" + flush.String()
 		}
 		b.Run(name, func(b *testing.B) {
-			rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{shared.Addr}, DisableCache: true, MaxFlushDelay: flush})
+			rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{shared.Addr}, DisableCache: true, MaxFlushDelay: flush,
+				Username: adminUser, Password: adminPassword})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -70,7 +73,7 @@ func BenchmarkUncontended(b *testing.B) {
 		})
 	}
 	b.Run("raw-goredis", func(b *testing.B) {
-		rc := redis.NewClient(&redis.Options{Addr: shared.Addr, PoolSize: benchGoroutines})
+		rc := redis.NewClient(&redis.Options{Addr: shared.Addr, PoolSize: benchGoroutines, Username: adminUser, Password: adminPassword})
 		defer rc.Close()
 		benchPairs(b, func() func() error {
 			key := "raw:" + strconv.FormatInt(benchSeq.Add(1), 10)
