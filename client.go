@@ -132,7 +132,7 @@ func (c *Client) releaseAll() error {
 	}
 	calls := make([]conn.Call, len(held))
 	for i, st := range held {
-		calls[i] = st.releaseCall(true)
+		calls[i] = st.releaseCall(true, false)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -202,8 +202,9 @@ func (o options) dialOptions() []rueidisconn.DialOption {
 
 // releaseArgs are the arguments of release.lua (docs/PROTOCOL.md): on a Cluster it announces
 // with SPUBLISH; a non-zero floor (the lease's token, in quorum mode or after a local handoff)
-// is the least token kept after the release.
-func (c *Client) releaseArgs(owner, channel string, all bool, floor uint64) []string {
+// is the least token kept after the release; count asks a final release to say how many
+// subscribers heard it.
+func (c *Client) releaseArgs(owner, channel string, all bool, floor uint64, count bool) []string {
 	flag := "0"
 	if all {
 		flag = "1"
@@ -213,6 +214,8 @@ func (c *Client) releaseArgs(owner, channel string, all bool, floor uint64) []st
 		pub = "s"
 	}
 	switch {
+	case count:
+		return []string{owner, retentionArg, channel, flag, pub, strconv.FormatUint(floor, 10), "c"}
 	case floor != 0:
 		return []string{owner, retentionArg, channel, flag, pub, strconv.FormatUint(floor, 10)}
 	case c.cluster:

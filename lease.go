@@ -112,11 +112,15 @@ func (st *leaseState) expired() bool {
 // end moves the lease out of the held state once: cause nil for a release, ErrLost or
 // ErrClosed otherwise. It cancels the lease context, leaves the renewal loop and wakes a
 // local waiter for the name.
-func (st *leaseState) end(cause error) bool {
+func (st *leaseState) end(cause error) bool { return st.endAlone(cause, false) }
+
+// endAlone is end, for a release that no other client heard when alone is set: the local head
+// then tries at once instead of holding back for the others (see fairnessYield).
+func (st *leaseState) endAlone(cause error, alone bool) bool {
 	if !st.finish(cause) {
 		return false
 	}
-	st.c.queues.notice(st.key, st.token)
+	st.c.queues.notice(st.key, st.token, alone)
 	return true
 }
 
@@ -177,12 +181,12 @@ func (st *leaseState) lostAtUnlock() error {
 	return fmt.Errorf("%w: %q was lost before Unlock (%w)", ErrLost, st.name, ErrNotHeld)
 }
 
-func (st *leaseState) releaseCall(all bool) conn.Call {
+func (st *leaseState) releaseCall(all, count bool) conn.Call {
 	var floor uint64
 	if st.c.quorum || st.local {
 		floor = st.token // the server's token may be smaller: keep this one
 	}
-	return conn.Call{Script: scriptRelease, Keys: st.keys, Args: st.c.releaseArgs(st.owner, st.channel, all, floor)}
+	return conn.Call{Script: scriptRelease, Keys: st.keys, Args: st.c.releaseArgs(st.owner, st.channel, all, floor, count)}
 }
 
 var retentionArg = strconv.FormatInt(tokenRetention.Milliseconds(), 10)
@@ -411,7 +415,19 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			return err
 		}
 	}
-	call := st.releaseCall(last)
+	// With waiters of this client queued for the lock, the release reports how many subscribers
+	// heard it: when no other client's did, nobody else waits, and the local head need not hold
+	// back its attempt for them (see fairnessYield). Without the count this client would pause
+	// every handoff among its own waiters that goes through the server (quorum mode, replica
+	// acknowledgement, a waiter that asks for another lease).
+	count, own := false, int64(0)
+	if last && state == stateHeld && st.c.queues.waiting(st.key) {
+		count = true
+		if st.c.notifier.isLive(st.channel) {
+			own = 1 // this client's own subscription hears it too
+		}
+	}
+	call := st.releaseCall(last, count)
 	res, err := st.c.conn.Eval(ctx, call.Script, call.Keys, call.Args)
 	switch {
 	case state == stateLost:
@@ -421,11 +437,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			st.end(nil)
 		}
 		return st.c.redisErr("unlock", err)
-	case len(res) != 1 || res[0] < 0:
+	case len(res) == 0 || res[0] < 0:
 		st.end(ErrLost)
 		return st.lostAtUnlock()
 	case last:
-		st.end(nil)
+		st.endAlone(nil, count && len(res) == 2 && res[1] <= own)
 	}
 	return nil
 }

@@ -172,7 +172,7 @@ func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
 }
 
 func (m *Mutex) releaseCall(owner string) conn.Call {
-	return conn.Call{Script: scriptRelease, Keys: m.keys, Args: m.c.releaseArgs(owner, m.channel, true, 0)}
+	return conn.Call{Script: scriptRelease, Keys: m.keys, Args: m.c.releaseArgs(owner, m.channel, true, 0, false)}
 }
 
 // reenter adds a hold to st, a lease of this client on this lock found in the caller's context.
@@ -234,7 +234,8 @@ func (m *Mutex) wait(ctx context.Context, known *busy) (*Lease, error) {
 			return &Lease{st: got}, nil
 		default:
 		}
-		if m.c.quorum && known == nil && !first {
+		alone := q.alone.Swap(false) // this client's last release reached no other client
+		if m.c.quorum && known == nil && !first && !alone {
 			// Quorum mode: every contender hears the same release (from each server) at once;
 			// a random pause before the attempt spreads them, so fewer votes split.
 			if st, err := m.pause(ctx, w, timer, nil, time.Duration(rand.Int64N(int64(2*time.Millisecond)))); st != nil || err != nil {

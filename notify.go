@@ -77,6 +77,14 @@ func (n *notifier) markDirty() {
 
 func (n *notifier) stop() { close(n.quit) }
 
+// isLive reports whether the server confirmed this client's subscription to channel (so a
+// release there counts this client among the subscribers that heard it).
+func (n *notifier) isLive(channel string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.live[channel]
+}
+
 func (n *notifier) lookup(channel string) *queue {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -418,11 +418,13 @@ func (q *quorumConn) releaseOwner(key, owner string) {
 }
 
 // release combines release.lua replies: the holds left as a majority counts them, or -1 when a
-// majority says the caller does not hold the lock.
+// majority says the caller does not hold the lock. A counted release ({0, subscribers}) reports
+// the most subscribers any of the answering servers had.
 func (q *quorumConn) release(ctx context.Context, c conn.Call) conn.Result {
 	var (
 		ok, notHeld, bad int
-		left             int64
+		left, heard      int64
+		counted          bool
 		errs             []error
 		res              conn.Result
 	)
@@ -433,13 +435,19 @@ func (q *quorumConn) release(ctx context.Context, c conn.Call) conn.Result {
 		case x.Err != nil:
 			bad++
 			errs = append(errs, fmt.Errorf("%s: %w", q.nodes[r.node].Addr(), x.Err))
-		case len(x.Ints) == 1 && x.Ints[0] >= 0:
+		case (len(x.Ints) == 1 || len(x.Ints) == 2) && x.Ints[0] >= 0:
 			ok++
 			left = max(left, x.Ints[0])
+			if len(x.Ints) == 2 {
+				counted = true
+				heard = max(heard, x.Ints[1])
+			}
 		default:
 			notHeld++
 		}
 		switch {
+		case ok >= q.need && counted:
+			res = conn.Result{Ints: []int64{left, heard}}
 		case ok >= q.need:
 			res = conn.Result{Ints: []int64{left}}
 		case notHeld > n-q.need: // a majority no longer holds it: it was lost

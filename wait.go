@@ -34,7 +34,8 @@ type queue struct {
 	wake      chan struct{} // capacity 1: a release notice, a subscription confirmation, or a local release
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
 	streak    int           // guarded by the shard's mu: handovers in a row within this client (see handOver)
-	lastEnd   atomic.Int64  // mono ns when this client's last lease on the lock ended (0: none yet)
+	lastEnd   atomic.Int64  // mono ns when this client's last lease on the lock ended (0: none, or no other client heard its release)
+	alone     atomic.Bool   // no other client heard this client's last release: the head tries at once
 }
 
 type waiter struct {
@@ -183,13 +184,19 @@ func (q *queue) isSubscribed() bool {
 }
 
 // notice wakes the head waiting for key if token is not older than the holder it waits for.
-func (qs *queues) notice(key string, token uint64) {
+// alone says that no other client heard the release that ended this client's lease.
+func (qs *queues) notice(key string, token uint64, alone bool) {
 	s := qs.shard(key)
 	s.mu.Lock()
 	q := s.m[key]
 	s.mu.Unlock()
 	if q != nil {
-		q.lastEnd.Store(mono())
+		if alone {
+			q.lastEnd.Store(0)
+		} else {
+			q.lastEnd.Store(mono())
+		}
+		q.alone.Store(alone)
 		q.notify(token)
 	}
 }

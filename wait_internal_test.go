@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -139,5 +141,105 @@ func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the channel stayed live after its last queue left")
 		}
+	}
+}
+
+// A release that no other client heard lets this client's next waiter try at once; one that
+// another client's waiter heard makes it hold back (fairnessYield). Quorum mode, where every
+// handoff among one client's waiters goes through the servers.
+func TestRelease_AloneSkipsHoldBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var (
+		urls    []string
+		servers []*redistest.Server
+	)
+	for range 3 {
+		s := redistest.Start(t)
+		servers = append(servers, s)
+		urls = append(urls, s.URL())
+	}
+	// subscribed waits until every server counts n subscribers on the lock's release channel.
+	subscribed := func(channel string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			all := true
+			for _, s := range servers {
+				out, err := s.Do(ctx, "PUBSUB", "NUMSUB", channel)
+				all = all && err == nil && strings.HasSuffix(out, "\n"+strconv.Itoa(n))
+			}
+			if all {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the servers never counted %d subscribers on %s", n, channel)
+			}
+		}
+	}
+	dialQ := func() *Client {
+		c, err := DialQuorum(ctx, urls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c, other := dialQ(), dialQ()
+	m := c.Mutex("alone")
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lease, 2)
+	for range 2 { // the head, then one queued behind it: the queue outlives the first handoff
+		go func() {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+	}
+	subscribed(m.channel, 1)
+	for deadline := time.Now().Add(10 * time.Second); !c.notifier.isLive(m.channel); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiters' subscription was never confirmed")
+		}
+	}
+	sh := c.queues.shard(m.key)
+	sh.mu.Lock()
+	q := sh.m[m.key]
+	sh.mu.Unlock()
+	q.lastEnd.Store(mono()) // as if this client had just released it after another client's hold
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if last := q.lastEnd.Load(); last != 0 {
+		t.Fatalf("after a release no other client heard, lastEnd = %d, want 0 (no holding back)", last)
+	}
+	second := <-got
+
+	// Now another client waits too: the next release is heard by it, so this client's head holds back.
+	otherDone := make(chan error, 1)
+	go func() {
+		l, err := other.Mutex("alone").Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		otherDone <- err
+	}()
+	subscribed(m.channel, 2)
+	if err := second.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q.lastEnd.Load() == 0 {
+		t.Fatal("after a release another client heard, lastEnd = 0: the head would not hold back")
+	}
+	third := <-got
+	if err := third.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-otherDone; err != nil {
+		t.Fatal(err)
 	}
 }

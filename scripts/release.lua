@@ -8,7 +8,10 @@
 -- ARGV[6]  optional: a token floor (quorum mode, or a holder that got the lock by a local
 --          handoff): the token kept after the final release is the larger of the lock's
 --          token and this one
--- Reply    holds left (0 = released and waiters notified), or -1 when the caller does not own the lock.
+-- ARGV[7]  optional: "c" to count who heard the release (ARGV[5] and ARGV[6] must then be given;
+--          a floor of 0 is none)
+-- Reply    holds left (0 = released and waiters notified), or -1 when the caller does not own the
+--          lock; with "c", a final release replies {0, subscribers that received the notice}.
 -- The release notice carries the released token, so waiters can ignore stale notices.
 local v = redis.call('GET', KEYS[1])
 local o = ARGV[1]
@@ -43,5 +46,8 @@ local publish = 'PUBLISH'
 if ARGV[5] == 's' then
   publish = 'S' .. publish
 end
-redis.call(publish, ARGV[3], t)
+local heard = redis.call(publish, ARGV[3], t)
+if ARGV[7] == 'c' then
+  return {0, heard}
+end
 return 0
