@@ -437,7 +437,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			st.end(nil)
 		}
 		return st.c.redisErr("unlock", err)
-	case len(res) == 0 || res[0] < 0:
+	case (len(res) != 1 && len(res) != 2) || res[0] < 0:
 		st.end(ErrLost)
 		return st.lostAtUnlock()
 	case last:

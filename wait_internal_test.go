@@ -206,10 +206,21 @@ func TestRelease_AloneSkipsHoldBack(t *testing.T) {
 			t.Fatal("the waiters' subscription was never confirmed")
 		}
 	}
+	// Both waiters must be queued before the first handoff, or the queue would end with it.
 	sh := c.queues.shard(m.key)
-	sh.mu.Lock()
-	q := sh.m[m.key]
-	sh.mu.Unlock()
+	var q *queue
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		sh.mu.Lock()
+		q = sh.m[m.key]
+		queued := q != nil && len(q.waiters) == 2
+		sh.mu.Unlock()
+		if queued {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the two waiters never queued")
+		}
+	}
 	q.lastEnd.Store(mono()) // as if this client had just released it after another client's hold
 	if err := first.Unlock(ctx); err != nil {
 		t.Fatal(err)
