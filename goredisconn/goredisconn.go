@@ -8,6 +8,12 @@
 // (redis.NewFailoverClient, or NewUniversalClient with MasterName set) follows failovers by
 // itself; wrap it like any *redis.Client.
 //
+// Script calls (Lock, Unlock and the like) from concurrent goroutines are sent together in
+// pipelines, a few at a time (autoBatch): go-redis has no automatic pipelining, and one command
+// per pooled connection costs both ends a system call per command. Such a pipeline runs without
+// the callers' contexts (each caller still returns when its own context ends), so context values
+// do not reach go-redis hooks for these calls; go-redis's ReadTimeout and WriteTimeout bound it.
+//
 // A batch that holds a WAIT (dlock's replica acknowledgement) goes in one pipeline, on one
 // connection; go-redis reads a pipeline's replies within the client's ReadTimeout (3 s by
 // default), so keep the WAIT timeout below it.
@@ -30,6 +36,7 @@ type adapter struct {
 	c    redis.UniversalClient
 	addr string
 	cc   *redis.ClusterClient // non-nil on a cluster
+	ab   autoBatch
 }
 
 var (
@@ -53,7 +60,9 @@ func New(c redis.UniversalClient) conn.Conn {
 		addr = fmt.Sprintf("%T", c)
 	}
 	cc, _ := c.(*redis.ClusterClient)
-	return &adapter{c: c, addr: addr, cc: cc}
+	a := &adapter{c: c, addr: addr, cc: cc}
+	a.ab.c = c
+	return a
 }
 
 // Cluster reports whether the client is a *redis.ClusterClient (see conn.Clustered).
@@ -83,16 +92,10 @@ func argv(args []string) []any {
 	return out
 }
 
+// Eval runs one script call. Calls made while others are on their way are sent together, in
+// one pipeline (see autoBatch).
 func (a *adapter) Eval(ctx context.Context, s *conn.Script, keys, args []string) ([]int64, error) {
-	av := argv(args)
-	v, err := a.c.EvalSha(ctx, s.SHA, keys, av...).Result()
-	if isNoScript(err) {
-		v, err = a.c.Eval(ctx, s.Src, keys, av...).Result()
-	}
-	if err != nil {
-		return nil, err
-	}
-	return ints(v)
+	return a.ab.eval(ctx, conn.Call{Script: s, Keys: keys, Args: args})
 }
 
 func (a *adapter) EvalMulti(ctx context.Context, calls []conn.Call) []conn.Result {

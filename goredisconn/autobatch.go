@@ -1,0 +1,133 @@
+package goredisconn
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/conn"
+)
+
+// maxPipelines is how many calls or pipelines of batched calls may be on their way at once, each
+// on its own pooled connection. A call made while that many are out waits for the next
+// pipeline, together with every other call made meanwhile. Measured (BenchmarkUncontended/dlock-goredis, 64
+// goroutines, 2 cores): 1, 2 and 4 within noise of each other at 24 µs per pair, 8 slower
+// (28-38 µs), unbatched 84-93 µs; 2 keeps a second pipeline going while one is slow.
+const maxPipelines = 2
+
+// autoBatch sends script calls of concurrent callers together, in pipelines of a go-redis
+// client: a call made while fewer than maxPipelines calls or pipelines are out leaves at once,
+// as a command of its own from the caller's goroutine; otherwise it waits in the queue, and the
+// first call or pipeline to come back sends the whole queue as one pipeline (from a goroutine
+// that keeps sending what queued meanwhile). No goroutine runs while nothing is queued.
+type autoBatch struct {
+	c redis.Cmdable
+
+	mu     sync.Mutex
+	queue  []*evalReq // guarded by mu
+	active int        // pipelines on their way, guarded by mu
+}
+
+type evalReq struct {
+	call      conn.Call
+	res       conn.Result
+	done      chan struct{} // closed when res is set
+	abandoned atomic.Bool   // the caller returned: not sent if it was still queued
+}
+
+func (b *autoBatch) eval(ctx context.Context, call conn.Call) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.active < maxPipelines && len(b.queue) == 0 {
+		// Nothing to batch with: send the call from this goroutine, under its context, as one
+		// command (the cheapest way when calls come one at a time).
+		b.active++
+		b.mu.Unlock()
+		v, err := direct(ctx, b.c, call)
+		b.finish()
+		return v, err
+	}
+	r := &evalReq{call: call, done: make(chan struct{})}
+	b.queue = append(b.queue, r)
+	var batch []*evalReq
+	if b.active < maxPipelines {
+		b.active++
+		batch, b.queue = b.queue, nil
+	}
+	b.mu.Unlock()
+	if batch != nil {
+		go b.run(batch)
+	}
+	select {
+	case <-r.done:
+		return r.res.Ints, r.res.Err
+	case <-ctx.Done():
+		r.abandoned.Store(true)
+		return nil, ctx.Err()
+	}
+}
+
+// run sends next, then the calls queued meanwhile, until the queue is empty.
+func (b *autoBatch) run(next []*evalReq) {
+	for {
+		reqs := next[:0]
+		for _, r := range next {
+			if !r.abandoned.Load() {
+				reqs = append(reqs, r)
+			}
+		}
+		if len(reqs) > 0 {
+			calls := make([]conn.Call, len(reqs))
+			for i, r := range reqs {
+				calls[i] = r.call
+			}
+			// The callers' contexts stay out of the shared pipeline: one caller giving up
+			// must not cut the others' calls. go-redis's read and write timeouts bound it.
+			for i, res := range batch(context.Background(), b.c, calls) {
+				reqs[i].res = res
+				close(reqs[i].done)
+			}
+		}
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.active--
+			b.mu.Unlock()
+			return
+		}
+		next, b.queue = b.queue, nil
+		b.mu.Unlock()
+	}
+}
+
+// finish gives up the slot of a call sent directly, or passes it to a pipeline of the calls
+// queued meanwhile.
+func (b *autoBatch) finish() {
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.active--
+		b.mu.Unlock()
+		return
+	}
+	next := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	go b.run(next)
+}
+
+// direct sends one script call as a command of its own: EVALSHA, then EVAL if the server does
+// not have the script.
+func direct(ctx context.Context, c redis.Cmdable, call conn.Call) ([]int64, error) {
+	av := argv(call.Args)
+	v, err := c.EvalSha(ctx, call.Script.SHA, call.Keys, av...).Result()
+	if isNoScript(err) {
+		v, err = c.Eval(ctx, call.Script.Src, call.Keys, av...).Result()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ints(v)
+}
