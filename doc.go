@@ -135,7 +135,7 @@
 // server token), which refuses it when other clients wait: the client then releases the lock
 // for all to compete. So while other clients wait, a client holds a lock at most 16 times in a
 // row. After a release that another client's waiter heard, a client's waiter holds back its
-// next attempt by up to 2 ms, the more the more recently its own client held the lock, so that
+// next attempt by up to 2 ms, longer the more recently its own client held the lock, so that
 // clients which held it less recently tend to go first. A waiter whose
 // Mutex asks for another TTL, label or renewal setting always gets the lock through the server.
 // Within a client waiters are served in order; across clients the lock goes to whichever
