@@ -53,11 +53,7 @@ func queueWaiters(t *testing.T, ctx context.Context, m *Mutex, n int, hold func(
 				t.Error(err)
 			}
 		}()
-		for deadline := time.Now().Add(10 * time.Second); queueLen(m.c, m.key) != i+1; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiter %d never queued", i)
-			}
-		}
+		waitUntil(t, fmt.Sprintf("waiter %d to queue", i), func() bool { return queueLen(m.c, m.key) == i+1 })
 	}
 	return &wg
 }

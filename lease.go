@@ -520,7 +520,7 @@ func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
 		return true, nil
 	}
 	mine := "0"
-	if q.isSubscribed() {
+	if c.notifier.isLive(st.channel) { // counted by the server: as for a counted release, below
 		mine = "1"
 	}
 	shard := ""

@@ -176,13 +176,6 @@ func (qs *queues) settle(q *queue, w *waiter, st *leaseState, restart bool) bool
 	return true
 }
 
-func (q *queue) isSubscribed() bool {
-	s := q.c.queues.shard(q.key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return q.subscribed
-}
-
 // notice wakes the head waiting for key if token is not older than the holder it waits for.
 // alone says that no other client heard the release that ended this client's lease.
 func (qs *queues) notice(key string, token uint64, alone bool) {

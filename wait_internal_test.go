@@ -22,6 +22,16 @@ func queueLen(c *Client, key string) int {
 	return 0
 }
 
+// waitUntil polls cond every millisecond until it holds, failing the test after 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 // privateServer starts a redis-server for one test and returns it, a context that ends with
 // the test (30 s at most) and a dial function whose clients close when the test ends.
 func privateServer(t *testing.T) (*redistest.Server, context.Context, func(...Option) *Client) {
@@ -116,11 +126,7 @@ func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
 		defer c.notifier.mu.Unlock()
 		return c.notifier.live[m.channel]
 	}
-	for deadline := time.Now().Add(10 * time.Second); !live(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter's subscription was never confirmed")
-		}
-	}
+	waitUntil(t, "the waiter's subscription to be confirmed", live)
 	q2 := &queue{c: c, key: m.key, channel: m.channel, wake: make(chan struct{}, 1)}
 	c.notifier.add(m.channel, q2)
 	select {
@@ -137,11 +143,7 @@ func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
 
 	// Once the unsubscribe is decided the channel is no longer live: a new queue then waits
 	// for the confirmation of its own subscription.
-	for deadline := time.Now().Add(10 * time.Second); live(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the channel stayed live after its last queue left")
-		}
-	}
+	waitUntil(t, "the channel to stop being live after its last queue left", func() bool { return !live() })
 }
 
 // A release that no other client heard lets this client's next waiter try at once; one that
@@ -162,19 +164,15 @@ func TestRelease_AloneSkipsHoldBack(t *testing.T) {
 	// subscribed waits until every server counts n subscribers on the lock's release channel.
 	subscribed := func(channel string, n int) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			all := true
+		waitUntil(t, strconv.Itoa(n)+" subscribers on "+channel+" on every server", func() bool {
 			for _, s := range servers {
 				out, err := s.Do(ctx, "PUBSUB", "NUMSUB", channel)
-				all = all && err == nil && strings.HasSuffix(out, "\n"+strconv.Itoa(n))
+				if err != nil || !strings.HasSuffix(out, "\n"+strconv.Itoa(n)) {
+					return false
+				}
 			}
-			if all {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the servers never counted %d subscribers on %s", n, channel)
-			}
-		}
+			return true
+		})
 	}
 	dialQ := func() *Client {
 		c, err := DialQuorum(ctx, urls)
@@ -201,26 +199,13 @@ func TestRelease_AloneSkipsHoldBack(t *testing.T) {
 		}()
 	}
 	subscribed(m.channel, 1)
-	for deadline := time.Now().Add(10 * time.Second); !c.notifier.isLive(m.channel); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiters' subscription was never confirmed")
-		}
-	}
+	waitUntil(t, "the waiters' subscription to be confirmed", func() bool { return c.notifier.isLive(m.channel) })
 	// Both waiters must be queued before the first handoff, or the queue would end with it.
+	waitUntil(t, "the two waiters to queue", func() bool { return queueLen(c, m.key) == 2 })
 	sh := c.queues.shard(m.key)
-	var q *queue
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		sh.mu.Lock()
-		q = sh.m[m.key]
-		queued := q != nil && len(q.waiters) == 2
-		sh.mu.Unlock()
-		if queued {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the two waiters never queued")
-		}
-	}
+	sh.mu.Lock()
+	q := sh.m[m.key]
+	sh.mu.Unlock()
 	q.lastEnd.Store(mono()) // as if this client had just released it after another client's hold
 	if err := first.Unlock(ctx); err != nil {
 		t.Fatal(err)
