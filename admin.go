@@ -80,7 +80,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	info.Waiters = -1
-	if n, err := c.numSub(ctx, []string{key + ":rel"}); err == nil {
+	if n, err := c.numSub(ctx, []string{releaseChannel(key)}); err == nil {
 		info.Waiters = n[0]
 	}
 	return info, nil
@@ -95,8 +95,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	keyPrefix := c.opts.prefix + "{"
-	pattern := globEscape(keyPrefix) + globEscape(prefix) + "*}"
+	pattern := keyPattern(c.opts.prefix, prefix)
 	seen := make(map[string]bool)
 	var out []Info
 	cursor := "0"
@@ -116,7 +115,10 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 		}
 		var keys []string
 		for _, k := range found {
-			if s, ok := k.(string); ok && !seen[s] && strings.HasPrefix(s, keyPrefix) && strings.HasSuffix(s, "}") {
+			if s, ok := k.(string); ok && !seen[s] {
+				if _, ok := nameOfKey(c.opts.prefix, s); !ok {
+					continue
+				}
 				seen[s] = true
 				keys = append(keys, s)
 			}
@@ -149,13 +151,13 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 	var held []Info
 	var channels []string
 	for i, key := range keys {
-		name := key[len(c.opts.prefix)+1 : len(key)-1]
+		name, _ := nameOfKey(c.opts.prefix, key)
 		info, err := parseLock(name, arr[2*i], arr[2*i+1])
 		if err != nil || !info.Held {
 			continue // not a lock value (another application's key), or free
 		}
 		held = append(held, info)
-		channels = append(channels, key+":rel")
+		channels = append(channels, releaseChannel(key))
 	}
 	if len(held) == 0 {
 		return nil, nil
@@ -183,7 +185,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	key := c.lockKey(name)
-	args := []string{retentionArg, key + ":rel"}
+	args := []string{c.retention, releaseChannel(key)}
 	if c.cluster {
 		args = append(args, "s")
 	}
@@ -218,7 +220,7 @@ func (c *Client) checkAdmin(name string) error {
 	return checkName(name)
 }
 
-func (c *Client) lockKey(name string) string { return c.opts.prefix + "{" + name + "}" }
+func (c *Client) lockKey(name string) string { return lockKey(c.opts.prefix, name) }
 
 func (c *Client) badReply(op, name string, reply any) error {
 	return fmt.Errorf("dlock: %s %q: unexpected reply %v from %s", op, name, reply, c.conn.Addr())

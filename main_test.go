@@ -144,8 +144,14 @@ func uniqueName(t testing.TB) string {
 	return fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "."), nameSeq.Add(1))
 }
 
-// keyOf is the Redis key of a lock with the default prefix (see docs/PROTOCOL.md).
-func keyOf(name string) string { return dlock.DefaultPrefix + "{" + name + "}" }
+// keyOf is the key of the lock called name under the default prefix (docs/PROTOCOL.md): the
+// name in braces, with one more '{' in front of a name that starts with a brace.
+func keyOf(name string) string {
+	if strings.HasPrefix(name, "{") || strings.HasPrefix(name, "}") {
+		name = "{" + name
+	}
+	return dlock.DefaultPrefix + "{" + name + "}"
+}
 
 // heldValue reports whether v, a lock key's value, names a holder: its first field is an owner
 // secret, not the released marker "-". (An owner secret is base64url and may itself begin

@@ -41,9 +41,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	if err := checkName(name); err != nil {
 		m.err = err
 	}
-	m.key = m.o.prefix + "{" + name + "}"
+	m.key = lockKey(m.o.prefix, name)
 	m.keys = []string{m.key}
-	m.channel = m.key + ":rel"
+	m.channel = releaseChannel(m.key)
 	m.ttlArg = strconv.FormatInt(m.o.ttl.Milliseconds(), 10)
 	m.meta = c.meta
 	if m.o.label != c.opts.label {

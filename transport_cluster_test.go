@@ -51,14 +51,23 @@ func TestCluster_WakeOnEveryShard(t *testing.T) {
 	masters := g.Masters()
 	for _, tr := range []string{"rueidis", "goredis"} {
 		holder, waiter := dial[tr](), dial[tr]()
+		var names []string
 		for i, m := range masters {
 			// A name whose slot this master owns.
-			var name string
-			for n := 0; name == ""; n++ {
+			for n := 0; ; n++ {
 				cand := fmt.Sprintf("%s-shard%d-%d", tr, i, n)
 				if owner, err := g.MasterOfSlot(ctx, redistest.SlotOf(cand)); err == nil && owner == m {
-					name = cand
+					names = append(names, cand)
+					break
 				}
+			}
+		}
+		// Names that start with a brace: the key must still share its slot with the channel.
+		names = append(names, "}"+tr, "{"+tr, "}}"+tr+"{")
+		for i, name := range names {
+			m, err := g.MasterOfSlot(ctx, redistest.SlotOf(keyOf(name)))
+			if err != nil {
+				t.Fatal(err)
 			}
 			const ttl = 20 * time.Second
 			l, err := holder.Mutex(name, dlock.WithTTL(ttl)).Lock(ctx)
@@ -75,7 +84,7 @@ func TestCluster_WakeOnEveryShard(t *testing.T) {
 			}()
 			// Release once the waiter's client is subscribed on the shard's master.
 			deadline := time.Now().Add(20 * time.Second)
-			for !strings.HasSuffix(redisDo(t, m, "PUBSUB", "SHARDNUMSUB", "dlock:{"+name+"}:rel"), "\n1") {
+			for !strings.HasSuffix(redisDo(t, m, "PUBSUB", "SHARDNUMSUB", keyOf(name)+":rel"), "\n1") {
 				if time.Now().After(deadline) {
 					t.Fatalf("%s shard %d: the waiter never subscribed on %s", tr, i, m.Addr)
 				}

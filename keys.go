@@ -1,0 +1,61 @@
+package dlock
+
+import "strings"
+
+// A lock called name lives in Redis under one key and announces its releases on one channel
+// (docs/PROTOCOL.md):
+//
+//	key      <prefix>{<tag>}      tag = name, or "{" + name when name starts with '{' or '}'
+//	channel  <key>:rel
+//
+// The braces make the tag the Redis Cluster hash tag, so that the key, the channel and any
+// later key of the same lock share one slot. Redis takes the tag from the first '{' to the
+// next '}' and ignores an empty one; a name starting with '}' would give an empty tag, and
+// the key and channel would then hash whole, to different slots. Such names, and those
+// starting with '{' (so that the form stays one-to-one), get one '{' in front: the tag is
+// never empty. The prefix holds no brace (WithPrefix), so the tag's '{' is the first.
+
+// lockKey returns the key of the lock called name under prefix.
+func lockKey(prefix, name string) string {
+	if name != "" && (name[0] == '{' || name[0] == '}') {
+		return prefix + "{{" + name + "}"
+	}
+	return prefix + "{" + name + "}"
+}
+
+// releaseChannel returns the channel on which releases of the lock with this key are announced.
+func releaseChannel(key string) string { return key + ":rel" }
+
+// nameOfKey returns the lock name whose key under prefix is key, or false when key is not
+// the key of a lock.
+func nameOfKey(prefix, key string) (string, bool) {
+	tag, ok := strings.CutPrefix(key, prefix+"{")
+	if !ok {
+		return "", false
+	}
+	tag, ok = strings.CutSuffix(tag, "}")
+	if !ok || tag == "" {
+		return "", false
+	}
+	if tag[0] == '{' {
+		name := tag[1:]
+		if name == "" || (name[0] != '{' && name[0] != '}') {
+			return "", false // not a form lockKey makes
+		}
+		return name, true
+	}
+	if tag[0] == '}' {
+		return "", false
+	}
+	return tag, true
+}
+
+// keyPattern returns a SCAN MATCH pattern for the keys of every lock whose name starts with
+// namePrefix, under prefix. It can match keys that are not lock keys; nameOfKey tells.
+func keyPattern(prefix, namePrefix string) string {
+	tag := namePrefix
+	if tag != "" && (tag[0] == '{' || tag[0] == '}') {
+		tag = "{" + tag
+	}
+	return globEscape(prefix+"{"+tag) + "*}"
+}
