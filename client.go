@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,8 +32,11 @@ type Client struct {
 	ownerID string  // 128 random bits; each lease's secret is ownerID + a sequence number
 	seq     atomic.Uint64
 
-	quorum  bool // conn is a quorumConn (DialQuorum, NewQuorum)
-	cluster bool // conn is on a Redis Cluster: sharded pub/sub, renewals grouped by slot
+	retention string // WithTokenRetention, in ms, as release.lua takes it
+	quorum    bool   // conn is a quorumConn (DialQuorum, NewQuorum)
+	need      int    // servers that must answer a check: 1, or the quorum's majority
+	guard     *evictionGuard
+	cluster   bool // conn is on a Redis Cluster: sharded pub/sub, renewals grouped by slot
 
 	queues   queues
 	renewer  *renewer
@@ -62,7 +67,7 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlock: dial: %w", err)
 	}
-	c, err := New(cn, opts...)
+	c, err := newClient(ctx, cn, 1, opts)
 	if err != nil {
 		cn.Close()
 		return nil, err
@@ -72,8 +77,21 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 }
 
 // New returns a Client that speaks through cn, an adapter from rueidisconn or goredisconn.
-// Close does not close the Redis client behind cn; its owner does.
+// Close does not close the Redis client behind cn; its owner does. Like Dial, it reads the
+// server's memory policy (within newCheckTimeout) and fails when the server cannot be reached
+// or can evict lock keys (see WithUnsafeEviction).
 func New(cn Conn, opts ...Option) (*Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), newCheckTimeout)
+	defer cancel()
+	return newClient(ctx, cn, 1, opts)
+}
+
+// newCheckTimeout bounds the server check of New and NewQuorum, which take no context.
+const newCheckTimeout = 10 * time.Second
+
+// newClient makes a Client over cn once its servers passed the eviction check; need is how
+// many of them must answer it (a majority in quorum mode).
+func newClient(ctx context.Context, cn Conn, need int, opts []Option) (*Client, error) {
 	if cn == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalid)
 	}
@@ -81,16 +99,31 @@ func New(cn Conn, opts ...Option) (*Client, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
+	logger := o.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	guard := newEvictionGuard(cn, o.evictOK, logger)
+	risk, err := guard.check(ctx, need)
+	if err == nil {
+		err = risk
+	}
+	if err != nil {
+		return nil, err
+	}
 	var secret [16]byte
 	if _, err := rand.Read(secret[:]); err != nil {
 		return nil, fmt.Errorf("dlock: owner secret: %w", err)
 	}
 	c := &Client{
-		conn:    cn,
-		opts:    o,
-		meta:    holderMeta(o.label),
-		ownerID: base64.RawURLEncoding.EncodeToString(secret[:]) + ":",
-		done:    make(chan struct{}),
+		conn:      cn,
+		opts:      o,
+		meta:      holderMeta(o.label),
+		ownerID:   base64.RawURLEncoding.EncodeToString(secret[:]) + ":",
+		done:      make(chan struct{}),
+		guard:     guard,
+		need:      need,
+		retention: strconv.FormatInt(o.retention.Milliseconds(), 10),
 	}
 	if cl, ok := cn.(conn.Clustered); ok && cl.Cluster() {
 		c.cluster = true
@@ -215,16 +248,29 @@ func (c *Client) releaseArgs(owner, channel string, all bool, floor uint64, coun
 	}
 	switch {
 	case count:
-		return []string{owner, retentionArg, channel, flag, pub, strconv.FormatUint(floor, 10), "c"}
+		return []string{owner, c.retention, channel, flag, pub, strconv.FormatUint(floor, 10), "c"}
 	case floor != 0:
-		return []string{owner, retentionArg, channel, flag, pub, strconv.FormatUint(floor, 10)}
+		return []string{owner, c.retention, channel, flag, pub, strconv.FormatUint(floor, 10)}
 	case c.cluster:
-		return []string{owner, retentionArg, channel, flag, pub}
+		return []string{owner, c.retention, channel, flag, pub}
 	}
-	return []string{owner, retentionArg, channel, flag}
+	return []string{owner, c.retention, channel, flag}
+}
+
+// refused reports whether err is the server's refusal by its access rules (ACL), which no
+// retry can turn into a success; any other failure (a lost connection, a timeout, a server
+// loading, read-only after a failover, or in a cluster slot move) may pass.
+func refused(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "can't run this command")
 }
 
 // redisErr wraps a transport error with the server address, so "connection refused" says where.
+// A server out of memory refuses an acquisition inside the script: that error says so plainly.
 func (c *Client) redisErr(op string, err error) error {
+	if strings.Contains(err.Error(), "OOM command not allowed") {
+		return fmt.Errorf("dlock: %s on %s: %w: its used memory reached maxmemory, and its maxmemory-policy noeviction refuses new keys until memory is freed (releases still work)",
+			op, c.conn.Addr(), ErrOutOfMemory)
+	}
 	return fmt.Errorf("dlock: %s on %s: %w", op, c.conn.Addr(), err)
 }

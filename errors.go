@@ -18,6 +18,10 @@ var (
 	// ErrReplicaAck is wrapped by the error of an acquisition that fewer replicas than
 	// WithReplicaAck asks for acknowledged in time; the lock was released again.
 	ErrReplicaAck = errors.New("dlock: not acknowledged by enough replicas")
+	// ErrOutOfMemory is wrapped by the error of an acquisition that a Redis server refused
+	// because its memory is full (maxmemory reached under the noeviction policy). Releases and
+	// renewals still work on such a server.
+	ErrOutOfMemory = errors.New("dlock: server out of memory")
 	// ErrInvalid wraps every error about bad input: an empty or oversized name, a TTL below the
 	// minimum, a bad option or URL.
 	ErrInvalid = errors.New("dlock: invalid argument")

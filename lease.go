@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -54,11 +55,12 @@ type leaseState struct {
 
 	ttl atomic.Int64 // lease length in ns; Extend changes it
 
-	mu       sync.Mutex      // guards lastSent, holds, parent, ctx
+	mu       sync.Mutex      // guards lastSent, holds, parent, ctx, cause
 	lastSent int64           // mono ns when the newest successful acquire/renew was sent
 	holds    int             // holds not yet unlocked
 	parent   context.Context // the context given to Lock, for the values of ctx
 	ctx      *leaseCtx       // made on first use: most callers never ask for it
+	cause    error           // why the lease ended (nil: released), set once with state
 
 	// owned by the renewer, under renewer.mu
 	idx int   // index in the renewer's heap, -1 when not in it
@@ -132,16 +134,18 @@ func (st *leaseState) endQuiet() { st.finish(nil) }
 // renewal loop.
 func (st *leaseState) finish(cause error) bool {
 	next := stateReleased
-	switch cause {
-	case ErrLost:
+	switch {
+	case errors.Is(cause, ErrLost):
 		next = stateLost
-	case ErrClosed:
+	case errors.Is(cause, ErrClosed):
 		next = stateClosed
 	}
+	st.mu.Lock()
 	if !st.state.CompareAndSwap(stateHeld, next) {
+		st.mu.Unlock()
 		return false
 	}
-	st.mu.Lock()
+	st.cause = cause
 	ctx := st.ctx
 	st.mu.Unlock()
 	if ctx != nil {
@@ -159,8 +163,8 @@ func (st *leaseState) context() *leaseCtx {
 		inner, cancel := context.WithCancelCause(context.WithoutCancel(st.parent))
 		st.ctx = &leaseCtx{Context: inner, st: st, cancel: cancel}
 		st.parent = nil
-		if s := st.state.Load(); s != stateHeld {
-			cancel(stateCause(s)) // ended before anyone asked; end saw no context to cancel
+		if st.state.Load() != stateHeld {
+			cancel(st.cause) // ended before anyone asked; end saw no context to cancel
 		}
 	}
 	return st.ctx
@@ -170,6 +174,12 @@ func (st *leaseState) context() *leaseCtx {
 func (st *leaseState) endedErr() error {
 	switch st.state.Load() {
 	case stateLost:
+		st.mu.Lock()
+		cause := st.cause
+		st.mu.Unlock()
+		if cause != nil && cause != ErrLost {
+			return fmt.Errorf("%q: %w", st.name, cause)
+		}
 		return fmt.Errorf("%w: %q", ErrLost, st.name)
 	case stateClosed:
 		return ErrClosed
@@ -188,8 +198,6 @@ func (st *leaseState) releaseCall(all, count bool) conn.Call {
 	}
 	return conn.Call{Script: scriptRelease, Keys: st.keys, Args: st.c.releaseArgs(st.owner, st.channel, all, floor, count)}
 }
-
-var retentionArg = strconv.FormatInt(tokenRetention.Milliseconds(), 10)
 
 // leaseCtx is the context of a lease: cancelled when the lease ends. Err and Value check the
 // lease deadline themselves, so a holder that looks at its context after a pause learns of the
@@ -227,19 +235,12 @@ func (x *leaseCtx) Value(k any) any {
 // sync cancels the context at once if the lease has ended or its deadline has passed.
 func (x *leaseCtx) sync() {
 	x.st.expired()
-	if s := x.st.state.Load(); s != stateHeld {
-		x.cancel(stateCause(s))
+	if x.st.state.Load() != stateHeld {
+		x.st.mu.Lock()
+		cause := x.st.cause
+		x.st.mu.Unlock()
+		x.cancel(cause)
 	}
-}
-
-func stateCause(s int32) error {
-	switch s {
-	case stateLost:
-		return ErrLost
-	case stateClosed:
-		return ErrClosed
-	}
-	return nil
 }
 
 // doContext returns the context for the function run by Do: cancelled when parent is, or when
@@ -432,11 +433,21 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	switch {
 	case state == stateLost:
 		return st.lostAtUnlock() // whatever the server said: the loss is what the caller must know
+	case err != nil && last && !refused(err):
+		// The lock stays held on the server until a release gets through: retry it in the
+		// background until then, or until the lease would have run out anyway.
+		st.mu.Lock()
+		until := st.lastSent + st.ttl.Load()
+		st.mu.Unlock()
+		c, key, token := st.c, st.key, st.token
+		st.c.renewer.retryRelease(call, until, func() { c.queues.notice(key, token, false) })
+		st.end(nil)
+		return fmt.Errorf("%w (retrying in the background until the lease would run out)", st.c.redisErr("unlock "+strconv.Quote(st.name), err))
 	case err != nil:
 		if last {
 			st.end(nil)
 		}
-		return st.c.redisErr("unlock", err)
+		return st.c.redisErr("unlock "+strconv.Quote(st.name), err)
 	case (len(res) != 1 && len(res) != 2) || res[0] < 0:
 		st.end(ErrLost)
 		return st.lostAtUnlock()
@@ -537,7 +548,7 @@ func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
 	case err != nil:
 		// Either side of the handover may have happened: release both owners' holds.
 		c.queues.settle(q, w, nil, false)
-		c.renewer.orphan(m.releaseCall(owner))
+		c.renewer.orphan(m.releaseCall(owner), m.o.ttl)
 		return false, nil // the caller's release reports the transport error, or succeeds
 	case len(res) == 2 && res[0] == 1:
 	case len(res) == 2 && res[0] == 0:
@@ -551,7 +562,7 @@ func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
 	next := newLeaseState(m, w.ctx, owner, uint64(res[1]), sent)
 	if !c.renewer.add(next) {
 		c.queues.settle(q, w, nil, false)
-		c.renewer.orphan(m.releaseCall(owner))
+		c.renewer.orphan(m.releaseCall(owner), m.o.ttl)
 		st.end(nil)
 		return true, nil
 	}

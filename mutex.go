@@ -112,6 +112,9 @@ type busy struct {
 
 // attempt runs the acquire script once with a new owner secret.
 func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
+	if err := m.c.guard.refusal(ctx, m.c.need); err != nil {
+		return nil, busy{}, fmt.Errorf("dlock: lock %q: %w", m.name, err)
+	}
 	owner := m.c.newOwner()
 	sent := mono()
 	var res []int64
@@ -132,7 +135,7 @@ func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
 	if err != nil {
 		// The script may have run all the same (the reply was lost, or the caller gave up
 		// waiting for it): release under this owner secret, so that no lease nobody holds lingers.
-		m.c.renewer.orphan(m.releaseCall(owner))
+		m.c.renewer.orphan(m.releaseCall(owner), m.o.ttl)
 		if ctx.Err() != nil {
 			return nil, busy{}, m.ctxErr(ctx)
 		}
@@ -151,7 +154,7 @@ func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
 		_, rerr := m.c.conn.Eval(rctx, call.Script, call.Keys, call.Args)
 		cancel()
 		if rerr != nil {
-			m.c.renewer.orphan(call)
+			m.c.renewer.orphan(call, m.o.ttl)
 		}
 		return nil, busy{}, fmt.Errorf("%w: lock %q: %d of %d replicas acknowledged within %v; released again",
 			ErrReplicaAck, m.name, max(acked, 0), m.o.ackN, m.o.ackWait)
@@ -161,11 +164,11 @@ func (m *Mutex) attempt(ctx context.Context) (*Lease, busy, error) {
 		// Redlock: the majority took longer than the validity time (TTL − drift) to answer,
 		// so the lease has no time left. Give it back and count the attempt as failed. (On one
 		// server such a lease is returned, already lost: its context tells the holder.)
-		m.c.renewer.orphan(m.releaseCall(owner))
+		m.c.renewer.orphan(m.releaseCall(owner), m.o.ttl)
 		return nil, busy{}, nil
 	}
 	if !m.c.renewer.add(st) {
-		m.c.renewer.orphan(m.releaseCall(owner))
+		m.c.renewer.orphan(m.releaseCall(owner), m.o.ttl)
 		return nil, busy{}, ErrClosed
 	}
 	return &Lease{st: st}, busy{}, nil

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -19,9 +20,11 @@ const (
 	MaxNameLen = 512
 	// DefaultPrefix starts every key and channel dlock uses.
 	DefaultPrefix = "dlock:"
-	// tokenRetention is how long a name's last fencing token is kept after a release, so that
-	// the next token is larger even when the server clock has not moved past it.
-	tokenRetention = time.Minute
+	// DefaultTokenRetention is how long a released name keeps its last fencing token on the
+	// server when no WithTokenRetention option is given.
+	DefaultTokenRetention = time.Minute
+	// MinTokenRetention is the shortest WithTokenRetention accepted.
+	MinTokenRetention = time.Second
 )
 
 // Option configures a Client (as the default for all of its locks) or one lock (Mutex, Do),
@@ -36,12 +39,15 @@ type options struct {
 	ackN      int           // replicas that must acknowledge each acquisition and renewal
 	ackWait   time.Duration // how long to wait for them
 	tlsConfig *tls.Config   // Dial, DialQuorum: TLS settings (WithTLSConfig, WithCAFile)
+	evictOK   bool          // WithUnsafeEviction
+	retention time.Duration // WithTokenRetention
+	logger    *slog.Logger  // WithLogger; nil: slog.Default()
 	ownerConn bool          // Dial: Close closes the connection it made
 	err       error
 }
 
 func defaultOptions() options {
-	return options{ttl: DefaultTTL, renew: true, prefix: DefaultPrefix}
+	return options{ttl: DefaultTTL, renew: true, prefix: DefaultPrefix, retention: DefaultTokenRetention}
 }
 
 func (o options) with(opts []Option) options {
@@ -169,4 +175,49 @@ func checkName(name string) error {
 // for the delay before the renewal loop's timer runs on a busy machine.
 func drift(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond + min(ttl/20, 50*time.Millisecond)
+}
+
+// WithUnsafeEviction lets Dial, New and their quorum forms use servers whose memory policy can
+// evict keys (maxmemory set, maxmemory-policy other than noeviction), which they otherwise
+// refuse with an error wrapping ErrEvictionPolicy. It is unsafe: a lock whose key the server
+// evicts can be taken by a second client while its holder still believes it holds it (the
+// holder learns of it at its next renewal, within a third of the TTL), so mutual exclusion
+// then rests on fencing tokens alone. The client logs a warning (WithLogger) when it finds
+// such a server, and again when one evicts keys while leases are held. Use it only where a
+// lost lock costs nothing a fenced resource does not catch. A Client option; the default is
+// to refuse.
+func WithUnsafeEviction() Option {
+	return func(o *options) { o.evictOK = true }
+}
+
+// WithLogger sets where the client logs what its caller cannot see from return values: a
+// server that can evict lock keys (with WithUnsafeEviction), and one that stops or starts doing
+// so while the client runs. It never logs an owner secret or a password. A Client option; the
+// default is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l == nil {
+			o.fail(fmt.Errorf("%w: nil logger", ErrInvalid))
+			return
+		}
+		o.logger = l
+	}
+}
+
+// WithTokenRetention sets how long a released lock keeps its last fencing token on the server
+// (as the value "- <token> 0", about 170 bytes of server memory per name: docs/PROTOCOL.md).
+// The next token of the name is larger than the kept one; once it has expired, the server's
+// clock alone makes the next token larger. So tokens keep increasing as long as the server's
+// clock never steps back by more than the retention (and, in quorum mode, the servers' clocks
+// differ by less than it). Shorter saves memory where many distinct names are locked once
+// each (per-order locks); longer tolerates larger clock steps. A Client option; the default is
+// DefaultTokenRetention (1 minute), the minimum MinTokenRetention (1 second).
+func WithTokenRetention(d time.Duration) Option {
+	return func(o *options) {
+		if d < MinTokenRetention {
+			o.fail(fmt.Errorf("%w: token retention %v is below the minimum %v", ErrInvalid, d, MinTokenRetention))
+			return
+		}
+		o.retention = d
+	}
 }

@@ -63,7 +63,7 @@ func DialQuorum(ctx context.Context, urls []string, opts ...Option) (*Client, er
 	for i, n := range nodes {
 		cns[i] = n
 	}
-	c, err := NewQuorum(cns, opts...)
+	c, err := newQuorum(ctx, cns, opts)
 	if err != nil {
 		for _, n := range nodes {
 			n.Close()
@@ -77,6 +77,12 @@ func DialQuorum(ctx context.Context, urls []string, opts ...Option) (*Client, er
 // NewQuorum returns a quorum Client (see DialQuorum) over conns, one per independent Redis
 // master, made by the rueidisconn or goredisconn adapters. Close does not close them.
 func NewQuorum(conns []Conn, opts ...Option) (*Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), newCheckTimeout)
+	defer cancel()
+	return newQuorum(ctx, conns, opts)
+}
+
+func newQuorum(ctx context.Context, conns []Conn, opts []Option) (*Client, error) {
 	if len(conns) == 0 {
 		return nil, fmt.Errorf("%w: NewQuorum needs at least one connection", ErrInvalid)
 	}
@@ -85,18 +91,20 @@ func NewQuorum(conns []Conn, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("%w: connection %d is nil", ErrInvalid, i)
 		}
 	}
-	if o := defaultOptions().with(opts); o.ackN > 0 {
+	o := defaultOptions().with(opts)
+	if o.ackN > 0 {
 		return nil, fmt.Errorf("%w: WithReplicaAck is not available in quorum mode", ErrInvalid)
 	}
-	q := &quorumConn{nodes: slices.Clone(conns), need: len(conns)/2 + 1}
+	q := &quorumConn{nodes: slices.Clone(conns), need: len(conns)/2 + 1, retention: strconv.FormatInt(o.retention.Milliseconds(), 10)}
 	q.closing, q.halt = context.WithCancel(context.Background())
 	addrs := make([]string, len(conns))
 	for i, cn := range conns {
 		addrs[i] = cn.Addr()
 	}
 	q.addr = fmt.Sprintf("quorum of %d [%s]", len(conns), strings.Join(addrs, " "))
-	c, err := New(q, opts...)
+	c, err := newClient(ctx, q, q.need, opts)
 	if err != nil {
+		q.halt()
 		return nil, err
 	}
 	c.quorum = true
@@ -107,10 +115,11 @@ func NewQuorum(conns []Conn, opts ...Option) (*Client, error) {
 // quorumConn is a conn.Conn over N independent servers. It knows the replies of dlock's own
 // scripts and combines them: a lock is held when a majority of servers hold it.
 type quorumConn struct {
-	nodes []conn.Conn
-	need  int // majority
-	addr  string
-	own   bool
+	nodes     []conn.Conn
+	need      int    // majority
+	retention string // WithTokenRetention in ms, for releaseOwner
+	addr      string
+	own       bool
 
 	pmu     sync.Mutex
 	pending map[string]*pendingAcquire // owner -> its acquisition still running on some server
@@ -398,7 +407,7 @@ func (q *quorumConn) freeIn(granted int, pttls []int64) int64 {
 // releaseOwner releases, in the background, every hold of owner on key on every server: after
 // an acquisition that did not reach a quorum, no server may keep it.
 func (q *quorumConn) releaseOwner(key, owner string) {
-	call := conn.Call{Script: scriptRelease, Keys: []string{key}, Args: []string{owner, retentionArg, key + ":rel", "1"}}
+	call := conn.Call{Script: scriptRelease, Keys: []string{key}, Args: []string{owner, q.retention, releaseChannel(key), "1"}}
 	p := q.pendingOf(owner)
 	q.bg.Add(len(q.nodes))
 	for i, n := range q.nodes {
@@ -642,6 +651,24 @@ func (q *quorumConn) Command(ctx context.Context, args ...string) (any, error) {
 		}
 	}
 	return nil, res[0].err
+}
+
+var _ conn.Masters = (*quorumConn)(nil)
+
+// CommandMasters runs args on every server in parallel and returns each one's reply.
+func (q *quorumConn) CommandMasters(ctx context.Context, args ...string) []conn.MasterReply {
+	out := make([]conn.MasterReply, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := n.Command(ctx, args...)
+			out[i] = conn.MasterReply{Addr: n.Addr(), Reply: v, Err: err}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // Listen subscribes on every server, so that a release announced by any of them wakes the

@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,18 +31,24 @@ const renewBatch = 256
 type renewer struct {
 	c *Client
 
-	mu      sync.Mutex
-	h       leaseHeap     // leases not yet due
-	pending []*leaseState // due, waiting for the batch in flight to come back
-	flying  []*leaseState // in the batch in flight
-	orphans []conn.Call   // releases for acquisitions whose callers gave up mid-call
-	later   []lateOrphan  // the same releases, sent once more after orphanRecheck
-	busy    bool          // a batch is in flight
-	sentAt  int64         // mono ns when the batch in flight was handed to the sender
-	ack     bool          // the batch in flight ends with a WAIT
-	spans   []int         // leases per renew call of the batch in flight, in order
-	stopped bool
-	wakeAt  int64 // mono ns the loop's timer is set for, -1 when it sleeps until poked
+	mu       sync.Mutex
+	h        leaseHeap     // leases not yet due
+	pending  []*leaseState // due, waiting for the batch in flight to come back
+	flying   []*leaseState // in the batch in flight
+	releases []release     // releases to send in the background (see release)
+	sending  []release     // those in the batch in flight, in the order of its first calls
+	busy     bool          // a batch is in flight
+	sentAt   int64         // mono ns when the batch in flight was handed to the sender
+	ack      bool          // the batch in flight ends with a WAIT
+	spans    []int         // leases per renew call of the batch in flight, in order
+	stopped  bool
+	wakeAt   int64 // mono ns the loop's timer is set for, -1 when it sleeps until poked
+
+	// The eviction check (evict.go) runs every evictionCheckEvery while leases are held, in a
+	// goroutine of its own so that a slow server does not hold up renewals; one at a time.
+	checkDue int64      // mono ns when the next check is due
+	checking bool       // a check is running
+	checked  chan error // capacity 1: the check's risk, nil when none
 
 	kick  chan struct{} // capacity 1: the earliest due time changed, or there is an orphan
 	quit  chan struct{}
@@ -52,15 +59,28 @@ type renewer struct {
 }
 
 // orphanRecheck is when an orphan release is sent a second time. The transports spread calls
-// over several connections (rueidis pipelines over two or more, go-redis has a pool), so the
-// first release can reach the server before the acquisition it undoes; the second catches an
-// acquisition that arrived late. One later than this holds the lock until its lease runs out.
+// over several connections (go-redis has a pool), so the first release can reach the server
+// before the acquisition it undoes; the second catches an acquisition that arrived late. One
+// later than this holds the lock until its lease runs out.
 const orphanRecheck = time.Second
 
-type lateOrphan struct {
-	call conn.Call
-	at   int64 // mono ns
+// release is a release the renewal loop sends in the background: for an acquisition whose
+// caller gave up mid-call (an orphan), or for an Unlock whose own release failed. A transport
+// error is retried with backoff until it succeeds, until the lease it ends would have run out
+// on the server anyway, or until the client closes.
+type release struct {
+	call  conn.Call
+	at    int64  // mono ns when to send it
+	until int64  // mono ns after which a failure is not retried
+	wait  int64  // ns before the next try after a failure (doubles up to releaseRetryMax)
+	woken func() // after a retried release succeeded: wakes this client's waiters (may be nil)
 }
+
+// releaseRetryMin and releaseRetryMax bound the pause between two tries of a failed release.
+const (
+	releaseRetryMin = 20 * time.Millisecond
+	releaseRetryMax = time.Second
+)
 
 type batch struct {
 	calls []conn.Call
@@ -71,7 +91,7 @@ func newRenewer(c *Client) *renewer {
 	return &renewer{
 		wakeAt: -1,
 		c:      c, kick: make(chan struct{}, 1), quit: make(chan struct{}),
-		reqs: make(chan batch, 1), resps: make(chan []conn.Result, 1),
+		reqs: make(chan batch, 1), resps: make(chan []conn.Result, 1), checked: make(chan error, 1),
 		ctx: ctx, halt: cancel,
 	}
 }
@@ -135,14 +155,26 @@ func (r *renewer) remove(st *leaseState) {
 	}
 }
 
-// orphan queues a release for an acquisition nobody will use. Once the client is closing, no
-// round is left to send it: it is sent at once.
-func (r *renewer) orphan(call conn.Call) {
+// orphan queues a release for an acquisition with lease ttl that nobody will use: sent at
+// once and again after orphanRecheck. Once the client is closing, no round is left to send
+// it: it is sent at once.
+func (r *renewer) orphan(call conn.Call, ttl time.Duration) {
+	now := mono()
+	until := now + int64(ttl)
+	r.background(call, release{call: call, at: now, until: until}, release{call: call, at: now + int64(orphanRecheck), until: until})
+}
+
+// retryRelease queues a release whose first try failed, to be tried again until until (mono
+// ns); woken runs once it succeeds.
+func (r *renewer) retryRelease(call conn.Call, until int64, woken func()) {
+	r.background(call, release{call: call, at: mono() + int64(releaseRetryMin), until: until, wait: int64(releaseRetryMin), woken: woken})
+}
+
+func (r *renewer) background(call conn.Call, rs ...release) {
 	r.mu.Lock()
 	stopped := r.stopped
 	if !stopped {
-		r.orphans = append(r.orphans, call)
-		r.later = append(r.later, lateOrphan{call, mono() + int64(orphanRecheck)})
+		r.releases = append(r.releases, rs...)
 	}
 	r.mu.Unlock()
 	if stopped {
@@ -172,7 +204,7 @@ func (r *renewer) stop() {
 }
 
 // drain empties the renewer after the loop stopped, returning the leases still held, and
-// sends the pending orphan releases.
+// sends the background releases once.
 func (r *renewer) drain() []*leaseState {
 	r.mu.Lock()
 	held := append(r.pending, r.flying...)
@@ -180,11 +212,11 @@ func (r *renewer) drain() []*leaseState {
 	for len(r.h) > 0 {
 		held = append(held, heap.Pop(&r.h).(*leaseState))
 	}
-	orphans := r.orphans
-	for _, lo := range r.later {
-		orphans = append(orphans, lo.call)
+	var orphans []conn.Call
+	for _, rel := range r.releases {
+		orphans = append(orphans, rel.call)
 	}
-	r.orphans, r.later = nil, nil
+	r.releases = nil
 	r.mu.Unlock()
 	if len(orphans) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -228,11 +260,24 @@ func (r *renewer) run() {
 				}
 			}
 			<-senderDone
+			r.mu.Lock()
+			checking := r.checking
+			r.mu.Unlock()
+			if checking {
+				<-r.checked // r.ctx is cancelled: it returns at once
+			}
 			return
 		case <-r.kick:
 		case <-timer.C:
 		case res := <-r.resps:
 			r.finish(res)
+		case risk := <-r.checked:
+			r.mu.Lock()
+			r.checking = false
+			r.mu.Unlock()
+			if risk != nil {
+				r.loseAll(fmt.Errorf("%w: %w", ErrLost, risk))
+			}
 		}
 		timer.Stop()
 		r.round()
@@ -270,21 +315,22 @@ func (r *renewer) sendBatch(b batch) []conn.Result {
 func (r *renewer) nextWake() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.orphans) > 0 && !r.busy {
-		r.wakeAt = mono()
-		return 0
-	}
 	at := int64(-1)
 	earliest := func(t int64) {
 		if at < 0 || t < at {
 			at = t
 		}
 	}
+	if !r.busy {
+		for _, rel := range r.releases {
+			earliest(rel.at)
+		}
+	}
 	if len(r.h) > 0 {
 		earliest(r.h[0].due)
 	}
-	if len(r.later) > 0 {
-		earliest(r.later[0].at)
+	if r.holding() && !r.checking {
+		earliest(r.checkDue)
 	}
 	if r.busy {
 		for _, st := range r.pending {
@@ -327,16 +373,34 @@ func (r *renewer) round() {
 			lost = append(lost, st)
 		}
 	}
-	for len(r.later) > 0 && r.later[0].at <= now {
-		r.orphans = append(r.orphans, r.later[0].call)
-		r.later = r.later[1:]
+	if r.holding() && !r.checking && now >= r.checkDue {
+		r.checking = true
+		r.checkDue = now + int64(evictionCheckEvery)
+		go func() {
+			risk, _ := r.c.guard.check(r.ctx, r.c.need) // a server that cannot be read: renewals tell
+			r.checked <- risk
+		}()
 	}
 	var b batch
-	if !r.busy && (len(r.pending) > 0 || len(r.orphans) > 0) {
+	due := false
+	for _, rel := range r.releases {
+		due = due || rel.at <= now
+	}
+	if !r.busy && (len(r.pending) > 0 || due) {
 		r.busy = true
 		r.flying, r.pending = r.pending, nil
-		b.calls = r.orphans
-		r.orphans = nil
+		r.sending = r.sending[:0]
+		keep := r.releases[:0]
+		for _, rel := range r.releases {
+			if rel.at <= now {
+				r.sending = append(r.sending, rel)
+				b.calls = append(b.calls, rel.call)
+			} else {
+				keep = append(keep, rel)
+			}
+		}
+		clear(r.releases[len(keep):])
+		r.releases = keep
 		r.spans = r.spans[:0]
 		if r.c.cluster {
 			// On a Cluster the keys of one script call must share a slot.
@@ -375,6 +439,49 @@ func (r *renewer) round() {
 	}
 }
 
+// released handles the answers to the background releases of a batch (the first calls of its
+// results): a transport error is tried again later, while it is worth it.
+func (r *renewer) released(sent []release, results []conn.Result) {
+	now := mono()
+	var again []release
+	for i, rel := range sent {
+		var res conn.Result
+		if i < len(results) {
+			res = results[i]
+		} else {
+			res.Err = errShortReply
+		}
+		switch {
+		case res.Err == nil:
+			if rel.woken != nil {
+				rel.woken()
+			}
+		case now < rel.until && !refused(res.Err):
+			rel.wait = min(max(2*rel.wait, int64(releaseRetryMin)), int64(releaseRetryMax))
+			rel.at = min(now+rel.wait, rel.until)
+			again = append(again, rel)
+		}
+	}
+	if len(again) > 0 {
+		r.mu.Lock()
+		r.releases = append(r.releases, again...)
+		r.mu.Unlock()
+	}
+}
+
+// holding reports whether any lease is held; r.mu is held.
+func (r *renewer) holding() bool { return len(r.h) > 0 || len(r.pending) > 0 || len(r.flying) > 0 }
+
+// loseAll ends every held lease with cause: a server may have dropped any of their keys.
+func (r *renewer) loseAll(cause error) {
+	r.mu.Lock()
+	all := append(append(slices.Clone([]*leaseState(r.h)), r.pending...), r.flying...)
+	r.mu.Unlock()
+	for _, st := range all {
+		st.end(cause)
+	}
+}
+
 // finish applies the answers to the batch in flight.
 func (r *renewer) finish(results []conn.Result) {
 	r.mu.Lock()
@@ -390,9 +497,11 @@ func (r *renewer) finish(results []conn.Result) {
 	}
 	r.mu.Lock()
 	spans := slices.Clone(r.spans)
+	sending := slices.Clone(r.sending)
 	r.mu.Unlock()
+	r.released(sending, results)
 	if n := len(results) - len(spans); n > 0 {
-		results = results[n:] // the orphan releases: nothing to do with their answers
+		results = results[n:] // the background releases' answers, handled above
 	}
 	call, k := 0, 0 // flying[i] is the k-th key of renew call number call
 	for _, st := range flying {

@@ -102,3 +102,18 @@ type Conn interface {
 	// Close releases what the adapter owns. An adapter wrapping a caller's client does not close it.
 	Close() error
 }
+
+// Masters is implemented by a Conn whose deployment has several masters (a Redis Cluster).
+// dlock runs there the checks that every master must pass, such as its eviction policy.
+type Masters interface {
+	// CommandMasters runs args (as Command does) on every master of the deployment the client
+	// knows of, and returns one reply per master.
+	CommandMasters(ctx context.Context, args ...string) []MasterReply
+}
+
+// MasterReply is one master's reply to CommandMasters.
+type MasterReply struct {
+	Addr  string
+	Reply any
+	Err   error
+}

@@ -19,7 +19,12 @@ local o, t = string.match(v, '^(%S+) (%d+) %d+')
 if not o or o == '-' then
   return {v, pttl, -1}
 end
-redis.call('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[1])
+-- As in release.lua: on a server out of memory, a write that needs none lets the SET through.
+local r = redis.pcall('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[1])
+if type(r) == 'table' and r.err then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[1])
+end
 local publish = 'PUBLISH'
 if ARGV[3] == 's' then
   publish = 'S' .. publish -- built at run time, as in release.lua

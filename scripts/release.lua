@@ -13,6 +13,22 @@
 -- Reply    holds left (0 = released and waiters notified), or -1 when the caller does not own the
 --          lock; with "c", a final release replies {0, subscribers that received the notice}.
 -- The release notice carries the released token, so waiters can ignore stale notices.
+--
+-- A release only ever frees memory, so it must work on a server out of memory too (maxmemory
+-- reached under the noeviction policy). There Redis refuses a script's first write that may
+-- need memory (SET), but not one that cannot (PEXPIRE), and lets a script that has written
+-- finish. So a SET refused for memory is made again after a PEXPIRE of the same key (to
+-- pexpire ms, or, when nil, to the key's remaining time).
+local function set(pexpire, ...)
+  local r = redis.pcall('SET', KEYS[1], ...)
+  if type(r) == 'table' and r.err then
+    local ms = pexpire or redis.call('PTTL', KEYS[1])
+    if string.sub(r.err, 1, 3) == 'OOM' and ms > 0 then
+      redis.call('PEXPIRE', KEYS[1], ms)
+    end
+    redis.call('SET', KEYS[1], ...)
+  end
+end
 local v = redis.call('GET', KEYS[1])
 local o = ARGV[1]
 if not v or string.byte(v, #o + 1) ~= 32 or string.find(v, o, 1, true) ~= 1 then
@@ -32,14 +48,14 @@ if n > 1 and ARGV[4] ~= '1' then
   if s3 then
     m = string.sub(v, s3 + 1)
   end
-  redis.call('SET', KEYS[1], o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'KEEPTTL')
+  set(nil, o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'KEEPTTL')
   return n
 end
 local floor = tonumber(ARGV[6])
 if floor and floor > tonumber(t) then
   t = string.format('%d', floor)
 end
-redis.call('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[2])
+set(tonumber(ARGV[2]), '- ' .. t .. ' 0', 'PX', ARGV[2])
 -- The command name is built at run time: some embedded test servers refuse, when compiling a
 -- script, every command name they do not know, even one the script would not call.
 local publish = 'PUBLISH'

@@ -39,11 +39,11 @@ func (s *Server) DoAs(ctx context.Context, user, password string, args ...string
 // the document shows these exact lines.
 var (
 	// ACLRule: keys and channels under the default prefix "dlock:"; the commands the clients
-	// send when they connect and on the pub/sub connection, the scripts and what they call,
+	// send when they connect and on the pub/sub connection, INFO (the eviction-policy check), the scripts and what they call,
 	// WAIT (replica acknowledgement), and SCAN and PUBSUB NUMSUB (inspection).
 	ACLRule = []string{
 		"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
-		"+hello", "+ping",
+		"+hello", "+ping", "+info",
 		"+evalsha", "+eval", "+get", "+set", "+pexpire", "+pttl", "+time", "+publish", "+wait",
 		"+subscribe", "+unsubscribe", "+scan", "+pubsub|numsub",
 	}
