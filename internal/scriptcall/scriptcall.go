@@ -22,18 +22,32 @@ func Eval(do func(eval bool) ([]int64, error), noScript func(error) bool) ([]int
 // last re-sent script before it). send sends its calls in order, on one connection when they
 // hold a WAIT, scripts as EVAL when eval is set, else as EVALSHA, and returns one result per
 // call.
+//
+// The second pipeline may go on another connection than the first, and a WAIT covers only the
+// writes up to its connection's last one. When scripts before a WAIT were answered otherwise
+// than NOSCRIPT in the first pipeline (they may have written) and the re-sent ones write
+// nothing, the re-sent WAIT covers none of those writes; so such a WAIT reports the fewer
+// acknowledgements of its two answers (or an error if either is one). When every script before
+// it was re-sent, its first answer covered nothing of the batch and the second one stands.
 func Batch(calls []conn.Call, send func(calls []conn.Call, eval bool) []conn.Result, noScript func(error) bool) []conn.Result {
 	out := send(calls, false)
 	var again []int
-	resent := false // a script was answered NOSCRIPT since the last WAIT
+	var both []bool              // by index in again: a WAIT whose two answers count
+	resent, kept := false, false // since the last WAIT: a script answered NOSCRIPT; one answered otherwise
 	for i, c := range calls {
 		switch {
 		case c.Script != nil && out[i].Err != nil && noScript(out[i].Err):
 			again = append(again, i)
+			both = append(both, false)
 			resent = true
-		case c.Script == nil && resent:
+		case c.Script != nil:
+			kept = true
+		case resent:
 			again = append(again, i)
-			resent = false
+			both = append(both, kept)
+			resent, kept = false, false
+		default:
+			kept = false
 		}
 	}
 	if len(again) == 0 {
@@ -44,9 +58,26 @@ func Batch(calls []conn.Call, send func(calls []conn.Call, eval bool) []conn.Res
 		resend[j] = calls[i]
 	}
 	for j, r := range send(resend, true) {
-		out[again[j]] = r
+		i := again[j]
+		if both[j] {
+			r = fewer(out[i], r)
+		}
+		out[i] = r
 	}
 	return out
+}
+
+// fewer is what two answers to one WAIT say together: the first error, else the smaller count.
+func fewer(a, b conn.Result) conn.Result {
+	switch {
+	case a.Err != nil:
+		return a
+	case b.Err != nil:
+		return b
+	case len(a.Ints) > 0 && len(b.Ints) > 0 && a.Ints[0] < b.Ints[0]:
+		return a
+	}
+	return b
 }
 
 // WaitMillis is the timeout in milliseconds of a WAIT for c, never 0 for a positive timeout:

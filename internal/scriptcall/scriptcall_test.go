@@ -110,6 +110,39 @@ func TestBatch(t *testing.T) {
 			"EVAL a.lua k1, WAIT, EVAL a.lua k3, EVAL a.lua k4, WAIT",
 		},
 		want: "[0] [1] [2] [1] [2] [3] [1]",
+	}, {
+		// b wrote in the first pipeline; the second may go on another connection, and its
+		// WAIT need not cover b's write: the fewer acknowledgements count.
+		name:   "a WAIT after a script answered in the first pipeline counts both answers",
+		cached: []*conn.Script{b},
+		calls:  []conn.Call{call(b, "k1"), call(a, "k2"), wait},
+		waits:  []int64{0, 1},
+		sent:   []string{"EVALSHA b.lua k1, EVALSHA a.lua k2, WAIT", "EVAL a.lua k2, WAIT"},
+		want:   "[0] [0] [0]",
+	}, {
+		name:   "its first answer's error stands",
+		cached: []*conn.Script{b},
+		calls:  []conn.Call{call(b, "k1"), call(a, "k2"), wait},
+		waits:  []int64{-1, 1},
+		want:   "[0] [0] wait failed",
+	}, {
+		name:   "so does its second answer's",
+		cached: []*conn.Script{b},
+		calls:  []conn.Call{call(b, "k1"), call(a, "k2"), wait},
+		waits:  []int64{1, -1},
+		want:   "[0] [0] wait failed",
+	}, {
+		name:   "and the fewer count when it is the second",
+		cached: []*conn.Script{b},
+		calls:  []conn.Call{call(b, "k1"), call(a, "k2"), wait},
+		waits:  []int64{2, 1},
+		want:   "[0] [0] [1]",
+	}, {
+		name:   "an earlier WAIT's segment does not make a later WAIT count both answers",
+		cached: []*conn.Script{b},
+		calls:  []conn.Call{call(b, "k1"), wait, call(a, "k2"), wait},
+		waits:  []int64{1, 0, 1},
+		want:   "[0] [1] [0] [1]",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &server{cached: make(map[string]bool), waits: tc.waits}
