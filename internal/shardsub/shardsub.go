@@ -230,7 +230,7 @@ func (l *Listener) send(ctx context.Context, channels []string, sub bool) error 
 		todo = append(todo, j)
 	}
 	l.mu.Unlock()
-	for _, j := range todo {
+	for i, j := range todo {
 		var err error
 		if sub {
 			err = j.n.Subscribe(ctx, j.chs)
@@ -238,6 +238,18 @@ func (l *Listener) send(ctx context.Context, channels []string, sub bool) error 
 			err = j.n.Unsubscribe(ctx, j.chs)
 		}
 		if err != nil {
+			if !sub {
+				// What was not sent will not be confirmed: left pending, it would hide the
+				// server ending that subscription when its slot moves. If the failed one did
+				// reach the server, its confirmation ends the listener, which is safe.
+				l.mu.Lock()
+				for _, j := range todo[i:] {
+					for _, ch := range j.chs {
+						l.unpend(ch)
+					}
+				}
+				l.mu.Unlock()
+			}
 			return err
 		}
 	}

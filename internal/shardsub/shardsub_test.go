@@ -405,3 +405,27 @@ func TestHandlerCallsSerialized(t *testing.T) {
 		t.Errorf("handler got %d events, want 200", n)
 	}
 }
+
+// An Unsubscribe that fails leaves nothing pending for the channels it did not send: the
+// server ending one of those subscriptions later still ends the listener. What it sent before
+// the failure stays ours.
+func TestUnsubscribeFailed(t *testing.T) {
+	const chD = "{d}" // on m1, in another slot than chA1
+	c := newCluster(t, twoMasters)
+	l := New(conn.Handler{Message: func(string, string) {}, Subscribed: func(string) {}}, c.master)
+	defer l.Close()
+	if err := l.Subscribe(ctx(t), chB, chA1, chD); err != nil {
+		t.Fatal(err)
+	}
+	send := errors.New("write failed")
+	c.node("m1").sendErr = send
+	if err := l.Unsubscribe(ctx(t), chB, chA1, chD); !errors.Is(err, send) {
+		t.Fatalf("Unsubscribe: %v, want %v", err, send)
+	}
+	c.node("m2").ev.Subscription("sunsubscribe", chB)
+	notDone(t, l)
+	c.node("m1").ev.Subscription("sunsubscribe", chD)
+	if err := waitDone(t, l); err == nil || !strings.Contains(err.Error(), chD) {
+		t.Errorf("Done: %v, want an error naming %s", err, chD)
+	}
+}
