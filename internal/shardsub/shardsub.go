@@ -25,17 +25,18 @@ type Master interface {
 	Open(ev Events) (Node, error)
 }
 
-// Node is one pub/sub connection to a master.
+// Node is one pub/sub connection to a master. The listener runs Wait on a goroutine of its own
+// and may call the other methods meanwhile, from several goroutines.
 type Node interface {
 	// Subscribe sends SSUBSCRIBE for channels, which share a slot. The server's confirmations
 	// go to the Events the Node was opened with; Subscribe may return before them.
 	Subscribe(ctx context.Context, channels []string) error
 	// Unsubscribe sends SUNSUBSCRIBE for channels, which share a slot.
 	Unsubscribe(ctx context.Context, channels []string) error
-	// Wait returns when the connection has ended (closed by Close or lost), with the error
-	// that ended it or nil.
+	// Wait returns when the connection has ended, closed by Close or lost, with the error
+	// that ended it if there was one. After Close, what it returns is not used.
 	Wait() error
-	// Close closes the connection.
+	// Close closes the connection; Wait then returns.
 	Close()
 }
 
