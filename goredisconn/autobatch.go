@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/scriptcall"
 )
 
 // maxPipelines is how many calls or pipelines of batched calls may be on their way at once, each
@@ -118,16 +119,20 @@ func (b *autoBatch) finish() {
 	go b.run(next)
 }
 
-// direct sends one script call as a command of its own: EVALSHA, then EVAL if the server does
-// not have the script.
+// direct sends one script call as a command of its own (see package scriptcall).
 func direct(ctx context.Context, c redis.Cmdable, call conn.Call) ([]int64, error) {
 	av := argv(call.Args)
-	v, err := c.EvalSha(ctx, call.Script.SHA, call.Keys, av...).Result()
-	if isNoScript(err) {
-		v, err = c.Eval(ctx, call.Script.Src, call.Keys, av...).Result()
-	}
-	if err != nil {
-		return nil, err
-	}
-	return ints(v)
+	return scriptcall.Eval(func(eval bool) ([]int64, error) {
+		var v any
+		var err error
+		if eval {
+			v, err = c.Eval(ctx, call.Script.Src, call.Keys, av...).Result()
+		} else {
+			v, err = c.EvalSha(ctx, call.Script.SHA, call.Keys, av...).Result()
+		}
+		if err != nil {
+			return nil, err
+		}
+		return ints(v)
+	}, isNoScript)
 }

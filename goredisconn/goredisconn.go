@@ -29,6 +29,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/scriptcall"
 	"github.com/dlock-go/dlock/internal/waitbatch"
 )
 
@@ -99,30 +100,17 @@ func (a *adapter) Eval(ctx context.Context, s *conn.Script, keys, args []string)
 }
 
 func (a *adapter) EvalMulti(ctx context.Context, calls []conn.Call) []conn.Result {
-	if a.cc != nil && hasWait(calls) {
+	if a.cc != nil && waitbatch.Has(calls) {
 		return a.clusterWaitBatch(ctx, calls)
 	}
 	return batch(ctx, a.c, calls)
-}
-
-func hasWait(calls []conn.Call) bool {
-	for _, c := range calls {
-		if c.Script == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // queue adds one call to p: EVALSHA (EVAL when eval is set) or, for a nil Script, WAIT.
 func queue(ctx context.Context, p redis.Pipeliner, c conn.Call, eval bool) redis.Cmder {
 	switch {
 	case c.Script == nil:
-		ms := c.WaitTimeout.Milliseconds()
-		if ms == 0 && c.WaitTimeout > 0 {
-			ms = 1 // WAIT n 0 would block until n replicas acknowledge, however long
-		}
-		return p.Do(ctx, "WAIT", c.WaitReplicas, ms)
+		return p.Do(ctx, "WAIT", c.WaitReplicas, scriptcall.WaitMillis(c))
 	case eval:
 		return p.Eval(ctx, c.Script.Src, c.Keys, argv(c.Args)...)
 	default:
@@ -130,66 +118,27 @@ func queue(ctx context.Context, p redis.Pipeliner, c conn.Call, eval bool) redis
 	}
 }
 
-// batch sends calls in one pipeline of c. On a *redis.Client a pipeline goes on one connection,
-// in order, so a WAIT covers the scripts before it. Scripts the server did not have (NOSCRIPT)
-// are re-sent with EVAL in a second pipeline, each followed again by the WAITs that followed it,
-// so that those WAITs cover the writes the re-sent scripts make.
+// batch sends calls in one pipeline of c, and the scripts the server did not have again (see
+// package scriptcall). On a *redis.Client a pipeline goes on one connection, in order, so a WAIT
+// covers the scripts before it.
 func batch(ctx context.Context, c redis.Cmdable, calls []conn.Call) []conn.Result {
-	out := make([]conn.Result, len(calls))
-	cmds := make([]redis.Cmder, len(calls))
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, call := range calls {
-			cmds[i] = queue(ctx, p, call, false)
-		}
-		return nil
-	})
-	var missing []bool
-	for i, cmd := range cmds {
-		if calls[i].Script != nil && isNoScript(cmd.Err()) {
-			if missing == nil {
-				missing = make([]bool, len(calls))
+	return scriptcall.Batch(calls, func(calls []conn.Call, eval bool) []conn.Result {
+		cmds := make([]redis.Cmder, len(calls))
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, call := range calls {
+				cmds[i] = queue(ctx, p, call, eval)
 			}
-			missing[i] = true
-			continue
-		}
-		out[i].Ints, out[i].Err = result(cmd)
-	}
-	if err != nil && missing == nil {
-		for i := range out {
+			return nil
+		})
+		out := make([]conn.Result, len(calls))
+		for i, cmd := range cmds {
+			out[i].Ints, out[i].Err = result(cmd)
 			if out[i].Err == nil && out[i].Ints == nil {
 				out[i].Err = err
 			}
 		}
-	}
-	if missing == nil {
 		return out
-	}
-	var again []int
-	resent := false // a script was re-sent since the last WAIT
-	for i, call := range calls {
-		switch {
-		case missing[i]:
-			again = append(again, i)
-			resent = true
-		case call.Script == nil && resent:
-			again = append(again, i)
-			resent = false
-		}
-	}
-	cmds = cmds[:len(again)]
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for j, i := range again {
-			cmds[j] = queue(ctx, p, calls[i], true)
-		}
-		return nil
-	})
-	for j, i := range again {
-		out[i].Ints, out[i].Err = result(cmds[j])
-		if out[i].Err == nil && out[i].Ints == nil {
-			out[i].Err = err
-		}
-	}
-	return out
+	}, isNoScript)
 }
 
 // result reads a script's or a WAIT's reply.

@@ -35,6 +35,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/scriptcall"
 	"github.com/dlock-go/dlock/internal/waitbatch"
 )
 
@@ -247,11 +248,12 @@ func (a *adapter) eval(s *conn.Script, keys, args []string) rueidis.Completed {
 func (a *adapter) Eval(ctx context.Context, s *conn.Script, keys, args []string) ([]int64, error) {
 	dctx, done := noDeadline(ctx)
 	defer done()
-	resp := a.c.Do(dctx, a.evalsha(s, keys, args))
-	if noScript(resp.Error()) {
-		resp = a.c.Do(dctx, a.eval(s, keys, args))
-	}
-	v, err := ints(resp)
+	v, err := scriptcall.Eval(func(eval bool) ([]int64, error) {
+		if eval {
+			return ints(a.c.Do(dctx, a.eval(s, keys, args)))
+		}
+		return ints(a.c.Do(dctx, a.evalsha(s, keys, args)))
+	}, noScript)
 	return v, ctxCause(ctx, err)
 }
 
@@ -297,30 +299,17 @@ func (a *adapter) EvalMulti(ctx context.Context, calls []conn.Call) []conn.Resul
 func (a *adapter) evalMulti(parent context.Context, calls []conn.Call) []conn.Result {
 	ctx, done := noDeadline(parent)
 	defer done()
-	if a.cluster && hasWait(calls) {
+	if a.cluster && waitbatch.Has(calls) {
 		return a.clusterWaitBatch(ctx, calls)
 	}
 	return a.batch(ctx, calls)
-}
-
-func hasWait(calls []conn.Call) bool {
-	for _, c := range calls {
-		if c.Script == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // command builds one call: EVALSHA (EVAL when eval is set) or, for a nil Script, WAIT.
 func (a *adapter) command(c conn.Call, eval bool) rueidis.Completed {
 	switch {
 	case c.Script == nil:
-		ms := c.WaitTimeout.Milliseconds()
-		if ms == 0 && c.WaitTimeout > 0 {
-			ms = 1 // WAIT n 0 would block until n replicas acknowledge, however long
-		}
-		return a.c.B().Wait().Numreplicas(int64(c.WaitReplicas)).Timeout(ms).Build()
+		return a.c.B().Wait().Numreplicas(int64(c.WaitReplicas)).Timeout(scriptcall.WaitMillis(c)).Build()
 	case eval:
 		return a.eval(c.Script, c.Keys, c.Args)
 	default:
@@ -328,51 +317,22 @@ func (a *adapter) command(c conn.Call, eval bool) rueidis.Completed {
 	}
 }
 
-// batch sends calls in one DoMulti. rueidis sends a DoMulti that holds a blocking command
-// (WAIT is one) on a single connection taken from its pool of dedicated connections, in
-// order, so a WAIT covers the scripts before it. Scripts the server did not have (NOSCRIPT) are
-// re-sent with EVAL in a second DoMulti, each followed again by the WAITs that followed it, so
-// that those WAITs cover the writes the re-sent scripts make.
+// batch sends calls in one DoMulti, and the scripts the server did not have again (see package
+// scriptcall). rueidis sends a DoMulti that holds a blocking command (WAIT is one) on a single
+// connection taken from its pool of dedicated connections, in order, so a WAIT covers the
+// scripts before it.
 func (a *adapter) batch(ctx context.Context, calls []conn.Call) []conn.Result {
-	cmds := make(rueidis.Commands, len(calls))
-	for i, c := range calls {
-		cmds[i] = a.command(c, false)
-	}
-	out := make([]conn.Result, len(calls))
-	var missing []bool
-	for i, resp := range a.c.DoMulti(ctx, cmds...) {
-		if calls[i].Script != nil && noScript(resp.Error()) {
-			if missing == nil {
-				missing = make([]bool, len(calls))
-			}
-			missing[i] = true
-			continue
+	return scriptcall.Batch(calls, func(calls []conn.Call, eval bool) []conn.Result {
+		cmds := make(rueidis.Commands, len(calls))
+		for i, c := range calls {
+			cmds[i] = a.command(c, eval)
 		}
-		out[i].Ints, out[i].Err = ints(resp)
-	}
-	if missing == nil {
+		out := make([]conn.Result, len(calls))
+		for i, resp := range a.c.DoMulti(ctx, cmds...) {
+			out[i].Ints, out[i].Err = ints(resp)
+		}
 		return out
-	}
-	var again []int
-	resent := false // a script was re-sent since the last WAIT
-	for i, c := range calls {
-		switch {
-		case missing[i]:
-			again = append(again, i)
-			resent = true
-		case c.Script == nil && resent:
-			again = append(again, i)
-			resent = false
-		}
-	}
-	cmds = cmds[:0]
-	for _, i := range again {
-		cmds = append(cmds, a.command(calls[i], true))
-	}
-	for j, resp := range a.c.DoMulti(ctx, cmds...) {
-		out[again[j]].Ints, out[again[j]].Err = ints(resp)
-	}
-	return out
+	}, noScript)
 }
 
 // clusterWaitBatch runs a batch holding WAITs on a cluster: see package waitbatch. rueidis

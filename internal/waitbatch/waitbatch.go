@@ -13,6 +13,16 @@ import (
 	"github.com/dlock-go/dlock/internal/slot"
 )
 
+// Has reports whether calls hold a WAIT: on a cluster, only such a batch needs Run.
+func Has(calls []conn.Call) bool {
+	for _, c := range calls {
+		if c.Script == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Run splits calls into per-slot groups and sends every group with send, in parallel. key is a
 // key of the group's slot ("" for a group without keys: a WAIT with no script before it, which
 // any master may answer). send returns one result per call it was given.
