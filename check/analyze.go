@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -76,6 +75,11 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	for _, msg := range d.infra {
 		fail("harness: %s", msg)
 	}
+	sc, ok := scenarioNamed(c.Scenario)
+	if !ok {
+		fail("harness: unknown scenario %q", c.Scenario)
+		sc = &scenario{name: c.Scenario}
+	}
 
 	// The resource's own record.
 	f.Ops = len(d.ops)
@@ -142,16 +146,14 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	}
 	f.AcquireP50, f.AcquireP99 = pct(lat, 50), pct(lat, 99)
 	tokenFail := fail
-	if c.Scenario == "redlock-restart" {
+	if sc.tokensUnclaimed {
 		tokenFail = func(format string, args ...any) {
 			f.Notes = append(f.Notes, "not a claimed guarantee here: "+fmt.Sprintf(format, args...))
 		}
 	}
-	// A server that forgets the lock (restart without persistence, failover without replica
-	// acknowledgement) leaves the holder's client believing it holds the lock until its next
-	// renewal or server handoff, and meanwhile passing it to its other goroutines (local
-	// handoffs, token + 1), possibly after the server granted a larger token to someone else:
-	// doc.go documents it (Fencing tokens); measured and noted, not a failure. How many of
+	// A deployment that forgets the lock (sc.forgetsLocks) lets the holder's client pass a
+	// lost hold to its other goroutines (local handoffs, token + 1), possibly after the server
+	// granted a larger token to someone else: measured and noted, not a failure. How many of
 	// those leases were told (ErrLost) is noted too: one that is unlocked (and passed on)
 	// before the loss is found never is.
 	told := map[uint64]bool{}
@@ -160,10 +162,9 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 			told[e.Tok] = true
 		}
 	}
-	forgets := c.Scenario == "restart" || c.Scenario == "redlock-restart" || strings.HasPrefix(c.Scenario, "sentinel-")
 	var lostHandoffs, lostTold int
 	f.TokenOrderBugs = checkTokenOrder(acqs, tokenFail, func(a acq) bool {
-		if forgets && a.local {
+		if sc.forgetsLocks && a.local {
 			lostHandoffs++
 			if told[a.tok] {
 				lostTold++
@@ -184,15 +185,8 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	}
 
 	// Lease context checks and lost-lock signals against the next acquisition, on one clock.
-	// A server that forgets the lock (restart without persistence; a quorum member restarted
-	// empty at once) can hand it to a second holder before the first learns: a documented
-	// limitation, measured, not a failure.
-	// With replica acknowledgement too: Sentinel may promote the replica that did not
-	// acknowledge (doc.go).
-	serverLoses := c.Scenario == "restart" || c.Scenario == "redlock-restart" || strings.HasPrefix(c.Scenario, "sentinel-")
-	// In quorum mode tokens are promised to increase only if no server loses its data while
-	// it holds a lock (doc.go, "Quorum mode"): the immediate restart breaks that premise.
-	fenceClaimed := c.Scenario != "redlock-restart"
+	// A deployment that forgets the lock (sc.forgetsLocks) can hand it to a second holder
+	// before the first learns: a documented limitation, measured, not a failure.
 	var liveEx []string
 	lastLive := map[uint64]int64{}
 	for _, e := range d.events {
@@ -238,14 +232,14 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	}
 	// A paused or partitioned holder must be told.
 	for _, flt := range d.faults {
-		if (flt.Kind == "pause" || flt.Kind == "partition") && !signalled[flt.Token] {
+		if sc.mustSignal && !signalled[flt.Token] {
 			fail("%s at %s: %s (token %d) never got a lost-lock signal", flt.Kind, ts(flt.Start, d.start), flt.who(), flt.Token)
 		}
 	}
 	if f.LiveAfterNext > 0 {
 		msg := fmt.Sprintf("%d lease-context checks said the lock was held after another holder had acquired it: %s",
 			f.LiveAfterNext, joinN(liveEx, 5))
-		if serverLoses {
+		if sc.forgetsLocks {
 			f.Notes = append(f.Notes, "expected (the server lost the lock): "+msg)
 		} else {
 			fail("%s", msg)
@@ -263,7 +257,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 		}
 		rec := time.Duration(byR[i].r - flt.Start)
 		f.Recovery = append(f.Recovery, rec)
-		if flt.Kind == "kill" && rec > c.TTL+250*time.Millisecond {
+		if sc.boundedRecovery && rec > c.TTL+killRecoverySlack {
 			fail("kill: %s (token %d) killed at %s; next acquisition (%s, token %d) %v later, over TTL + 250 ms = %v",
 				flt.who(), flt.Token, ts(flt.Start, d.start), byR[i].w, byR[i].tok, rec.Round(time.Millisecond), c.TTL+250*time.Millisecond)
 		}
@@ -284,7 +278,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 			msgs = append(msgs, fmt.Sprintf("fenced: history of %d lock-guarded operations is %s, not linearizable", len(hist), f.Linearizable))
 		}
 		for _, m := range msgs {
-			if fenceClaimed {
+			if !sc.tokensUnclaimed {
 				fail("%s", m)
 			} else {
 				f.Notes = append(f.Notes, "not a claimed guarantee here: "+m)

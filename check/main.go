@@ -23,30 +23,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
-
-// scenarios, in the order they run. notRun are the ones issue 6 asks for whose deployment or
-// API is not in the library yet: listed in the report, never faked.
-var scenarios = []string{"pause", "kill", "partition", "latency", "restart",
-	"sentinel-failover", "sentinel-failover-ack", "redlock-minority", "redlock-restart", "redlock-restart-delayed"}
-
-var notRun = []struct{ name, why string }{}
-
-var scenarioHelp = map[string]string{
-	"pause":                   "SIGSTOP the holder's process (all its goroutines) past the TTL, then SIGCONT: alternately between the holder's last context check and its write reaching the resource, and right after its read",
-	"kill":                    "SIGKILL the holder's process inside the holder's critical section; a new worker process takes its place",
-	"partition":               "cut the link to Redis of the holder's process (its proxy holds every byte) past the TTL while the holder works",
-	"latency":                 "50 ms ± 25 ms on the link to Redis of the holder's process for 2–3 s",
-	"sentinel-failover":       "a Sentinel group: SIGKILL the master while the holder works; Sentinel promotes a replica, the old master comes back empty as a replica",
-	"sentinel-failover-ack":   "as sentinel-failover, with WithReplicaAck(1, 250ms)",
-	"restart":                 "kill redis-server and start it again empty (no persistence) while the holder works",
-	"redlock-minority":        "DialQuorum over 5 servers: kill 2 of them while the holder works; they restart empty after more than a lease",
-	"redlock-restart":         "DialQuorum over 5 servers: a worker's links to 2 servers are cut before it acquires; while it holds the lock on a bare majority, one server of that majority restarts empty at once",
-	"redlock-restart-delayed": "as redlock-restart, but the server stays down longer than the lease before it restarts empty",
-}
 
 // defaultGoroutines is --goroutines: 2 or more, so that every run (the short ones of CI
 // included) passes the lock between goroutines of one Client under faults.
@@ -120,7 +99,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.SetOutput(out)
 	var o options
 	var scen, modes string
-	fs.StringVar(&scen, "scenarios", strings.Join(scenarios, ","), "comma-separated scenarios to run")
+	fs.StringVar(&scen, "scenarios", strings.Join(scenarioNames(), ","), "comma-separated scenarios to run")
 	fs.StringVar(&modes, "modes", "fenced,unfenced", "comma-separated modes: fenced, unfenced")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the fault schedule (the same seed gives the same kinds, gaps, durations and variants)")
 	fs.IntVar(&o.workers, "workers", 5, "worker processes (at least 5 for the published figures)")
@@ -140,7 +119,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.Usage = func() {
 		var sc, nr strings.Builder
 		for _, s := range scenarios {
-			fmt.Fprintf(&sc, "  %s\n      %s\n", s, scenarioHelp[s])
+			fmt.Fprintf(&sc, "  %s\n      %s\n", s.name, s.help)
 		}
 		for _, s := range notRun {
 			fmt.Fprintf(&nr, "  %s: %s\n", s.name, s.why)
@@ -181,8 +160,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	for _, s := range strings.Split(scen, ",") {
 		s = strings.TrimSpace(s)
-		if !slices.Contains(scenarios, s) {
-			return o, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(scenarios, ", "))
+		if _, ok := scenarioNamed(s); !ok {
+			return o, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(scenarioNames(), ", "))
 		}
 		o.scenarios = append(o.scenarios, s)
 	}
@@ -239,14 +218,12 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 	began := time.Now()
 	var all []*findings
 	for _, sc := range o.scenarios {
+		s, _ := scenarioNamed(sc) // parseFlags checked every name
 		for _, fenced := range o.modes {
-			ttl := o.ttl
-			if strings.HasPrefix(sc, "sentinel-") {
-				ttl = o.sentTTL
-			}
+			ttl := s.deploy.ttl(o)
 			conf := runConf{
 				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, Goroutines: o.goroutines, TTL: ttl,
-				Cycles: o.cycles, MinFaults: minFaults(sc, o), MaxRun: maxRun(sc, o), Short: o.short, Logf: logf,
+				Cycles: o.cycles, MinFaults: s.faults(o), MaxRun: s.deploy.maxRun(o), Short: o.short, Logf: logf,
 			}
 			conf.Dir = filepath.Join(root, sc+"-"+conf.mode())
 			logf("run %s %s (seed %d, %d workers × %d goroutines, TTL %v)", sc, conf.mode(), o.seed, o.workers, o.goroutines, ttl)
@@ -293,24 +270,4 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 		return 1
 	}
 	return 0
-}
-
-// minFaults is the number of faults a run needs: --sentinel-faults failovers for Sentinel, at
-// least 2 for the pause scenario (its faults alternate between two variants), else --min-faults.
-func minFaults(scenario string, o options) int {
-	switch {
-	case strings.HasPrefix(scenario, "sentinel-"):
-		return o.sentFaults
-	case scenario == "pause":
-		return max(o.minFaults, 2)
-	}
-	return o.minFaults
-}
-
-// maxRun bounds one run: --max-run-redlock in the quorum scenarios, else --max-run.
-func maxRun(scenario string, o options) time.Duration {
-	if strings.HasPrefix(scenario, "redlock-") {
-		return o.quorumMax
-	}
-	return o.maxRun
 }

@@ -85,6 +85,7 @@ type slot struct {
 
 type runner struct {
 	conf  runConf
+	sc    *scenario
 	srvs  []*redistest.Server // one, or five for the quorum (Redlock) scenarios
 	group *redistest.SentinelGroup
 	res   *resource
@@ -119,15 +120,19 @@ func run(conf runConf) (*runData, error) {
 	if err := os.MkdirAll(conf.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	r := &runner{conf: conf, exe: exe, lock: "check-" + conf.Scenario, ending: make(chan struct{})}
-	if strings.HasPrefix(conf.Scenario, "sentinel-") {
+	sc, ok := scenarioNamed(conf.Scenario)
+	if !ok {
+		return nil, fmt.Errorf("unknown scenario %q", conf.Scenario)
+	}
+	r := &runner{conf: conf, sc: sc, exe: exe, lock: "check-" + conf.Scenario, ending: make(chan struct{})}
+	if sc.deploy == sentinelGroup {
 		r.group, err = redistest.StartSentinel()
 		if err != nil {
 			return nil, err
 		}
 		defer r.group.Close()
 	}
-	for range numServers(conf.Scenario) {
+	for range sc.deploy.servers() {
 		srv, err := redistest.StartProcess()
 		if err != nil {
 			return nil, err
@@ -288,8 +293,8 @@ func (r *runner) spawn(s *slot) error {
 	if r.group != nil {
 		conf.Sentinels, conf.Master = r.group.SentinelAddrs(), r.group.MasterName()
 	}
-	if r.conf.Scenario == "sentinel-failover-ack" {
-		conf.AckN, conf.AckWait = 1, replicaAckWait
+	if r.sc.replicaAck > 0 {
+		conf.AckN, conf.AckWait = r.sc.replicaAck, replicaAckWait
 	}
 	b, _ := json.Marshal(conf)
 	cmd := exec.Command(r.exe)
@@ -761,19 +766,4 @@ func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
 	}
 	r.infraf("unknown scenario %q", kind)
 	return nil
-}
-
-// replicaAckWait is the WAIT timeout of the sentinel-failover-ack scenario.
-const replicaAckWait = 250 * time.Millisecond
-
-// numServers is how many standalone Redis servers a scenario needs (each worker has a fault
-// proxy in front of each); the Sentinel scenarios use a Sentinel group instead.
-func numServers(scenario string) int {
-	switch {
-	case strings.HasPrefix(scenario, "redlock-"):
-		return 5
-	case strings.HasPrefix(scenario, "sentinel-"):
-		return 0
-	}
-	return 1
 }
