@@ -14,6 +14,7 @@ type scenario struct {
 	deploy     deployment
 	replicaAck int // > 0: workers lock WithReplicaAck(replicaAck, replicaAckWait)
 
+	fault fault
 	// minFaults is the least number of faults a run plays out, whatever --min-faults says: the
 	// pause fault alternates between two variants, and a run plays one of each.
 	minFaults int
@@ -57,6 +58,7 @@ var scenarios = []scenario{
 		name:       "pause",
 		help:       "SIGSTOP the holder's process (all its goroutines) past the TTL, then SIGCONT: alternately between the holder's last context check and its write reaching the resource, and right after its read",
 		deploy:     standalone,
+		fault:      pauseHolder,
 		minFaults:  2,
 		mustSignal: true,
 	},
@@ -64,35 +66,41 @@ var scenarios = []scenario{
 		name:            "kill",
 		help:            "SIGKILL the holder's process inside the holder's critical section; a new worker process takes its place",
 		deploy:          standalone,
+		fault:           killHolder,
 		boundedRecovery: true,
 	},
 	{
 		name:       "partition",
 		help:       "cut the link to Redis of the holder's process (its proxy holds every byte) past the TTL while the holder works",
 		deploy:     standalone,
+		fault:      cutHolderOff,
 		mustSignal: true,
 	},
 	{
 		name:   "latency",
 		help:   "50 ms ± 25 ms on the link to Redis of the holder's process for 2–3 s",
 		deploy: standalone,
+		fault:  slowHolderLinks,
 	},
 	{
 		name:         "restart",
 		help:         "kill redis-server and start it again empty (no persistence) while the holder works",
 		deploy:       standalone,
+		fault:        restartRedis,
 		forgetsLocks: true,
 	},
 	{
 		name:         "sentinel-failover",
 		help:         "a Sentinel group: SIGKILL the master while the holder works; Sentinel promotes a replica, the old master comes back empty as a replica",
 		deploy:       sentinelGroup,
+		fault:        failOver,
 		forgetsLocks: true, // replication is asynchronous: a lock not yet copied to the promoted replica is gone
 	},
 	{
 		name:         "sentinel-failover-ack",
 		help:         "as sentinel-failover, with WithReplicaAck(1, 250ms)",
 		deploy:       sentinelGroup,
+		fault:        failOver,
 		replicaAck:   1,
 		forgetsLocks: true, // Sentinel may promote the replica that did not acknowledge (doc.go)
 	},
@@ -100,11 +108,13 @@ var scenarios = []scenario{
 		name:   "redlock-minority",
 		help:   "DialQuorum over 5 servers: kill 2 of them while the holder works; they restart empty after more than a lease",
 		deploy: quorum,
+		fault:  killMinority,
 	},
 	{
 		name:            "redlock-restart",
 		help:            "DialQuorum over 5 servers: a worker's links to 2 servers are cut before it acquires; while it holds the lock on a bare majority, one server of that majority restarts empty at once",
 		deploy:          quorum,
+		fault:           restartMajorityMember,
 		forgetsLocks:    true,
 		tokensUnclaimed: true,
 	},
@@ -112,6 +122,7 @@ var scenarios = []scenario{
 		name:   "redlock-restart-delayed",
 		help:   "as redlock-restart, but the server stays down longer than the lease before it restarts empty",
 		deploy: quorum,
+		fault:  restartMajorityMemberLate,
 	},
 }
 
