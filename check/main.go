@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // defaultGoroutines is --goroutines: 2 or more, so that every run (the short ones of CI
@@ -85,11 +86,7 @@ lock-guarded read-modify-write.
 
 Exit status: 0 when every claimed guarantee held; 1 when one broke (the report names the
 scenario, seed and operations); 2 on a bad command line; 3 when the harness could not run.
-Broken guarantees: fenced mode with a lost update or a non-linearizable history; a lease
-context that said "held" after another holder had acquired (every scenario but restart,
-where the server forgets the lock by design); in partition, a lost-lock signal not before the
-next holder's acquire was sent; in kill, recovery over TTL + 250 ms; tokens not increasing.
-Unfenced overlaps and lost updates are measured, not failures.
+%s
 
 Flags:
 `
@@ -127,7 +124,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		if len(notRun) == 0 {
 			nr.WriteString("  (none: every scenario the checker was built for runs)\n")
 		}
-		fmt.Fprintf(out, usage, sc.String(), nr.String())
+		fmt.Fprintf(out, usage, sc.String(), nr.String(), guaranteesHelp())
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -270,4 +267,63 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 		return 1
 	}
 	return 0
+}
+
+// guaranteesHelp says, for --help, which guarantees fail a run, and which scenarios the
+// scenario table excuses from which of them.
+func guaranteesHelp() string {
+	list := func(keep func(*scenario) bool) string {
+		var names []string
+		for i := range scenarios {
+			if keep(&scenarios[i]) {
+				names = append(names, scenarios[i].name)
+			}
+		}
+		if len(names) < 2 {
+			return strings.Join(names, "")
+		}
+		return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	}
+	text := "Broken guarantees: a token handed out twice, or not increasing with the order of " +
+		"grants; a lease context that said \"held\" after another holder had acquired; fenced, " +
+		"a lost update or a non-linearizable history; a fault no acquisition followed"
+	if l := list(func(s *scenario) bool { return s.mustSignal }); l != "" {
+		text += "; in " + l + ", a hit holder that never got a lost-lock signal"
+	}
+	if l := list(func(s *scenario) bool { return s.boundedRecovery }); l != "" {
+		text += fmt.Sprintf("; in %s, recovery over TTL + %d ms", l, killRecoverySlack.Milliseconds())
+	}
+	text += ". Unfenced overlaps and lost updates are measured, not failures."
+	if l := list(func(s *scenario) bool { return s.forgetsLocks }); l != "" {
+		text += " Where the deployment can forget a held lock (" + l + "), a lease context " +
+			"that said \"held\" after the next grant, and a local handoff of the lost hold " +
+			"after a larger token, are noted instead."
+	}
+	if l := list(func(s *scenario) bool { return s.tokensUnclaimed }); l != "" {
+		text += " In " + l + " (a quorum member restarts empty while the holder holds the " +
+			"lock on a bare majority) increasing tokens are not claimed, and so neither is the " +
+			"fence: both are noted instead."
+	}
+	return wrap(text, 92)
+}
+
+// wrap breaks text into lines of at most width characters, at spaces.
+func wrap(text string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(text) {
+		l := utf8.RuneCountInString(w)
+		switch {
+		case i == 0:
+		case n+1+l > width:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += l
+	}
+	return b.String()
 }

@@ -112,7 +112,7 @@ var scenarios = []scenario{
 	},
 	{
 		name:            "redlock-restart",
-		help:            "DialQuorum over 5 servers: a worker's links to 2 servers are cut before it acquires; while it holds the lock on a bare majority, one server of that majority restarts empty at once",
+		help:            "DialQuorum over 5 servers: while a worker holds the lock, its links to 2 servers are cut, leaving it a bare majority; once its keys on those 2 expired, one server of that majority restarts empty at once",
 		deploy:          quorum,
 		fault:           restartMajorityMember,
 		forgetsLocks:    true,
