@@ -15,6 +15,13 @@
 //	make check-faults    # full: ≥ 10,000 operations per run; writes docs/CORRECTNESS.md
 //
 // It is its own module so that porcupine never enters the library's dependencies.
+//
+// Its files: scenario.go is the table of scenarios, one row each with everything the rest
+// reads about it; faults.go the faults the rows name; run.go one run of a scenario in one mode;
+// worker.go the worker role; resource.go the register the lock protects; analyze.go the
+// figures and guarantees of a run; report.go the printed table and the docs section; clock.go
+// the one clock every process stamps events with; stop_linux.go the wait for a SIGSTOPped
+// process to freeze; main.go the command line.
 package main
 
 import (

@@ -17,9 +17,15 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
+// One run: one scenario in one mode. It starts what the scenario's row of the table
+// (scenario.go) says (a redis-server, five for Redlock, or a Sentinel group), the resource
+// server and the worker processes, plays the row's fault on a seeded schedule until enough
+// writes were applied and faults played out, and gathers the records the analysis reads. The
+// faults themselves are in faults.go.
+
 // runConf is one run: one scenario in one mode.
 type runConf struct {
-	Scenario   string
+	Scenario   string // a name in the scenario table
 	Fenced     bool
 	Seed       uint64
 	Workers    int
@@ -43,7 +49,7 @@ func (c runConf) mode() string {
 // faultRec is one injected fault. Times are CLOCK_MONOTONIC ns. A fault hits a worker process
 // (all its goroutines); Slot, Inc and G name the goroutine whose request sprang it, the holder.
 type faultRec struct {
-	Kind    string `json:"kind"`
+	Kind    string `json:"kind"` // the scenario's name
 	Variant string `json:"variant,omitempty"`
 	Slot    int    `json:"slot"`
 	Inc     int    `json:"inc"`
@@ -81,11 +87,12 @@ type slot struct {
 	done chan struct{}
 }
 
+// runner is one run under way.
 type runner struct {
 	conf  runConf
-	sc    *scenario
-	srvs  []*redistest.Server // one, or five for the quorum (Redlock) scenarios
-	group *redistest.SentinelGroup
+	sc    *scenario                // conf.Scenario's row of the table
+	srvs  []*redistest.Server      // sc.deploy.servers() of them: one, or five for quorum
+	group *redistest.SentinelGroup // or a Sentinel group
 	res   *resource
 	slots []*slot
 	exe   string
