@@ -136,6 +136,53 @@ func TestResource_TrapFiresOnceOnTheMatchingRequest(t *testing.T) {
 	}
 }
 
+// Every part of the checker reads a scenario's row of the table: each row must be complete,
+// and a run's limits must come from the flags of its deployment.
+func TestScenarioTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range scenarios {
+		if s.name == "" || s.help == "" || s.fault.plan == nil || s.fault.inject == nil {
+			t.Errorf("incomplete row: %+v", s)
+		}
+		if seen[s.name] {
+			t.Errorf("%s listed twice", s.name)
+		}
+		seen[s.name] = true
+		if got, ok := scenarioNamed(s.name); !ok || got.name != s.name {
+			t.Errorf("scenarioNamed(%q) = %v, %v", s.name, got, ok)
+		}
+		if s.replicaAck > 0 && s.deploy != sentinelGroup {
+			t.Errorf("%s: replica acknowledgement needs replicas", s.name)
+		}
+	}
+	if _, ok := scenarioNamed("nonesuch"); ok {
+		t.Error("found a scenario that is not in the table")
+	}
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil || strings.Join(o.scenarios, ",") != strings.Join(scenarioNames(), ",") {
+		t.Fatalf("default scenarios %v (%v), want the table's %v", o.scenarios, err, scenarioNames())
+	}
+	o.ttl, o.sentTTL = time.Second, 3*time.Second
+	o.minFaults, o.sentFaults = 1, 7
+	o.maxRun, o.quorumMax = 10*time.Second, 20*time.Second
+	for _, c := range []struct {
+		name   string
+		ttl    time.Duration
+		faults int
+		maxRun time.Duration
+	}{
+		{"pause", time.Second, 2, 10 * time.Second}, // one fault of each variant
+		{"kill", time.Second, 1, 10 * time.Second},
+		{"sentinel-failover-ack", 3 * time.Second, 7, 10 * time.Second},
+		{"redlock-restart", time.Second, 1, 20 * time.Second},
+	} {
+		s, _ := scenarioNamed(c.name)
+		if ttl, faults, maxRun := s.deploy.ttl(o), s.faults(o), s.deploy.maxRun(o); ttl != c.ttl || faults != c.faults || maxRun != c.maxRun {
+			t.Errorf("%s: TTL %v, %d faults, max run %v; want %v, %d, %v", c.name, ttl, faults, maxRun, c.ttl, c.faults, c.maxRun)
+		}
+	}
+}
+
 // history builders for the analysis tests. Times are in ms for readability; the analysis only
 // compares them. Tokens are small, so they map outside the Lock calls and the grant instants
 // fall back to the calls' bounds.

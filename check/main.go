@@ -1,4 +1,4 @@
-// Command dlock-check is dlock's fault-injection checker (issue 6): it measures what the lock
+// Command dlock-check is dlock's fault-injection checker: it measures what the lock
 // guarantees under process pauses, crashes, partitions, latency and Redis restarts, in fenced
 // and unfenced mode, and exits non-zero when a claimed guarantee breaks.
 //
@@ -15,6 +15,13 @@
 //	make check-faults    # full: ≥ 10,000 operations per run; writes docs/CORRECTNESS.md
 //
 // It is its own module so that porcupine never enters the library's dependencies.
+//
+// Its files: scenario.go is the table of scenarios, one row each with everything the rest
+// reads about it; faults.go the faults the rows name; run.go one run of a scenario in one mode;
+// worker.go the worker role; resource.go the register the lock protects; analyze.go the
+// figures and guarantees of a run; report.go the printed table and the docs section; clock.go
+// the one clock every process stamps events with; stop_linux.go the wait for a SIGSTOPped
+// process to freeze; main.go the command line.
 package main
 
 import (
@@ -23,30 +30,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
-
-// scenarios, in the order they run. notRun are the ones issue 6 asks for whose deployment or
-// API is not in the library yet: listed in the report, never faked.
-var scenarios = []string{"pause", "kill", "partition", "latency", "restart",
-	"sentinel-failover", "sentinel-failover-ack", "redlock-minority", "redlock-restart", "redlock-restart-delayed"}
-
-var notRun = []struct{ name, why string }{}
-
-var scenarioHelp = map[string]string{
-	"pause":                   "SIGSTOP the holder's process (all its goroutines) past the TTL, then SIGCONT: alternately between the holder's last context check and its write reaching the resource, and right after its read",
-	"kill":                    "SIGKILL the holder's process inside the holder's critical section; a new worker process takes its place",
-	"partition":               "cut the link to Redis of the holder's process (its proxy holds every byte) past the TTL while the holder works",
-	"latency":                 "50 ms ± 25 ms on the link to Redis of the holder's process for 2–3 s",
-	"sentinel-failover":       "a Sentinel group: SIGKILL the master while the holder works; Sentinel promotes a replica, the old master comes back empty as a replica",
-	"sentinel-failover-ack":   "as sentinel-failover, with WithReplicaAck(1, 250ms)",
-	"restart":                 "kill redis-server and start it again empty (no persistence) while the holder works",
-	"redlock-minority":        "DialQuorum over 5 servers: kill 2 of them while the holder works; they restart empty after more than a lease",
-	"redlock-restart":         "DialQuorum over 5 servers: a worker's links to 2 servers are cut before it acquires; while it holds the lock on a bare majority, one server of that majority restarts empty at once",
-	"redlock-restart-delayed": "as redlock-restart, but the server stays down longer than the lease before it restarts empty",
-}
 
 // defaultGoroutines is --goroutines: 2 or more, so that every run (the short ones of CI
 // included) passes the lock between goroutines of one Client under faults.
@@ -72,7 +59,7 @@ type options struct {
 	short      bool
 }
 
-const usage = `dlock-check: fault-injection checker for dlock (issue 6).
+const usage = `dlock-check: fault-injection checker for dlock.
 
 Usage (from the check/ directory; it is its own Go module):
   go run . [flags]
@@ -106,11 +93,7 @@ lock-guarded read-modify-write.
 
 Exit status: 0 when every claimed guarantee held; 1 when one broke (the report names the
 scenario, seed and operations); 2 on a bad command line; 3 when the harness could not run.
-Broken guarantees: fenced mode with a lost update or a non-linearizable history; a lease
-context that said "held" after another holder had acquired (every scenario but restart,
-where the server forgets the lock by design); in partition, a lost-lock signal not before the
-next holder's acquire was sent; in kill, recovery over TTL + 250 ms; tokens not increasing.
-Unfenced overlaps and lost updates are measured, not failures.
+%s
 
 Flags:
 `
@@ -120,7 +103,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.SetOutput(out)
 	var o options
 	var scen, modes string
-	fs.StringVar(&scen, "scenarios", strings.Join(scenarios, ","), "comma-separated scenarios to run")
+	fs.StringVar(&scen, "scenarios", strings.Join(scenarioNames(), ","), "comma-separated scenarios to run")
 	fs.StringVar(&modes, "modes", "fenced,unfenced", "comma-separated modes: fenced, unfenced")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the fault schedule (the same seed gives the same kinds, gaps, durations and variants)")
 	fs.IntVar(&o.workers, "workers", 5, "worker processes (at least 5 for the published figures)")
@@ -140,15 +123,15 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.Usage = func() {
 		var sc, nr strings.Builder
 		for _, s := range scenarios {
-			fmt.Fprintf(&sc, "  %s\n      %s\n", s, scenarioHelp[s])
+			fmt.Fprintf(&sc, "  %s\n      %s\n", s.name, s.help)
 		}
 		for _, s := range notRun {
 			fmt.Fprintf(&nr, "  %s: %s\n", s.name, s.why)
 		}
 		if len(notRun) == 0 {
-			nr.WriteString("  (none: every scenario of issue 6 is implemented)\n")
+			nr.WriteString("  (none: every scenario the checker was built for runs)\n")
 		}
-		fmt.Fprintf(out, usage, sc.String(), nr.String())
+		fmt.Fprintf(out, usage, sc.String(), nr.String(), guaranteesHelp())
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -181,8 +164,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	for _, s := range strings.Split(scen, ",") {
 		s = strings.TrimSpace(s)
-		if !slices.Contains(scenarios, s) {
-			return o, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(scenarios, ", "))
+		if _, ok := scenarioNamed(s); !ok {
+			return o, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(scenarioNames(), ", "))
 		}
 		o.scenarios = append(o.scenarios, s)
 	}
@@ -239,14 +222,12 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 	began := time.Now()
 	var all []*findings
 	for _, sc := range o.scenarios {
+		s, _ := scenarioNamed(sc) // parseFlags checked every name
 		for _, fenced := range o.modes {
-			ttl := o.ttl
-			if strings.HasPrefix(sc, "sentinel-") {
-				ttl = o.sentTTL
-			}
+			ttl := s.deploy.ttl(o)
 			conf := runConf{
 				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, Goroutines: o.goroutines, TTL: ttl,
-				Cycles: o.cycles, MinFaults: minFaults(sc, o), MaxRun: maxRun(sc, o), Short: o.short, Logf: logf,
+				Cycles: o.cycles, MinFaults: s.faults(o), MaxRun: s.deploy.maxRun(o), Short: o.short, Logf: logf,
 			}
 			conf.Dir = filepath.Join(root, sc+"-"+conf.mode())
 			logf("run %s %s (seed %d, %d workers × %d goroutines, TTL %v)", sc, conf.mode(), o.seed, o.workers, o.goroutines, ttl)
@@ -295,22 +276,61 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 	return 0
 }
 
-// minFaults is the number of faults a run needs: --sentinel-faults failovers for Sentinel, at
-// least 2 for the pause scenario (its faults alternate between two variants), else --min-faults.
-func minFaults(scenario string, o options) int {
-	switch {
-	case strings.HasPrefix(scenario, "sentinel-"):
-		return o.sentFaults
-	case scenario == "pause":
-		return max(o.minFaults, 2)
+// guaranteesHelp says, for --help, which guarantees fail a run, and which scenarios the
+// scenario table excuses from which of them.
+func guaranteesHelp() string {
+	list := func(keep func(*scenario) bool) string {
+		var names []string
+		for i := range scenarios {
+			if keep(&scenarios[i]) {
+				names = append(names, scenarios[i].name)
+			}
+		}
+		if len(names) < 2 {
+			return strings.Join(names, "")
+		}
+		return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 	}
-	return o.minFaults
+	text := "Broken guarantees: a token handed out twice, or not increasing with the order of " +
+		"grants; a lease context that said \"held\" after another holder had acquired; fenced, " +
+		"a lost update or a non-linearizable history; a fault no acquisition followed"
+	if l := list(func(s *scenario) bool { return s.mustSignal }); l != "" {
+		text += "; in " + l + ", a hit holder that never got a lost-lock signal"
+	}
+	if l := list(func(s *scenario) bool { return s.boundedRecovery }); l != "" {
+		text += fmt.Sprintf("; in %s, recovery over TTL + %d ms", l, killRecoverySlack.Milliseconds())
+	}
+	text += ". Unfenced overlaps and lost updates are measured, not failures."
+	if l := list(func(s *scenario) bool { return s.forgetsLocks }); l != "" {
+		text += " Where the deployment can forget a held lock (" + l + "), a lease context " +
+			"that said \"held\" after the next grant, and a local handoff of the lost hold " +
+			"after a larger token, are noted instead."
+	}
+	if l := list(func(s *scenario) bool { return s.tokensUnclaimed }); l != "" {
+		text += " In " + l + " (a quorum member restarts empty while the holder holds the " +
+			"lock on a bare majority) increasing tokens are not claimed, and so neither is the " +
+			"fence: both are noted instead."
+	}
+	return wrap(text, 92)
 }
 
-// maxRun bounds one run: --max-run-redlock in the quorum scenarios, else --max-run.
-func maxRun(scenario string, o options) time.Duration {
-	if strings.HasPrefix(scenario, "redlock-") {
-		return o.quorumMax
+// wrap breaks text into lines of at most width characters, at spaces.
+func wrap(text string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(text) {
+		l := utf8.RuneCountInString(w)
+		switch {
+		case i == 0:
+		case n+1+l > width:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += l
 	}
-	return o.maxRun
+	return b.String()
 }

@@ -24,11 +24,10 @@ import (
 //
 // In fenced mode a read or a write whose token is lower than the highest token seen so far is
 // refused ("stale") and has no effect; fencing the read as well as the write keeps an old
-// holder's late write from landing between a newer holder's read and write (architecture
-// property 4). In unfenced mode everything is applied and the record only notes which
-// operations a fence would have refused. <work-ms> tells the worker how long to "work"
-// between its read and its write: the fault schedule uses it to keep a holder inside its
-// critical section while a fault plays out.
+// holder's late write from landing between a newer holder's read and write. In unfenced mode
+// everything is applied and the record only notes which operations a fence would have
+// refused. <work-ms> tells the worker how long to "work" between its read and its write: the
+// fault schedule uses it to keep a holder inside its critical section while a fault plays out.
 
 // opRecord is one operation as the resource saw it.
 type opRecord struct {

@@ -10,8 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,9 +17,15 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
+// One run: one scenario in one mode. It starts what the scenario's row of the table
+// (scenario.go) says (a redis-server, five for Redlock, or a Sentinel group), the resource
+// server and the worker processes, plays the row's fault on a seeded schedule until enough
+// writes were applied and faults played out, and gathers the records the analysis reads. The
+// faults themselves are in faults.go.
+
 // runConf is one run: one scenario in one mode.
 type runConf struct {
-	Scenario   string
+	Scenario   string // a name in the scenario table
 	Fenced     bool
 	Seed       uint64
 	Workers    int
@@ -45,7 +49,7 @@ func (c runConf) mode() string {
 // faultRec is one injected fault. Times are CLOCK_MONOTONIC ns. A fault hits a worker process
 // (all its goroutines); Slot, Inc and G name the goroutine whose request sprang it, the holder.
 type faultRec struct {
-	Kind    string `json:"kind"`
+	Kind    string `json:"kind"` // the scenario's name
 	Variant string `json:"variant,omitempty"`
 	Slot    int    `json:"slot"`
 	Inc     int    `json:"inc"`
@@ -83,10 +87,12 @@ type slot struct {
 	done chan struct{}
 }
 
+// runner is one run under way.
 type runner struct {
 	conf  runConf
-	srvs  []*redistest.Server // one, or five for the quorum (Redlock) scenarios
-	group *redistest.SentinelGroup
+	sc    *scenario                // conf.Scenario's row of the table
+	srvs  []*redistest.Server      // sc.deploy.servers() of them: one, or five for quorum
+	group *redistest.SentinelGroup // or a Sentinel group
 	res   *resource
 	slots []*slot
 	exe   string
@@ -119,15 +125,19 @@ func run(conf runConf) (*runData, error) {
 	if err := os.MkdirAll(conf.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	r := &runner{conf: conf, exe: exe, lock: "check-" + conf.Scenario, ending: make(chan struct{})}
-	if strings.HasPrefix(conf.Scenario, "sentinel-") {
+	sc, ok := scenarioNamed(conf.Scenario)
+	if !ok {
+		return nil, fmt.Errorf("unknown scenario %q", conf.Scenario)
+	}
+	r := &runner{conf: conf, sc: sc, exe: exe, lock: "check-" + conf.Scenario, ending: make(chan struct{})}
+	if sc.deploy == sentinelGroup {
 		r.group, err = redistest.StartSentinel()
 		if err != nil {
 			return nil, err
 		}
 		defer r.group.Close()
 	}
-	for range numServers(conf.Scenario) {
+	for range sc.deploy.servers() {
 		srv, err := redistest.StartProcess()
 		if err != nil {
 			return nil, err
@@ -288,8 +298,8 @@ func (r *runner) spawn(s *slot) error {
 	if r.group != nil {
 		conf.Sentinels, conf.Master = r.group.SentinelAddrs(), r.group.MasterName()
 	}
-	if r.conf.Scenario == "sentinel-failover-ack" {
-		conf.AckN, conf.AckWait = 1, replicaAckWait
+	if r.sc.replicaAck > 0 {
+		conf.AckN, conf.AckWait = r.sc.replicaAck, replicaAckWait
 	}
 	b, _ := json.Marshal(conf)
 	cmd := exec.Command(r.exe)
@@ -385,7 +395,6 @@ func readEvents(dir string) ([]event, error) {
 
 // plannedFault is one entry of the seeded schedule.
 type plannedFault struct {
-	slot    int           // the worker a fault aims at, when it picks one in advance
 	servers []int         // Redis servers involved, in the quorum scenarios (a permutation of 0..4)
 	gap     time.Duration // wait before arming, after the previous fault ended
 	variant string
@@ -409,7 +418,9 @@ func newSchedule(conf runConf) *schedule {
 	return &schedule{rng: rand.New(rand.NewPCG(conf.Seed, h)), short: conf.Short}
 }
 
-func (s *schedule) next(kind string, ttl time.Duration) plannedFault {
+// next plans the next fault of kind f: a seeded gap (shorter before the first fault, halved
+// in short runs), then what f draws for itself.
+func (s *schedule) next(f fault, ttl time.Duration) plannedFault {
 	rng := s.rng
 	p := plannedFault{gap: time.Second + time.Duration(rng.Int64N(int64(time.Second)))}
 	switch {
@@ -418,35 +429,7 @@ func (s *schedule) next(kind string, ttl time.Duration) plannedFault {
 	case s.short:
 		p.gap /= 2
 	}
-	switch kind {
-	case "pause":
-		// Alternate: paused between the holder's last context check and its write reaching the
-		// resource (the worst place: only a fence can stop that write), or paused right after
-		// its read (it must see the loss at its next check).
-		p.variant = []string{"before-write", "after-read"}[s.n%2]
-		p.dur = ttl + 200*time.Millisecond + time.Duration(rng.Int64N(int64(400*time.Millisecond)))
-	case "partition":
-		p.dur = ttl + 300*time.Millisecond + time.Duration(rng.Int64N(int64(300*time.Millisecond)))
-		p.work = ttl + 200*time.Millisecond
-	case "latency":
-		p.dur = 2*time.Second + time.Duration(rng.Int64N(int64(time.Second)))
-	case "restart":
-		p.dur = 100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)))
-		p.work = time.Duration(rng.Int64N(int64(ttl / 2)))
-	case "sentinel-failover", "sentinel-failover-ack":
-		p.work = time.Duration(rng.Int64N(int64(ttl)))
-	case "redlock-minority":
-		p.servers = rng.Perm(5)
-		p.dur = ttl + 300*time.Millisecond + time.Duration(rng.Int64N(int64(500*time.Millisecond)))
-		p.work = time.Duration(rng.Int64N(int64(ttl / 2)))
-	case "redlock-restart", "redlock-restart-delayed":
-		p.servers = rng.Perm(5)
-		p.work = time.Duration(rng.Int64N(int64(ttl)))
-		p.dur = 0 // restarted at once: as fast as redis-server starts
-		if kind == "redlock-restart-delayed" {
-			p.dur = ttl + 300*time.Millisecond // longer than any lease
-		}
-	}
+	f.plan(&p, rng, s.n, ttl)
 	s.n++
 	return p
 }
@@ -455,325 +438,34 @@ func (s *schedule) next(kind string, ttl time.Duration) plannedFault {
 func (r *runner) schedule(ctx context.Context, s *schedule) int {
 	n := 0
 	for {
-		p := s.next(r.conf.Scenario, r.conf.TTL)
+		p := s.next(r.sc.fault, r.conf.TTL)
 		select {
 		case <-ctx.Done():
 			return n
 		case <-time.After(p.gap):
 		}
-		fired := make(chan struct{})
-		done := make(chan struct{})
-		t := r.trapFor(p, fired, done)
-		if t == nil {
-			return n
-		}
-		r.res.arm(t)
+		in := newInjection(r)
+		r.res.arm(r.sc.fault.inject(r, p, in))
 		select {
-		case <-fired:
+		case <-in.fired:
 		case <-ctx.Done():
 			if r.res.disarm() {
 				return n
 			}
-			<-fired // it sprang meanwhile
+			<-in.fired // it sprang meanwhile
 		case <-time.After(10 * time.Second):
 			if r.res.disarm() {
 				r.infraf("a %s trap did not spring within 10 s", r.conf.Scenario)
 				continue
 			}
-			<-fired
+			<-in.fired
 		}
 		n++
 		select {
-		case <-done:
+		case <-in.done:
 		case <-ctx.Done():
-			<-done // faults always finish: the run waits for them
+			<-in.done // faults always finish: the run waits for them
 			return n
 		}
 	}
-}
-
-// holdersOf reads the lock key on every server directly (not through a proxy) and reports
-// which ones hold it for process pid. The value is "<owner> <token> <holds> <description>"
-// and the description names the holder's pid; the token differs from server to server in
-// quorum mode (each server has its own counter), so it cannot identify the lease.
-func (r *runner) holdersOf(pid int) []bool {
-	held := make([]bool, len(r.srvs))
-	want := fmt.Sprintf(`"pid":%d,`, pid)
-	for k, srv := range r.srvs {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		v, err := srv.Do(ctx, "GET", dlockKey(r.lock))
-		cancel()
-		if err == nil && !strings.HasPrefix(v, "- ") && strings.Contains(v, want) {
-			held[k] = true
-		}
-	}
-	return held
-}
-
-// dlockKey is the Redis key of a lock name with the default prefix (docs/PROTOCOL.md).
-func dlockKey(name string) string { return "dlock:{" + name + "}" }
-
-// stop sends SIGSTOP to pid and returns once the process is frozen.
-func (r *runner) stop(pid int) {
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		r.infraf("SIGSTOP %d: %v", pid, err)
-		return
-	}
-	if err := waitStopped(pid, 2*time.Second); err != nil {
-		r.infraf("%v", err)
-	}
-}
-
-// trapFor builds the trap that injects fault p. fired is closed when it springs, done when
-// the fault is over.
-func (r *runner) trapFor(p plannedFault, fired, done chan struct{}) *trap {
-	record := func(f faultRec) int {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.faults = append(r.faults, f)
-		return len(r.faults) - 1
-	}
-	finish := func(i int) {
-		r.mu.Lock()
-		r.faults[i].End = mono()
-		r.mu.Unlock()
-		close(done)
-	}
-	// hit looks up the worker process that made the request; ok is false if it is not the
-	// running incarnation (cannot happen: an old incarnation is dead).
-	hit := func(w who) (*slot, int, bool) {
-		s := r.slots[w.Slot]
-		cur, pid, _ := s.current()
-		return s, pid, cur == w.Inc
-	}
-	kind := r.conf.Scenario
-	// rec is the record of a fault that starts now, sprung by w's request with token tok.
-	rec := func(w who, tok uint64, variant string) faultRec {
-		return faultRec{Kind: kind, Variant: variant, Slot: w.Slot, Inc: w.Inc, G: w.G, Token: tok, Start: mono()}
-	}
-	switch kind {
-	case "pause":
-		if p.variant == "before-write" {
-			return &trap{op: 'W', fire: func(w who, tok uint64) (time.Duration, bool) {
-				r.faultWG.Add(1)
-				defer r.faultWG.Done()
-				close(fired)
-				_, pid, _ := hit(w)
-				i := record(rec(w, tok, p.variant))
-				r.stop(pid)
-				time.Sleep(p.dur)
-				_ = syscall.Kill(pid, syscall.SIGCONT)
-				finish(i)
-				return 0, false // the write is applied now, after the pause
-			}}
-		}
-		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
-			r.faultWG.Add(1)
-			close(fired)
-			_, pid, _ := hit(w)
-			i := record(rec(w, tok, p.variant))
-			r.stop(pid) // frozen before it gets its answer
-			go func() {
-				defer r.faultWG.Done()
-				time.Sleep(p.dur)
-				_ = syscall.Kill(pid, syscall.SIGCONT)
-				finish(i)
-			}()
-			return 0, false
-		}}
-	case "kill":
-		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
-			r.faultWG.Add(1)
-			close(fired)
-			s, pid, _ := hit(w)
-			i := record(rec(w, tok, ""))
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			_, _, exited := s.current()
-			go func() {
-				defer r.faultWG.Done()
-				<-exited
-				finish(i)
-				select {
-				case <-r.ending:
-				default:
-					if err := r.spawn(s); err != nil {
-						r.infraf("respawn worker %d: %v", s.i, err)
-					}
-				}
-			}()
-			return 0, true // the killed worker never gets an answer
-		}}
-	case "partition":
-		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
-			r.faultWG.Add(1)
-			close(fired)
-			s := r.slots[w.Slot]
-			for _, px := range s.proxies {
-				px.Block()
-			}
-			i := record(rec(w, tok, ""))
-			go func() {
-				defer r.faultWG.Done()
-				time.Sleep(p.dur)
-				for _, px := range s.proxies {
-					px.Unblock()
-				}
-				finish(i)
-			}()
-			return p.work, false // keep working while cut off: the lease must be reported lost
-		}}
-	case "latency":
-		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
-			r.faultWG.Add(1)
-			close(fired)
-			s := r.slots[w.Slot]
-			for _, px := range s.proxies {
-				px.SetJitter(25 * time.Millisecond)
-				px.SetDelay(50 * time.Millisecond)
-			}
-			i := record(rec(w, tok, ""))
-			go func() {
-				defer r.faultWG.Done()
-				time.Sleep(p.dur)
-				for _, px := range s.proxies {
-					px.SetDelay(0)
-					px.SetJitter(0)
-				}
-				finish(i)
-			}()
-			return 0, false
-		}}
-	case "restart":
-		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
-			r.faultWG.Add(1)
-			close(fired)
-			i := record(rec(w, tok, ""))
-			_ = r.srvs[0].Kill()
-			go func() {
-				defer r.faultWG.Done()
-				time.Sleep(p.dur)
-				if err := r.srvs[0].Restart(); err != nil {
-					r.infraf("redis restart: %v", err)
-				}
-				finish(i)
-			}()
-			return p.work, false // the holder is mid-work when its lock vanishes
-		}}
-	case "sentinel-failover", "sentinel-failover-ack":
-		// SIGKILL the master while a holder works; Sentinel promotes a replica; the old master
-		// comes back empty as a replica. Replication is asynchronous: a lock not yet copied
-		// to the promoted replica is gone.
-		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
-			r.faultWG.Add(1)
-			close(fired)
-			i := record(rec(w, tok, r.group.Master().Addr))
-			go func() {
-				defer r.faultWG.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				if _, _, err := r.group.Failover(ctx); err != nil {
-					r.infraf("sentinel failover: %v", err)
-				}
-				finish(i)
-			}()
-			return p.work, false
-		}}
-	case "redlock-minority":
-		// Kill a minority (2 of 5) of the servers while a holder works; they come back empty
-		// after more than a lease (a delayed restart).
-		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
-			r.faultWG.Add(1)
-			close(fired)
-			i := record(rec(w, tok, fmt.Sprintf("servers %d,%d", p.servers[0], p.servers[1])))
-			for _, k := range p.servers[:2] {
-				_ = r.srvs[k].Kill()
-			}
-			go func() {
-				defer r.faultWG.Done()
-				time.Sleep(p.dur)
-				for _, k := range p.servers[:2] {
-					if err := r.srvs[k].Restart(); err != nil {
-						r.infraf("redis restart: %v", err)
-					}
-				}
-				finish(i)
-			}()
-			return p.work, false
-		}}
-	case "redlock-restart", "redlock-restart-delayed":
-		// Redlock's hazard. Under contention a holder often holds the lock on a bare majority
-		// only (a competing attempt took the other servers, then released them). The checker
-		// reads every server to see where the holder's lease is, keeps it on three of them (K)
-		// by cutting its links to the other two, and once its keys there would have expired
-		// (TTL + 100 ms), SIGKILLs one server of K and restarts it empty. At once: the others
-		// can form a majority of that empty server and the two the holder cannot reach, while
-		// the holder still believes it holds the lock. Delayed past the lease: the holder
-		// cannot renew on a majority and learns it lost the lock before the server is back.
-		return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
-			r.faultWG.Add(1)
-			close(fired)
-			vs := r.slots[w.Slot]
-			_, pid, _ := vs.current()
-			held := r.holdersOf(pid)
-			var keep, cut []int
-			for _, k := range p.servers {
-				if held[k] && len(keep) < 3 {
-					keep = append(keep, k)
-				}
-			}
-			note := ""
-			if len(keep) < 3 {
-				// The lease ended between the holder's check and this read (it is then no
-				// bare-majority holder): inject the same fault on servers of the schedule.
-				note = fmt.Sprintf(" (holder's lease on %d servers only)", len(keep))
-				for _, k := range p.servers {
-					if len(keep) < 3 && !slices.Contains(keep, k) {
-						keep = append(keep, k)
-					}
-				}
-			}
-			for _, k := range p.servers {
-				if !slices.Contains(keep, k) {
-					cut = append(cut, k)
-				}
-			}
-			c := keep[0]
-			for _, k := range cut {
-				vs.proxies[k].Block()
-			}
-			i := record(rec(w, tok, fmt.Sprintf("held on %v%s; links to %v cut; server %d down %v", keep, note, cut, c, p.dur.Round(time.Millisecond))))
-			go func() {
-				defer r.faultWG.Done()
-				time.Sleep(r.conf.TTL + 100*time.Millisecond) // its keys on the cut servers expire
-				_ = r.srvs[c].Kill()
-				time.Sleep(p.dur)
-				if err := r.srvs[c].Restart(); err != nil {
-					r.infraf("redis restart: %v", err)
-				}
-				time.Sleep(r.conf.TTL)
-				for _, k := range cut {
-					vs.proxies[k].Unblock()
-				}
-				finish(i)
-			}()
-			return r.conf.TTL + 100*time.Millisecond + p.dur + p.work, false
-		}}
-	}
-	r.infraf("unknown scenario %q", kind)
-	return nil
-}
-
-// replicaAckWait is the WAIT timeout of the sentinel-failover-ack scenario.
-const replicaAckWait = 250 * time.Millisecond
-
-// numServers is how many standalone Redis servers a scenario needs (each worker has a fault
-// proxy in front of each); the Sentinel scenarios use a Sentinel group instead.
-func numServers(scenario string) int {
-	switch {
-	case strings.HasPrefix(scenario, "redlock-"):
-		return 5
-	case strings.HasPrefix(scenario, "sentinel-"):
-		return 0
-	}
-	return 1
 }

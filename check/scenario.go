@@ -1,0 +1,211 @@
+package main
+
+import "time"
+
+// The scenarios: every fact about one lives in its row of the table below (what it runs
+// against, how long it may run, and which guarantees the analysis holds it to), and the rest
+// of the checker reads the row instead of testing the scenario's name.
+
+// scenario is one row of the table.
+type scenario struct {
+	name string // on the command line (--scenarios), in the report, in the lock's name
+	help string // its line in --help
+
+	deploy     deployment
+	replicaAck int // > 0: workers lock WithReplicaAck(replicaAck, replicaAckWait)
+
+	fault fault
+	// minFaults is the least number of faults a run plays out, whatever --min-faults says: the
+	// pause fault alternates between two variants, and a run plays one of each.
+	minFaults int
+
+	// What the analysis expects of the scenario (analyze.go). Every scenario is held to unique
+	// tokens, an acquisition after every fault and, fenced, no lost update and a linearizable
+	// history; these say where a scenario differs.
+
+	// forgetsLocks: the deployment can lose a lock while it is held (a redis-server restarted
+	// empty, a failover to a replica the lock had not reached, a quorum member restarted empty
+	// at once). The holder's client then believes it holds the lock until its next renewal or
+	// server handoff, and meanwhile passes it to its other goroutines (local handoffs), while
+	// the server may grant it to someone else: doc.go documents it (Fencing tokens). So a lease
+	// context that says "held" after the next holder's grant, and a local handoff of the lost
+	// hold that comes after a larger token, are noted, not failed.
+	forgetsLocks bool
+	// tokensUnclaimed: a quorum member restarts empty while the holder holds the lock on a bare
+	// majority including it. In quorum mode tokens are promised to increase only if no server
+	// loses its data while it holds a lock (doc.go, "Quorum mode"), so token order, and the
+	// fenced lost updates and linearizability that rest on it, are noted, not failed.
+	tokensUnclaimed bool
+	// mustSignal: the fault leaves the server's record of the lock intact while the holder
+	// cannot renew (it is frozen or cut off past its TTL), so dlock must tell it: a hit holder
+	// that never gets a lost-lock signal fails the run.
+	mustSignal bool
+	// boundedRecovery: the holder died and its lease simply runs out, so a waiter must get the
+	// lock within TTL + killRecoverySlack of the fault.
+	boundedRecovery bool
+}
+
+// killRecoverySlack is how long past the TTL a dead holder's lock may stay out of reach
+// (boundedRecovery).
+const killRecoverySlack = 250 * time.Millisecond
+
+// replicaAckWait is the WAIT timeout of the scenarios with replicaAck.
+const replicaAckWait = 250 * time.Millisecond
+
+// scenarios, in the order they run.
+var scenarios = []scenario{
+	{
+		name:       "pause",
+		help:       "SIGSTOP the holder's process (all its goroutines) past the TTL, then SIGCONT: alternately between the holder's last context check and its write reaching the resource, and right after its read",
+		deploy:     standalone,
+		fault:      pauseHolder,
+		minFaults:  2,
+		mustSignal: true,
+	},
+	{
+		name:            "kill",
+		help:            "SIGKILL the holder's process inside the holder's critical section; a new worker process takes its place",
+		deploy:          standalone,
+		fault:           killHolder,
+		boundedRecovery: true,
+	},
+	{
+		name:       "partition",
+		help:       "cut the link to Redis of the holder's process (its proxy holds every byte) past the TTL while the holder works",
+		deploy:     standalone,
+		fault:      cutHolderOff,
+		mustSignal: true,
+	},
+	{
+		name:   "latency",
+		help:   "50 ms ± 25 ms on the link to Redis of the holder's process for 2–3 s",
+		deploy: standalone,
+		fault:  slowHolderLinks,
+	},
+	{
+		name:         "restart",
+		help:         "kill redis-server and start it again empty (no persistence) while the holder works",
+		deploy:       standalone,
+		fault:        restartRedis,
+		forgetsLocks: true,
+	},
+	{
+		name:         "sentinel-failover",
+		help:         "a Sentinel group: SIGKILL the master while the holder works; Sentinel promotes a replica, the old master comes back empty as a replica",
+		deploy:       sentinelGroup,
+		fault:        failOver,
+		forgetsLocks: true, // replication is asynchronous: a lock not yet copied to the promoted replica is gone
+	},
+	{
+		name:         "sentinel-failover-ack",
+		help:         "as sentinel-failover, with WithReplicaAck(1, 250ms)",
+		deploy:       sentinelGroup,
+		fault:        failOver,
+		replicaAck:   1,
+		forgetsLocks: true, // Sentinel may promote the replica that did not acknowledge (doc.go)
+	},
+	{
+		name:   "redlock-minority",
+		help:   "DialQuorum over 5 servers: kill 2 of them while the holder works; they restart empty after more than a lease",
+		deploy: quorum,
+		fault:  killMinority,
+	},
+	{
+		name:            "redlock-restart",
+		help:            "DialQuorum over 5 servers: while a worker holds the lock, its links to 2 servers are cut, leaving it a bare majority; once its keys on those 2 expired, one server of that majority restarts empty at once",
+		deploy:          quorum,
+		fault:           restartMajorityMember,
+		forgetsLocks:    true,
+		tokensUnclaimed: true,
+	},
+	{
+		name:   "redlock-restart-delayed",
+		help:   "as redlock-restart, but the server stays down longer than the lease before it restarts empty",
+		deploy: quorum,
+		fault:  restartMajorityMemberLate,
+	},
+}
+
+// notRun are scenarios the checker was built for whose deployment or API is not in the
+// library yet: listed in the report, never faked.
+var notRun = []struct{ name, why string }{}
+
+// scenarioNamed returns the scenario called name.
+func scenarioNamed(name string) (*scenario, bool) {
+	for i := range scenarios {
+		if scenarios[i].name == name {
+			return &scenarios[i], true
+		}
+	}
+	return nil, false
+}
+
+// scenarioNames lists the scenarios in the order they run.
+func scenarioNames() []string {
+	names := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		names[i] = s.name
+	}
+	return names
+}
+
+// faults is the number of faults a run of s needs: its deployment's flag, but at least
+// s.minFaults.
+func (s *scenario) faults(o options) int {
+	return max(s.deploy.faults(o), s.minFaults)
+}
+
+// deployment is what a scenario's workers lock against. It also decides which flags bound a
+// run: the Sentinel ones (--sentinel-ttl, --sentinel-faults) and the Redlock one
+// (--max-run-redlock) are named after it.
+type deployment int
+
+const (
+	// standalone is one redis-server; each worker reaches it through a fault proxy of its own.
+	standalone deployment = iota
+	// quorum is five redis-servers locked with DialQuorum (Redlock); each worker reaches each
+	// server through a fault proxy of its own.
+	quorum
+	// sentinelGroup is a Sentinel group (a master, its replicas and Sentinels), reached through
+	// go-redis's failover client, without fault proxies.
+	sentinelGroup
+)
+
+// servers is how many standalone redis-servers the deployment needs (each worker has a fault
+// proxy in front of each); a Sentinel group brings its own.
+func (d deployment) servers() int {
+	switch d {
+	case quorum:
+		return 5
+	case sentinelGroup:
+		return 0
+	}
+	return 1
+}
+
+// ttl is the lease TTL: --sentinel-ttl in a Sentinel group (longer than a failover, so that a
+// lock can outlive one), else --ttl.
+func (d deployment) ttl(o options) time.Duration {
+	if d == sentinelGroup {
+		return o.sentTTL
+	}
+	return o.ttl
+}
+
+// faults is the number of faults a run needs: --sentinel-faults failovers in a Sentinel group,
+// else --min-faults.
+func (d deployment) faults(o options) int {
+	if d == sentinelGroup {
+		return o.sentFaults
+	}
+	return o.minFaults
+}
+
+// maxRun bounds one run: --max-run-redlock in quorum mode (quorum handoffs under contention are
+// slower), else --max-run.
+func (d deployment) maxRun(o options) time.Duration {
+	if d == quorum {
+		return o.quorumMax
+	}
+	return o.maxRun
+}
