@@ -21,8 +21,8 @@ type Info struct {
 	Held bool
 	// Token is the holder's fencing token as the server issued it: after local handoffs (see
 	// the package documentation, Waiting) the current holder's lease carries up to 15 more.
-	// For a free lock it is the last token, while the server keeps it (one minute after a
-	// release), else 0.
+	// For a free lock it is the last token, while the server keeps it (the token retention
+	// after a release), else 0.
 	Token uint64
 	// Holds is the holder's number of holds (re-entries count); 0 when free.
 	Holds int
@@ -173,7 +173,7 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 }
 
 // ForceUnlock releases the lock called name whoever holds it, as an administrator would: in
-// one atomic step it writes the released value (keeping the token for a minute, so the next
+// one atomic step it writes the released value (keeping the token for the retention, so the next
 // holder's token is larger) and publishes the release notice, which wakes the waiters. The
 // holder's lease is then lost: its next renewal fails and its lease context is cancelled with
 // ErrLost (until then it may still believe it holds the lock: fencing tokens protect the

@@ -39,8 +39,8 @@
 // expired. The server makes a token as max(previous token + 16, the server's clock in
 // microseconds); a lock that passes among one client's waiters without the server (see
 // Waiting) gives them the next 15 tokens, each holder previous + 1, below the server's next
-// one. The previous token is kept with the lock while it is held and for one minute after its
-// release. One exception: when the server loses a held lock (a restart without persistence, a
+// one. The previous token is kept with the lock while it is held and for the token retention
+// after its release (one minute unless WithTokenRetention says otherwise). One exception: when the server loses a held lock (a restart without persistence, a
 // failover without replica acknowledgement, a ForceUnlock), the holder's client learns of it
 // only at its next renewal (within a third of the TTL) or its 16th handoff in a row, and until
 // then may pass the lock to its other waiters; such a lease is lost from the start, its token
@@ -49,11 +49,12 @@
 // unlocked before that never is (its Unlock returns nil). A resource that checks tokens refuses
 // it once it has seen the newer token; the checker (docs/CORRECTNESS.md) counts these cases.
 // So tokens keep increasing as long as the Redis server's wall clock does not step back by more
-// than the time since the name's state expired (at least one minute after a release, at least
-// the lease after a crash), and the server's data is not lost with its clock behind (a restart
+// than the time since the name's state expired (at least the token retention after a release,
+// at least the lease after a crash), and the server's data is not lost with its clock behind (a restart
 // without persistence or a failover to a replica, with clocks stepped back). Redis memory does
-// not grow with the number of names ever locked: a released name's key expires within a
-// minute, a crashed holder's within its lease.
+// not grow with the number of names ever locked: a released name's key expires after the
+// token retention, a crashed holder's within its lease (docs/PROTOCOL.md, "Memory", gives the
+// footprint of many distinct names).
 //
 // Have the protected resource remember the largest token it has seen and refuse requests with
 // a smaller one. For a read-modify-write, check the token on the read as well as on the write
@@ -72,6 +73,18 @@
 // a replica other than the ones that acknowledged, and WAIT does not make the write durable on
 // the replica's disk. A restart without persistence loses locks the same way. Clock jumps on
 // the server shorten or lengthen leases.
+//
+// A server that evicts keys under memory pressure (maxmemory with any maxmemory-policy but
+// noeviction, typical of a cache) can drop a held lock's key and give the lock to a second
+// client before the holder learns of it. Dial and New refuse such a server (ErrEvictionPolicy)
+// unless given WithUnsafeEviction. While leases are held, a client reads its servers' settings
+// again every second: if one can now evict, or evicted keys since the last reading, every lease
+// of the client is treated as lost (context cause wrapping ErrLost and ErrEvictionPolicy) and
+// acquisitions fail until the server is safe again. A lease can still be overtaken within that
+// second; fencing tokens protect the resource then too. On a server out of memory under
+// noeviction, releases and renewals still work and acquisitions fail with ErrOutOfMemory. A
+// release that fails on the network is retried in the background until it succeeds or the
+// lease would have run out.
 //
 // # Deployments
 //
