@@ -143,9 +143,15 @@ func startEmbedded() (*demoServer, error) {
 	}
 	// miniredis answers CLUSTER commands as a one-node cluster, which makes rueidis (and so
 	// dlock) use sharded pub/sub, which miniredis lacks. Answer as a standalone server does.
+	// It has no INFO memory section either, which dlock reads to check that the server never
+	// evicts lock keys: miniredis has no memory limit, so say what a server without one says.
 	m.Server().SetPreHook(func(c *server.Peer, cmd string, args ...string) bool {
-		if strings.EqualFold(cmd, "CLUSTER") {
+		switch {
+		case strings.EqualFold(cmd, "CLUSTER"):
 			c.WriteError("ERR This instance has cluster support disabled")
+			return true
+		case strings.EqualFold(cmd, "INFO") && len(args) > 0:
+			c.WriteBulk("# Memory\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n# Stats\r\nevicted_keys:0\r\n")
 			return true
 		}
 		return false
