@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/dlock-go/dlock/conn"
 )
 
 // Info describes one lock as the server stores it, for inspection tools (dlock status, dlock
@@ -67,9 +65,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	key := c.lockKey(name)
-	reply, err := c.evalAny(ctx, scriptInspect, []string{key})
+	reply, err := c.e.b.inspect(ctx, []string{key})
 	if err != nil {
-		return Info{}, c.redisErr("inspect "+strconv.Quote(name), err)
+		return Info{}, c.e.redisErr("inspect "+strconv.Quote(name), err)
 	}
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != 2 {
@@ -100,9 +98,9 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 	var out []Info
 	cursor := "0"
 	for {
-		reply, err := c.conn.Command(ctx, "SCAN", cursor, "MATCH", pattern, "COUNT", "1000")
+		reply, err := c.e.b.scan(ctx, cursor, pattern)
 		if err != nil {
-			return nil, c.redisErr("list", err)
+			return nil, c.e.redisErr("list", err)
 		}
 		arr, ok := reply.([]any)
 		if !ok || len(arr) != 2 {
@@ -140,9 +138,9 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 
 // inspectKeys reads the given lock keys in one script call and returns the held ones.
 func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error) {
-	reply, err := c.evalAny(ctx, scriptInspect, keys)
+	reply, err := c.e.b.inspect(ctx, keys)
 	if err != nil {
-		return nil, c.redisErr("list", err)
+		return nil, c.e.redisErr("list", err)
 	}
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != 2*len(keys) {
@@ -185,13 +183,9 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	key := c.lockKey(name)
-	args := []string{c.retention, releaseChannel(key)}
-	if c.cluster {
-		args = append(args, "s")
-	}
-	reply, err := c.evalAny(ctx, scriptForceUnlock, []string{key}, args...)
+	reply, err := c.e.b.forceUnlock(ctx, key, releaseChannel(key))
 	if err != nil {
-		return Info{}, c.redisErr("force unlock "+strconv.Quote(name), err)
+		return Info{}, c.e.redisErr("force unlock "+strconv.Quote(name), err)
 	}
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != 3 {
@@ -223,27 +217,12 @@ func (c *Client) checkAdmin(name string) error {
 func (c *Client) lockKey(name string) string { return lockKey(c.opts.prefix, name) }
 
 func (c *Client) badReply(op, name string, reply any) error {
-	return fmt.Errorf("dlock: %s %q: unexpected reply %v from %s", op, name, reply, c.conn.Addr())
-}
-
-// evalAny runs s through Conn.Command, so that its reply may hold strings: by SHA, and with the
-// source when the server does not have the script cached.
-func (c *Client) evalAny(ctx context.Context, s *conn.Script, keys []string, args ...string) (any, error) {
-	cmd := make([]string, 0, 3+len(keys)+len(args))
-	cmd = append(cmd, "EVALSHA", s.SHA, strconv.Itoa(len(keys)))
-	cmd = append(cmd, keys...)
-	cmd = append(cmd, args...)
-	reply, err := c.conn.Command(ctx, cmd...)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		cmd[0], cmd[1] = "EVAL", s.Src
-		reply, err = c.conn.Command(ctx, cmd...)
-	}
-	return reply, err
+	return fmt.Errorf("dlock: %s %q: unexpected reply %v from %s", op, name, reply, c.e.b.addr())
 }
 
 // numSub returns the number of subscribers of each channel (PUBSUB NUMSUB).
 func (c *Client) numSub(ctx context.Context, channels []string) ([]int, error) {
-	reply, err := c.conn.Command(ctx, append([]string{"PUBSUB", "NUMSUB"}, channels...)...)
+	reply, err := c.e.b.numSub(ctx, channels)
 	if err != nil {
 		return nil, err
 	}

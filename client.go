@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,26 +25,38 @@ type Conn = conn.Conn
 // Client hands out locks on one Redis deployment. It owns one renewal loop and one pub/sub
 // subscription, shared by all of its locks. A Client is safe for concurrent use.
 type Client struct {
-	conn    conn.Conn
-	opts    options // defaults for every lock
-	meta    string  // holder description for opts.label
-	ownerID string  // 128 random bits; each lease's secret is ownerID + a sequence number
-	seq     atomic.Uint64
-
-	retention string // WithTokenRetention, in ms, as release.lua takes it
-	quorum    bool   // conn is a quorumConn (DialQuorum, NewQuorum)
-	need      int    // servers that must answer a check: 1, or the quorum's majority
-	guard     *evictionGuard
-	cluster   bool // conn is on a Redis Cluster: sharded pub/sub, renewals grouped by slot
-
-	queues   queues
-	renewer  *renewer
-	notifier *notifier
+	e    *engine
+	opts options // defaults for every lock
+	meta string  // holder description for opts.label
 
 	closeOnce sync.Once
-	closed    atomic.Bool
-	done      chan struct{} // closed by Close: waiters stop waiting
-	bg        sync.WaitGroup
+	bg        sync.WaitGroup // the renewal loop and the subscription
+}
+
+// engine is the machinery every lock of one Client shares. Each part is given what it uses:
+//
+//   - b, the backend: runs the scripts on the deployment (backend.go);
+//   - renewer, the renewal loop: keeps held leases alive, ends lost ones, sends background
+//     releases (renew.go);
+//   - waits, this client's waiters per lock name, and both ends of the wait/handoff protocol
+//     (wait.go);
+//   - notices, the one subscription that wakes the waiters (notify.go);
+//   - guard, the servers' eviction policy (evict.go).
+//
+// The locks (mutex.go) and their leases (lease.go) use the engine; the parts do not reach one
+// another through it.
+type engine struct {
+	b       backend
+	traits  traits
+	renewer *renewer
+	waits   *waitQueues
+	notices *notifier
+	guard   *evictionGuard
+
+	ownerID string // 128 random bits; each lease's secret is ownerID + a sequence number
+	seq     atomic.Uint64
+	closed  atomic.Bool
+	done    chan struct{} // closed by Close: waiters stop waiting
 }
 
 // Dial connects to Redis at url through rueidis and returns a Client that owns the connection.
@@ -57,7 +68,7 @@ type Client struct {
 //     (the hosts are the Sentinels; the client follows their failovers).
 //
 // WithCAFile or WithTLSConfig set up TLS. It fails fast, naming the address, when the server
-// cannot be reached.
+// cannot be reached, and when it can evict lock keys (see WithUnsafeEviction).
 func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	o := defaultOptions().with(opts)
 	if o.err != nil {
@@ -67,12 +78,13 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlock: dial: %w", err)
 	}
-	c, err := newClient(ctx, cn, 1, opts)
+	s := newOneServer(cn, o.retention)
+	s.own = true
+	c, err := newClient(ctx, s, o)
 	if err != nil {
 		cn.Close()
 		return nil, err
 	}
-	c.opts.ownerConn = true
 	return c, nil
 }
 
@@ -81,17 +93,6 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 // server's memory policy (within newCheckTimeout) and fails when the server cannot be reached
 // or can evict lock keys (see WithUnsafeEviction).
 func New(cn Conn, opts ...Option) (*Client, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), newCheckTimeout)
-	defer cancel()
-	return newClient(ctx, cn, 1, opts)
-}
-
-// newCheckTimeout bounds the server check of New and NewQuorum, which take no context.
-const newCheckTimeout = 10 * time.Second
-
-// newClient makes a Client over cn once its servers passed the eviction check; need is how
-// many of them must answer it (a majority in quorum mode).
-func newClient(ctx context.Context, cn Conn, need int, opts []Option) (*Client, error) {
 	if cn == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalid)
 	}
@@ -99,12 +100,24 @@ func newClient(ctx context.Context, cn Conn, need int, opts []Option) (*Client, 
 	if o.err != nil {
 		return nil, o.err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), newCheckTimeout)
+	defer cancel()
+	return newClient(ctx, newOneServer(cn, o.retention), o)
+}
+
+// newCheckTimeout bounds the server check of New and NewQuorum, which take no context.
+const newCheckTimeout = 10 * time.Second
+
+// newClient makes a Client over b once its servers passed the eviction check, and starts the
+// renewal loop and the subscription.
+func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	logger := o.logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	guard := newEvictionGuard(cn, o.evictOK, logger)
-	risk, err := guard.check(ctx, need)
+	tr := b.traits()
+	guard := newEvictionGuard(b, tr.majority, o.evictOK, logger)
+	risk, err := guard.check(ctx)
 	if err == nil {
 		err = risk
 	}
@@ -115,25 +128,20 @@ func newClient(ctx context.Context, cn Conn, need int, opts []Option) (*Client, 
 	if _, err := rand.Read(secret[:]); err != nil {
 		return nil, fmt.Errorf("dlock: owner secret: %w", err)
 	}
-	c := &Client{
-		conn:      cn,
-		opts:      o,
-		meta:      holderMeta(o.label),
-		ownerID:   base64.RawURLEncoding.EncodeToString(secret[:]) + ":",
-		done:      make(chan struct{}),
-		guard:     guard,
-		need:      need,
-		retention: strconv.FormatInt(o.retention.Milliseconds(), 10),
+	e := &engine{
+		b:       b,
+		traits:  tr,
+		guard:   guard,
+		ownerID: base64.RawURLEncoding.EncodeToString(secret[:]) + ":",
+		done:    make(chan struct{}),
 	}
-	if cl, ok := cn.(conn.Clustered); ok && cl.Cluster() {
-		c.cluster = true
-	}
-	c.queues.init(c)
-	c.renewer = newRenewer(c)
-	c.notifier = newNotifier(c)
+	e.renewer = newRenewer(b, guard.check)
+	e.notices = newNotifier(b.listen)
+	e.waits = newWaitQueues(e.notices)
+	c := &Client{e: e, opts: o, meta: holderMeta(o.label)}
 	c.bg.Add(2)
-	go func() { defer c.bg.Done(); c.renewer.run() }()
-	go func() { defer c.bg.Done(); c.notifier.run() }()
+	go func() { defer c.bg.Done(); e.renewer.run() }()
+	go func() { defer c.bg.Done(); e.notices.run() }()
 	return c, nil
 }
 
@@ -142,48 +150,49 @@ func newClient(ctx context.Context, cn Conn, need int, opts []Option) (*Client, 
 // the renewal loop and the subscription and waits for them to exit. It closes the connection
 // if Dial made it. Calls after the first return nil.
 func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
 	var err error
 	c.closeOnce.Do(func() {
-		c.closed.Store(true)
-		close(c.done)
-		c.renewer.stop()
-		c.notifier.stop()
+		e := c.e
+		e.closed.Store(true)
+		close(e.done)
+		e.renewer.stop()
+		e.notices.stop()
 		c.bg.Wait()
-		err = c.releaseAll()
-		if c.opts.ownerConn {
-			err = errors.Join(err, c.conn.Close())
-		}
+		err = errors.Join(e.releaseAll(), e.b.close())
 	})
 	return err
 }
 
-// releaseAll releases every lease still held when the client closes, in one pipeline.
-func (c *Client) releaseAll() error {
-	held := c.renewer.drain()
-	if len(held) == 0 {
-		return nil
+// releaseAll releases every lease still held when the client closes, in one round.
+func (e *engine) releaseAll() error {
+	held, releases := e.renewer.drain()
+	for _, st := range held {
+		releases = append(releases, st.releaseReq(true, false))
 	}
-	calls := make([]conn.Call, len(held))
-	for i, st := range held {
-		calls[i] = st.releaseCall(true, false)
+	if len(releases) == 0 {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	var errs []error
-	for i, r := range c.conn.EvalMulti(ctx, calls) {
-		if r.Err != nil {
-			errs = append(errs, fmt.Errorf("dlock: release %q on close: %w", held[i].name, r.Err))
+	errs, _ := e.b.renew(ctx, releases, nil)
+	var failed []error
+	for i, st := range held {
+		if err := errs[len(errs)-len(held)+i]; err != nil {
+			failed = append(failed, fmt.Errorf("dlock: release %q on close: %w", st.spec.name, err))
 		}
-		held[i].end(ErrClosed)
+		st.end(endClosed, ErrClosed)
 	}
-	return errors.Join(errs...)
+	return errors.Join(failed...)
 }
 
 func (c *Client) checkOpen() error {
 	if c == nil {
 		return fmt.Errorf("%w: nil client", ErrInvalid)
 	}
-	if c.closed.Load() {
+	if c.e.closed.Load() {
 		return ErrClosed
 	}
 	return nil
@@ -191,10 +200,10 @@ func (c *Client) checkOpen() error {
 
 // newOwner returns a secret unique to one acquisition: the client's 128 random bits plus a
 // sequence number.
-func (c *Client) newOwner() string {
+func (e *engine) newOwner() string {
 	var buf [48]byte
-	b := append(buf[:0], c.ownerID...)
-	b = appendUint(b, c.seq.Add(1))
+	b := append(buf[:0], e.ownerID...)
+	b = appendUint(b, e.seq.Add(1))
 	return string(b)
 }
 
@@ -233,30 +242,6 @@ func (o options) dialOptions() []rueidisconn.DialOption {
 	return []rueidisconn.DialOption{rueidisconn.WithTLSConfig(o.tlsConfig)}
 }
 
-// releaseArgs are the arguments of release.lua (docs/PROTOCOL.md): on a Cluster it announces
-// with SPUBLISH; a non-zero floor (the lease's token, in quorum mode or after a local handoff)
-// is the least token kept after the release; count asks a final release to say how many
-// subscribers heard it.
-func (c *Client) releaseArgs(owner, channel string, all bool, floor uint64, count bool) []string {
-	flag := "0"
-	if all {
-		flag = "1"
-	}
-	pub := "p"
-	if c.cluster {
-		pub = "s"
-	}
-	switch {
-	case count:
-		return []string{owner, c.retention, channel, flag, pub, strconv.FormatUint(floor, 10), "c"}
-	case floor != 0:
-		return []string{owner, c.retention, channel, flag, pub, strconv.FormatUint(floor, 10)}
-	case c.cluster:
-		return []string{owner, c.retention, channel, flag, pub}
-	}
-	return []string{owner, c.retention, channel, flag}
-}
-
 // refused reports whether err is the server's refusal by its access rules (ACL), which no
 // retry can turn into a success; any other failure (a lost connection, a timeout, a server
 // loading, read-only after a failover, or in a cluster slot move) may pass.
@@ -267,10 +252,10 @@ func refused(err error) bool {
 
 // redisErr wraps a transport error with the server address, so "connection refused" says where.
 // A server out of memory refuses an acquisition inside the script: that error says so plainly.
-func (c *Client) redisErr(op string, err error) error {
+func (e *engine) redisErr(op string, err error) error {
 	if strings.Contains(err.Error(), "OOM command not allowed") {
 		return fmt.Errorf("dlock: %s on %s: %w: its used memory reached maxmemory, and its maxmemory-policy noeviction refuses new keys until memory is freed (releases still work)",
-			op, c.conn.Addr(), ErrOutOfMemory)
+			op, e.b.addr(), ErrOutOfMemory)
 	}
-	return fmt.Errorf("dlock: %s on %s: %w", op, c.conn.Addr(), err)
+	return fmt.Errorf("dlock: %s on %s: %w", op, e.b.addr(), err)
 }

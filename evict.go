@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/dlock-go/dlock/conn"
 )
 
 // A server whose memory policy can evict keys can drop a held lock's key at any moment, and
@@ -93,7 +91,8 @@ func parseMemoryInfo(info string) (serverMemory, error) {
 
 // evictionGuard keeps a Client's view of whether its servers can evict lock keys.
 type evictionGuard struct {
-	cn     conn.Conn
+	b      backend
+	need   int  // servers that must answer: 1, or a quorum's majority
 	allow  bool // WithUnsafeEviction: warn, never refuse
 	logger *slog.Logger
 
@@ -106,21 +105,14 @@ type evictionGuard struct {
 	checked time.Time        // when risk was last read
 }
 
-func newEvictionGuard(cn conn.Conn, allow bool, logger *slog.Logger) *evictionGuard {
-	return &evictionGuard{cn: cn, allow: allow, logger: logger, evicted: make(map[string]int64), warned: make(map[string]bool)}
+func newEvictionGuard(b backend, need int, allow bool, logger *slog.Logger) *evictionGuard {
+	return &evictionGuard{b: b, need: need, allow: allow, logger: logger, evicted: make(map[string]int64), warned: make(map[string]bool)}
 }
 
-// read asks every master for its memory settings. quorum is how many servers must answer (in
-// quorum mode a minority may be down); a reply that is not an INFO reply counts as an answer
-// that says nothing.
-func (g *evictionGuard) read(ctx context.Context, quorum int) (map[string]serverMemory, error) {
-	var replies []conn.MasterReply
-	if ms, ok := g.cn.(conn.Masters); ok {
-		replies = ms.CommandMasters(ctx, "INFO", "memory", "stats")
-	} else {
-		v, err := g.cn.Command(ctx, "INFO", "memory", "stats")
-		replies = []conn.MasterReply{{Addr: g.cn.Addr(), Reply: v, Err: err}}
-	}
+// read asks every master for its memory settings; at least need must answer (in quorum mode
+// a minority may be down).
+func (g *evictionGuard) read(ctx context.Context) (map[string]serverMemory, error) {
+	replies := g.b.masters(ctx, "INFO", "memory", "stats")
 	out := make(map[string]serverMemory, len(replies))
 	var errs []error
 	for _, r := range replies {
@@ -140,7 +132,7 @@ func (g *evictionGuard) read(ctx context.Context, quorum int) (map[string]server
 		}
 		out[r.Addr] = m
 	}
-	if len(out) < quorum || len(out) == 0 {
+	if len(out) < g.need || len(out) == 0 {
 		return out, fmt.Errorf("dlock: cannot read the memory policy of the servers: %w", errors.Join(errs...))
 	}
 	return out, nil
@@ -190,8 +182,8 @@ func (g *evictionGuard) assess(mem map[string]serverMemory) error {
 }
 
 // check reads and assesses the servers; with WithUnsafeEviction it never reports a risk.
-func (g *evictionGuard) check(ctx context.Context, quorum int) (risk, err error) {
-	mem, err := g.read(ctx, quorum)
+func (g *evictionGuard) check(ctx context.Context) (risk, err error) {
+	mem, err := g.read(ctx)
 	if err != nil {
 		if g.allow {
 			g.logger.Warn("dlock: cannot check whether the servers may evict lock keys", "error", err)
@@ -205,7 +197,7 @@ func (g *evictionGuard) check(ctx context.Context, quorum int) (risk, err error)
 // refusal returns the error an acquisition gets while a server can evict lock keys. While one
 // could, it reads the servers again, at most every evictionCheckEvery/4, so that acquisitions
 // resume once the setting is fixed.
-func (g *evictionGuard) refusal(ctx context.Context, quorum int) error {
+func (g *evictionGuard) refusal(ctx context.Context) error {
 	if !g.atRisk.Load() {
 		return nil
 	}
@@ -218,7 +210,7 @@ func (g *evictionGuard) refusal(ctx context.Context, quorum int) error {
 	if time.Since(checked) < evictionCheckEvery/4 {
 		return risk
 	}
-	risk, err := g.check(ctx, quorum)
+	risk, err := g.check(ctx)
 	if err != nil {
 		return err
 	}

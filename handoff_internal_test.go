@@ -53,7 +53,7 @@ func queueWaiters(t *testing.T, ctx context.Context, m *Mutex, n int, hold func(
 				t.Error(err)
 			}
 		}()
-		waitUntil(t, fmt.Sprintf("waiter %d to queue", i), func() bool { return queueLen(m.c, m.key) == i+1 })
+		waitUntil(t, fmt.Sprintf("waiter %d to queue", i), func() bool { return queueLen(m.e, m.spec.key) == i+1 })
 	}
 	return &wg
 }
@@ -70,7 +70,7 @@ func TestLocalHandoff_TokensAndServerValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner0, token0 := serverValue(t, s, m.key)
+	owner0, token0 := serverValue(t, s, m.spec.key)
 	if token0 != first.Token() {
 		t.Fatalf("server token %d, lease token %d", token0, first.Token())
 	}
@@ -82,7 +82,7 @@ func TestLocalHandoff_TokensAndServerValue(t *testing.T) {
 	}
 	holds := make([]hold, n)
 	wg := queueWaiters(t, ctx, m, n, func(i int, l *Lease) bool {
-		o, tok := serverValue(t, s, m.key)
+		o, tok := serverValue(t, s, m.spec.key)
 		holds[i] = hold{l.Token(), o, tok}
 		return true
 	})
@@ -111,7 +111,7 @@ func TestLocalHandoff_TokensAndServerValue(t *testing.T) {
 		}
 	}
 	last := holds[n-1].token
-	if o, tok := serverValue(t, s, m.key); o != "-" || tok != last {
+	if o, tok := serverValue(t, s, m.spec.key); o != "-" || tok != last {
 		t.Fatalf("after the last Unlock: owner %q token %d, want released with token %d", o, tok, last)
 	}
 	other := dial()
@@ -188,12 +188,12 @@ func TestLocalHandoff_DifferentLeaseGoesThroughServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner0, _ := serverValue(t, s, first.st.key)
+	owner0, _ := serverValue(t, s, first.st.spec.key)
 	m := c.Mutex("ttl", WithTTL(3*time.Second))
 	var owner string
 	var token uint64
 	wg := queueWaiters(t, ctx, m, 1, func(_ int, l *Lease) bool {
-		owner, _ = serverValue(t, s, m.key)
+		owner, _ = serverValue(t, s, m.spec.key)
 		token = l.Token()
 		return true
 	})

@@ -2,14 +2,11 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/dlock-go/dlock/conn"
 )
 
 // epoch anchors the monotonic clock readings kept as int64 nanoseconds in leases.
@@ -35,25 +32,14 @@ const (
 
 // leaseState is shared by every hold (re-entry) of one acquisition.
 type leaseState struct {
-	c       *Client
-	name    string
-	key     string
-	channel string
-	owner   string
-	token   uint64
-	renew   bool
-	meta    string        // the holder description stored with the lock
-	local   bool          // token issued by a local handoff: above the token stored on the server
-	base    uint64        // the token stored on the server for this hold (token, unless local)
-	ackN    int           // WithReplicaAck: replicas that must acknowledge each renewal
-	ackWait time.Duration // and how long to wait for them
-
-	keys []string // {key}, shared with the Mutex
+	e     *engine
+	spec  *lockSpec
+	owner string // the secret the server knows the holder by
+	token uint64 // the fencing token; after a local handoff, above the one stored on the server
 
 	state    atomic.Int32
 	deadline atomic.Int64 // mono ns at which the lease counts as lost unless renewed first
-
-	ttl atomic.Int64 // lease length in ns; Extend changes it
+	ttl      atomic.Int64 // lease length in ns; Extend changes it
 
 	mu       sync.Mutex      // guards lastSent, holds, parent, ctx, cause
 	lastSent int64           // mono ns when the newest successful acquire/renew was sent
@@ -67,15 +53,10 @@ type leaseState struct {
 	due int64 // mono ns of the next renewal (or, without renewal, of the deadline)
 }
 
-func newLeaseState(m *Mutex, parent context.Context, owner string, token uint64, sent int64) *leaseState {
-	st := &leaseState{
-		c: m.c, name: m.name, key: m.key, keys: m.keys, channel: m.channel,
-		owner: owner, token: token, renew: m.o.renew, meta: m.meta, ackN: m.o.ackN, ackWait: m.o.ackWait,
-		lastSent: sent, holds: 1, parent: parent, idx: -1,
-	}
-	st.base = token
-	st.ttl.Store(int64(m.o.ttl))
-	st.deadline.Store(sent + int64(m.o.ttl-drift(m.o.ttl)))
+func newLeaseState(e *engine, spec *lockSpec, parent context.Context, owner string, token uint64, sent int64) *leaseState {
+	st := &leaseState{e: e, spec: spec, owner: owner, token: token, lastSent: sent, holds: 1, parent: parent, idx: -1}
+	st.ttl.Store(int64(spec.ttl))
+	st.deadline.Store(sent + int64(spec.ttl-drift(spec.ttl)))
 	return st
 }
 
@@ -107,38 +88,39 @@ func (st *leaseState) expired() bool {
 	if mono() < st.deadline.Load() {
 		return false
 	}
-	st.end(ErrLost)
+	st.end(endLost, ErrLost)
 	return true
 }
 
-// end moves the lease out of the held state once: cause nil for a release, ErrLost or
-// ErrClosed otherwise. It cancels the lease context, leaves the renewal loop and wakes a
-// local waiter for the name.
-func (st *leaseState) end(cause error) bool { return st.endAlone(cause, false) }
+// ending says how a lease ended.
+type ending uint8
 
-// endAlone is end, for a release that no other client heard when alone is set: the local head
-// then tries at once instead of holding back for the others (see fairnessYield).
-func (st *leaseState) endAlone(cause error, alone bool) bool {
-	if !st.finish(cause) {
-		return false
-	}
-	st.c.queues.notice(st.key, st.token, alone)
-	return true
-}
+const (
+	// endReleased: Unlock released the lock on the server; this client's waiters are woken.
+	endReleased ending = iota
+	// endReleasedUnheard: the same, and no other client heard the release: this client's
+	// head tries at once instead of holding back for others (see fairnessYield).
+	endReleasedUnheard
+	// endPassedOn: the lock went to a waiter of this client, who holds it now; nobody to wake.
+	endPassedOn
+	// endLost: the lock is, or may be, someone else's now (cause wraps ErrLost).
+	endLost
+	// endClosed: the client closed.
+	endClosed
+)
 
-// endQuiet ends a lease that was handed over to a local waiter: no release notice, the waiter
-// already holds the lock.
-func (st *leaseState) endQuiet() { st.finish(nil) }
-
-// finish moves the lease out of the held state once, cancels its context and leaves the
-// renewal loop.
-func (st *leaseState) finish(cause error) bool {
+// end moves the lease out of the held state, once: it records why, cancels the lease context
+// (with cause, for a loss), leaves the renewal loop and, unless the lock was passed on, wakes
+// this client's first waiter for the lock. It reports false when the lease had already ended.
+func (st *leaseState) end(how ending, cause error) bool {
 	next := stateReleased
-	switch {
-	case errors.Is(cause, ErrLost):
+	switch how {
+	case endLost:
 		next = stateLost
-	case errors.Is(cause, ErrClosed):
-		next = stateClosed
+	case endClosed:
+		next, cause = stateClosed, ErrClosed
+	default:
+		cause = nil
 	}
 	st.mu.Lock()
 	if !st.state.CompareAndSwap(stateHeld, next) {
@@ -151,7 +133,10 @@ func (st *leaseState) finish(cause error) bool {
 	if ctx != nil {
 		ctx.cancel(cause)
 	}
-	st.c.renewer.remove(st)
+	st.e.renewer.remove(st)
+	if how != endPassedOn {
+		st.e.waits.leaseEnded(st.spec.key, st.token, how == endReleasedUnheard)
+	}
 	return true
 }
 
@@ -178,25 +163,24 @@ func (st *leaseState) endedErr() error {
 		cause := st.cause
 		st.mu.Unlock()
 		if cause != nil && cause != ErrLost {
-			return fmt.Errorf("%q: %w", st.name, cause)
+			return fmt.Errorf("%q: %w", st.spec.name, cause)
 		}
-		return fmt.Errorf("%w: %q", ErrLost, st.name)
+		return fmt.Errorf("%w: %q", ErrLost, st.spec.name)
 	case stateClosed:
 		return ErrClosed
 	}
-	return fmt.Errorf("%w: %q was released", ErrNotHeld, st.name)
+	return fmt.Errorf("%w: %q was released", ErrNotHeld, st.spec.name)
 }
 
 func (st *leaseState) lostAtUnlock() error {
-	return fmt.Errorf("%w: %q was lost before Unlock (%w)", ErrLost, st.name, ErrNotHeld)
+	return fmt.Errorf("%w: %q was lost before Unlock (%w)", ErrLost, st.spec.name, ErrNotHeld)
 }
 
-func (st *leaseState) releaseCall(all, count bool) conn.Call {
-	var floor uint64
-	if st.c.quorum || st.local {
-		floor = st.token // the server's token may be smaller: keep this one
-	}
-	return conn.Call{Script: scriptRelease, Keys: st.keys, Args: st.c.releaseArgs(st.owner, st.channel, all, floor, count)}
+// releaseReq releases one hold of this lease, or all; count asks a final release how many
+// subscribers heard it. The floor is the lease's token: after local handoffs it is above the
+// stored one, and in quorum mode each server's may be below it.
+func (st *leaseState) releaseReq(all, count bool) releaseReq {
+	return releaseReq{keys: st.spec.keys, channel: st.spec.channel, owner: st.owner, all: all, floor: st.token, count: count}
 }
 
 // leaseCtx is the context of a lease: cancelled when the lease ends. Err and Value check the
@@ -210,30 +194,30 @@ type leaseCtx struct {
 
 // leaseKey finds a client's lease on one lock key in a context, for re-entry.
 type leaseKey struct {
-	c   *Client
+	e   *engine
 	key string
 }
 
 func (x *leaseCtx) Err() error {
-	x.sync()
+	x.cancelIfEnded()
 	return x.Context.Err()
 }
 
 func (x *leaseCtx) Value(k any) any {
 	switch k := k.(type) {
 	case leaseKey:
-		if k.c == x.st.c && k.key == x.st.key {
+		if k.e == x.st.e && k.key == x.st.spec.key {
 			return x.st
 		}
 	case tokenKey:
 		return x.st.token
 	}
-	x.sync() // context.Cause and context.WithCancel look up the parent's state through Value
+	x.cancelIfEnded() // context.Cause and context.WithCancel look up the parent's state through Value
 	return x.Context.Value(k)
 }
 
-// sync cancels the context at once if the lease has ended or its deadline has passed.
-func (x *leaseCtx) sync() {
+// cancelIfEnded cancels the context at once if the lease has ended or its deadline passed.
+func (x *leaseCtx) cancelIfEnded() {
 	x.st.expired()
 	if x.st.state.Load() != stateHeld {
 		x.st.mu.Lock()
@@ -266,9 +250,9 @@ func TokenFromContext(ctx context.Context) (token uint64, ok bool) {
 	return token, ok
 }
 
-// heldIn returns the lease on key of client c carried by ctx, or nil.
-func heldIn(ctx context.Context, c *Client, key string) *leaseState {
-	st, _ := ctx.Value(leaseKey{c, key}).(*leaseState)
+// heldIn returns the lease on key of engine e carried by ctx, or nil.
+func heldIn(ctx context.Context, e *engine, key string) *leaseState {
+	st, _ := ctx.Value(leaseKey{e, key}).(*leaseState)
 	return st
 }
 
@@ -288,7 +272,7 @@ func (l *Lease) Name() string {
 	if l == nil {
 		return ""
 	}
-	return l.st.name
+	return l.st.spec.name
 }
 
 var endedCtx = func() context.Context {
@@ -329,26 +313,18 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return st.endedErr()
 	}
 	sent := mono()
-	calls := []conn.Call{{Script: scriptRenew, Keys: st.keys, Args: []string{st.owner, strconv.FormatInt(ttl.Milliseconds(), 10)}}}
-	if st.ackN > 0 {
-		calls = append(calls, conn.Call{WaitReplicas: st.ackN, WaitTimeout: st.ackWait})
-	}
-	rs := st.c.conn.EvalMulti(ctx, calls)
-	res, err := rs[0].Ints, rs[0].Err
-	if err != nil {
-		return st.c.redisErr("extend", err)
-	}
-	if st.ackN > 0 && len(res) == 1 && res[0] == 1 {
-		if a := rs[1]; a.Err != nil || len(a.Ints) != 1 || a.Ints[0] < int64(st.ackN) {
-			return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.name)
-		}
-	}
-	if len(res) != 1 || res[0] != 1 {
-		st.end(ErrLost)
+	_, outs := st.e.b.renew(ctx, nil, []renewal{{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack}})
+	switch {
+	case outs[0].err == errNotAcked:
+		return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.spec.name)
+	case outs[0].err != nil:
+		return st.e.redisErr("extend", outs[0].err)
+	case !outs[0].ok:
+		st.end(endLost, ErrLost)
 		return st.endedErr()
 	}
 	if st.renewed(sent, ttl) {
-		st.c.renewer.reschedule(st)
+		st.e.renewer.reschedule(st)
 	}
 	return nil
 }
@@ -363,15 +339,15 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if l.unlocked.Load() || st.expired() || st.state.Load() != stateHeld {
 		return 0, st.endedErr()
 	}
-	res, err := st.c.conn.Eval(ctx, scriptPTTL, []string{st.key}, []string{st.owner})
+	left, held, err := st.e.b.pttl(ctx, st.spec.keys, st.owner)
 	if err != nil {
-		return 0, st.c.redisErr("ttl", err)
+		return 0, st.e.redisErr("ttl", err)
 	}
-	if len(res) != 1 || res[0] < 0 {
-		st.end(ErrLost)
+	if !held {
+		st.end(endLost, ErrLost)
 		return 0, st.endedErr()
 	}
-	return time.Duration(res[0]) * time.Millisecond, nil
+	return left, nil
 }
 
 // unlockTimeout bounds an Unlock whose context is already done: it still runs, so that a
@@ -383,18 +359,19 @@ const unlockTimeout = 5 * time.Second
 // cancelled. Whatever the outcome, the hold is over when Unlock returns: the lease is no longer
 // renewed by this hold. It returns an error wrapping ErrNotHeld when this hold was already
 // unlocked (or l is nil), wrapping ErrLost when the lock was lost before the Unlock, and a
-// transport error when the server could not be told (the lock then expires after its TTL).
-// A ctx that is already done does not stop Unlock: it still asks the server, within 5 s, so
-// that a deferred Unlock after a cancelled request frees the lock. When another goroutine of
-// the same client waits for the lock, Unlock usually passes the lock to it without asking the
-// server (see the package documentation, Waiting): it then returns nil without learning
-// whether the server still had the lock, and the waiter's lease reports a loss instead.
+// transport error when the server could not be told (the release is then retried in the
+// background until it succeeds or the lease runs out). A ctx that is already done does not stop
+// Unlock: it still asks the server, within 5 s, so that a deferred Unlock after a cancelled
+// request frees the lock. When another goroutine of the same client waits for the lock, Unlock
+// usually passes the lock to it without asking the server (see the package documentation,
+// Waiting): it then returns nil without learning whether the server still had the lock, and
+// the waiter's lease reports a loss instead.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)
 	}
 	if !l.unlocked.CompareAndSwap(false, true) {
-		return fmt.Errorf("%w: %q already unlocked", ErrNotHeld, l.st.name)
+		return fmt.Errorf("%w: %q already unlocked", ErrNotHeld, l.st.spec.name)
 	}
 	st := l.st
 	st.mu.Lock()
@@ -412,181 +389,19 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		defer cancel()
 	}
 	if last && state == stateHeld {
-		if done, err := st.handOver(ctx); done {
-			return err
-		}
+		return st.e.letGo(ctx, st) // wait.go: to this client's next waiter, or released for all
 	}
-	// With waiters of this client queued for the lock, the release reports how many subscribers
-	// heard it: when no other client's did, nobody else waits, and the local head need not hold
-	// back its attempt for them (see fairnessYield). Without the count this client would pause
-	// every handoff among its own waiters that goes through the server (quorum mode, replica
-	// acknowledgement, a waiter that asks for another lease).
-	count, own := false, int64(0)
-	if last && state == stateHeld && st.c.queues.waiting(st.key) {
-		count = true
-		if st.c.notifier.isLive(st.channel) {
-			own = 1 // this client's own subscription hears it too
-		}
-	}
-	call := st.releaseCall(last, count)
-	res, err := st.c.conn.Eval(ctx, call.Script, call.Keys, call.Args)
+	// An inner hold: drop it on the server. Or a lease already lost: clear what the server may
+	// still hold of it, and tell the caller.
+	res, err := st.e.b.release(ctx, st.releaseReq(last, false))
 	switch {
 	case state == stateLost:
 		return st.lostAtUnlock() // whatever the server said: the loss is what the caller must know
-	case err != nil && last && !refused(err):
-		// The lock stays held on the server until a release gets through: retry it in the
-		// background until then, or until the lease would have run out anyway.
-		st.mu.Lock()
-		until := st.lastSent + st.ttl.Load()
-		st.mu.Unlock()
-		c, key, token := st.c, st.key, st.token
-		st.c.renewer.retryRelease(call, until, func() { c.queues.notice(key, token, false) })
-		st.end(nil)
-		return fmt.Errorf("%w (retrying in the background until the lease would run out)", st.c.redisErr("unlock "+strconv.Quote(st.name), err))
 	case err != nil:
-		if last {
-			st.end(nil)
-		}
-		return st.c.redisErr("unlock "+strconv.Quote(st.name), err)
-	case (len(res) != 1 && len(res) != 2) || res[0] < 0:
-		st.end(ErrLost)
+		return st.e.redisErr("unlock "+strconv.Quote(st.spec.name), err)
+	case !res.owned:
+		st.end(endLost, ErrLost)
 		return st.lostAtUnlock()
-	case last:
-		st.endAlone(nil, count && len(res) == 2 && res[1] <= own)
 	}
 	return nil
-}
-
-// localHandoffs is how many times in a row a lock passes among one client's waiters without
-// asking the server (see handOver); the next handoff asks, by handover.lua, and the server
-// refuses it when other clients wait. So while other clients wait, a client holds a lock at most
-// localHandoffs+1 times in a row. acquire.lua keeps the tokens it issues at least
-// localHandoffs+1 (16) apart, so that the tokens T+1 … T+localHandoffs given out locally after a
-// server token T stay below every later server token.
-const localHandoffs = 15
-
-// fairnessYield and fairnessWindow: a client's head woken by a release notice (or by its timer)
-// holds back its attempt by up to fairnessYield, the more the more recently its own client's last
-// lease on the lock ended: fairnessYield right after that, nothing once fairnessWindow has
-// passed (holdBack). The client that just released (woken locally at once) would otherwise win
-// nearly every race against the other clients' heads, which learn of the release over the
-// network; and among those, the clients that held the lock least recently now tend to go
-// first. In the 4-process hot-lock benchmark (bench/, scenario 3) a 4 ms window against 1 ms
-// (which only held back the releasing client) gave Jain 0.97-0.99 vs 0.89-0.96 and wait p99
-// 18-27 ms vs 30-41 ms, at the same handoff rate. Widening it to 8 ms (2 ms at most, the same
-// slope) orders by recency the clients that missed a turn too: wait p99 2.5-2.8 times the
-// fair-share wait against 3.0-3.8 with 4 ms (9 runs each way, alternated, both transports),
-// for 7-20 % fewer handoffs/s (BenchmarkHotName/4procs: 14,400-14,900 against 18,100-18,800).
-const (
-	fairnessYield  = 2 * time.Millisecond
-	fairnessWindow = 8 * time.Millisecond
-)
-
-// holdBack is how long a head holds back its attempt when its client's last lease on the
-// lock ended since ago.
-func holdBack(since time.Duration) time.Duration {
-	if since >= fairnessWindow {
-		return 0
-	}
-	return fairnessYield * (fairnessWindow - since) / fairnessWindow
-}
-
-// handOver passes the lock, at its last Unlock, straight to the first waiter of this client for
-// the same name. It reports done = false when there is no such waiter or the server refused
-// (other clients wait and the client had its turn): the caller then releases as usual. Not in
-// quorum mode, nor with replica acknowledgement.
-//
-// Most handoffs cost no round trip: the lock stays with this client under the same owner secret
-// in Redis, and the waiter gets a lease with the next token (token+1, below every later token
-// from the server: see localHandoffs) and the same deadline, renewed by the loop as any other. Every
-// localHandoffs+1-th handoff, and any handoff to a waiter whose lease differs (TTL, renewal,
-// label), goes through handover.lua: one round trip, a new owner secret and a server token, and
-// the server's check that no other client waits too long.
-// After a refusal for fairness, the release lets every client compete (see fairnessYield).
-func (st *leaseState) handOver(ctx context.Context) (done bool, err error) {
-	c := st.c
-	if c.quorum || st.ackN > 0 {
-		return false, nil
-	}
-	q, w, streak := c.queues.reserveHead(st.key)
-	if w == nil {
-		return false, nil
-	}
-	m := w.m
-	if m.o.ackN > 0 {
-		c.queues.settle(q, w, nil, false)
-		return false, nil
-	}
-	if streak < localHandoffs && st.renew && m.o.renew && m.meta == st.meta && m.o.ttl == st.currentTTL() {
-		next := st.passOn(m, w.ctx)
-		if !c.renewer.add(next) {
-			c.queues.settle(q, w, nil, false)
-			return false, nil // the client is closing: the caller's release reports it
-		}
-		given := c.queues.settle(q, w, next, false)
-		st.endQuiet()
-		if !given {
-			(&Lease{st: next}).Unlock(context.WithoutCancel(ctx)) // the waiter left meanwhile
-		}
-		return true, nil
-	}
-	mine := "0"
-	if c.notifier.isLive(st.channel) { // counted by the server: as for a counted release, below
-		mine = "1"
-	}
-	shard := ""
-	if c.cluster {
-		shard = "s"
-	}
-	owner := c.newOwner()
-	sent := mono()
-	res, err := c.conn.Eval(ctx, scriptHandover, st.keys, []string{
-		st.owner, owner, m.ttlArg, m.meta, strconv.Itoa(streak), strconv.Itoa(localHandoffs), st.channel, mine, shard,
-		strconv.FormatUint(st.token, 10),
-	})
-	switch {
-	case err != nil:
-		// Either side of the handover may have happened: release both owners' holds.
-		c.queues.settle(q, w, nil, false)
-		c.renewer.orphan(m.releaseCall(owner), m.o.ttl)
-		return false, nil // the caller's release reports the transport error, or succeeds
-	case len(res) == 2 && res[0] == 1:
-	case len(res) == 2 && res[0] == 0:
-		c.queues.settle(q, w, nil, false) // the release that follows sets q.lastEnd: see fairnessYield
-		return false, nil
-	default:
-		c.queues.settle(q, w, nil, false)
-		st.end(ErrLost)
-		return true, st.lostAtUnlock()
-	}
-	next := newLeaseState(m, w.ctx, owner, uint64(res[1]), sent)
-	if !c.renewer.add(next) {
-		c.queues.settle(q, w, nil, false)
-		c.renewer.orphan(m.releaseCall(owner), m.o.ttl)
-		st.end(nil)
-		return true, nil
-	}
-	// The server checked for other clients' waiters (and found none) once the streak reached
-	// localHandoffs: the next localHandoffs handoffs go without asking again.
-	given := c.queues.settle(q, w, next, streak >= localHandoffs)
-	st.endQuiet()
-	if !given {
-		(&Lease{st: next}).Unlock(context.WithoutCancel(ctx)) // the waiter left meanwhile
-	}
-	return true, nil
-}
-
-// passOn makes the lease of a local waiter (Mutex m, Lock's context parent) that takes over
-// this lease's hold on the server: same owner secret, the next token, and the deadline and
-// renewal time this lease has reached.
-func (st *leaseState) passOn(m *Mutex, parent context.Context) *leaseState {
-	st.mu.Lock()
-	sent := st.lastSent
-	st.mu.Unlock()
-	next := newLeaseState(m, parent, st.owner, st.token+1, sent)
-	next.local = true
-	next.base = st.base
-	next.ttl.Store(st.ttl.Load())
-	next.deadline.Store(st.deadline.Load())
-	return next
 }

@@ -15,7 +15,7 @@ import (
 // need and, when the connection drops, reopens it, subscribes again and wakes every head
 // (a notice may have been missed meanwhile). Waiters themselves hold no connection.
 type notifier struct {
-	c *Client
+	listen func(context.Context, conn.Handler) (conn.Listener, error) // the backend's
 
 	mu   sync.Mutex
 	subs map[string]*queue // channel -> queue wanting its notices
@@ -32,9 +32,9 @@ type notifier struct {
 	active map[string]bool // channels subscribed on ln
 }
 
-func newNotifier(c *Client) *notifier {
+func newNotifier(listen func(context.Context, conn.Handler) (conn.Listener, error)) *notifier {
 	return &notifier{
-		c:      c,
+		listen: listen,
 		subs:   make(map[string]*queue),
 		live:   make(map[string]bool),
 		dirty:  make(chan struct{}, 1),
@@ -54,7 +54,7 @@ func (n *notifier) add(channel string, q *queue) {
 	n.mu.Unlock()
 	n.markDirty()
 	if live {
-		q.notify(wakeAll)
+		q.wakeHead(anyToken)
 	}
 }
 
@@ -95,9 +95,9 @@ func (n *notifier) onMessage(channel, payload string) {
 	if q := n.lookup(channel); q != nil {
 		token, err := strconv.ParseUint(payload, 10, 64)
 		if err != nil {
-			token = wakeAll
+			token = anyToken
 		}
-		q.notify(token)
+		q.wakeHead(token)
 	}
 }
 
@@ -107,15 +107,16 @@ func (n *notifier) onSubscribed(channel string) {
 	q := n.subs[channel]
 	n.mu.Unlock()
 	if q != nil {
-		q.notify(wakeAll)
+		q.wakeHead(anyToken)
 	}
 }
 
-func (n *notifier) wakeAll() {
+// wakeEveryHead wakes every queue's head: notices may have been missed.
+func (n *notifier) wakeEveryHead() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, q := range n.subs {
-		q.notify(wakeAll)
+		q.wakeHead(anyToken)
 	}
 }
 
@@ -137,12 +138,12 @@ func (n *notifier) run() {
 		case <-retry.C:
 		case <-lost:
 			n.closeListener()
-			n.wakeAll()
+			n.wakeEveryHead()
 		}
-		if err := n.sync(); err != nil {
+		if err := n.syncSubscriptions(); err != nil {
 			// Heads fall back on their holders' lease times until the subscription is back.
 			n.closeListener()
-			n.wakeAll()
+			n.wakeEveryHead()
 			backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
 			retry.Reset(backoff)
 			continue
@@ -151,8 +152,8 @@ func (n *notifier) run() {
 	}
 }
 
-// sync makes the server-side subscriptions equal to subs.
-func (n *notifier) sync() error {
+// syncSubscriptions makes the server-side subscriptions equal to subs.
+func (n *notifier) syncSubscriptions() error {
 	n.mu.Lock()
 	var sub, unsub []string
 	for ch := range n.subs {
@@ -177,7 +178,7 @@ func (n *notifier) sync() error {
 			clear(n.active)
 			return nil
 		}
-		ln, err := n.c.conn.Listen(ctx, conn.Handler{Message: n.onMessage, Subscribed: n.onSubscribed})
+		ln, err := n.listen(ctx, conn.Handler{Message: n.onMessage, Subscribed: n.onSubscribed})
 		if err != nil {
 			return err
 		}

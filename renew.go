@@ -1,61 +1,61 @@
 package dlock
 
 import (
-	"cmp"
 	"container/heap"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
-
-	"github.com/dlock-go/dlock/conn"
-	"github.com/dlock-go/dlock/internal/slot"
 )
-
-// renewBatch is how many leases one renew script call extends. A round sends all of its calls
-// in one pipeline; a call of this size keeps the server busy for well under a millisecond.
-const renewBatch = 256
 
 // renewer is the one renewal loop of a Client. Held leases wait in a heap ordered by the moment
 // they are due: renewal at a third of their TTL, or, for a fixed lease, the deadline. When the
-// earliest is due, the loop renews, in one pipeline of multi-key script calls, every lease due
+// earliest is due, the loop renews, in one round (one pipeline on one server), every lease due
 // by then plus those within a sixth of a TTL of being due, so that leases taken at about the
 // same time are renewed together. A lease whose renewal is refused, or whose deadline passes
 // without a successful renewal, is lost: its context is cancelled with cause ErrLost.
 //
-// The pipeline is sent by a second goroutine, so that the loop keeps its deadlines while a
-// pipeline is slow to come back, or never does. No goroutine or timer exists per lease.
+// The round is sent by a second goroutine, so that the loop keeps its deadlines while a round
+// is slow to come back, or never does. No goroutine or timer exists per lease. The same rounds
+// carry the background releases (an acquisition whose caller gave up mid-call, an Unlock whose
+// release failed) and, every evictionCheckEvery while leases are held, the eviction check.
 type renewer struct {
-	c *Client
+	b     backend
+	check func(context.Context) (risk, err error) // the eviction check (evict.go)
 
 	mu       sync.Mutex
 	h        leaseHeap     // leases not yet due
-	pending  []*leaseState // due, waiting for the batch in flight to come back
-	flying   []*leaseState // in the batch in flight
-	releases []release     // releases to send in the background (see release)
-	sending  []release     // those in the batch in flight, in the order of its first calls
-	busy     bool          // a batch is in flight
-	sentAt   int64         // mono ns when the batch in flight was handed to the sender
-	ack      bool          // the batch in flight ends with a WAIT
-	spans    []int         // leases per renew call of the batch in flight, in order
+	pending  []*leaseState // due, waiting for the round in flight to come back
+	flying   []*leaseState // in the round in flight
+	releases []release     // background releases not yet sent
+	sending  []release     // those in the round in flight
+	sentAt   int64         // mono ns when the round in flight was handed to the sender
+	inFlight bool          // a round is in flight
 	stopped  bool
 	wakeAt   int64 // mono ns the loop's timer is set for, -1 when it sleeps until poked
+	checkDue int64 // mono ns when the next eviction check is due
 
-	// The eviction check (evict.go) runs every evictionCheckEvery while leases are held, in a
-	// goroutine of its own so that a slow server does not hold up renewals; one at a time.
-	checkDue int64      // mono ns when the next check is due
-	checking bool       // a check is running
-	checked  chan error // capacity 1: the check's risk, nil when none
+	kick   chan struct{} // capacity 1: the earliest due time changed, or there is a release
+	quit   chan struct{}
+	rounds chan round       // to the sender
+	done   chan roundResult // from the sender
+	ctx    context.Context  // cancelled by stop, to abandon a round in flight
+	halt   context.CancelFunc
+}
 
-	kick  chan struct{} // capacity 1: the earliest due time changed, or there is an orphan
-	quit  chan struct{}
-	reqs  chan batch         // to the sender
-	resps chan []conn.Result // from the sender
-	ctx   context.Context    // cancelled by stop, to abandon a batch in flight
-	halt  context.CancelFunc
+// round is what the loop hands the sender.
+type round struct {
+	releases []releaseReq
+	leases   []renewal
+	check    bool // run the eviction check first
+}
+
+// roundResult is the sender's answer: one error per release, one outcome per lease.
+type roundResult struct {
+	relErrs []error
+	outs    []renewed
+	risk    error // the check found a server that may evict lock keys
 }
 
 // orphanRecheck is when an orphan release is sent a second time. The transports spread calls
@@ -64,12 +64,11 @@ type renewer struct {
 // later than this holds the lock until its lease runs out.
 const orphanRecheck = time.Second
 
-// release is a release the renewal loop sends in the background: for an acquisition whose
-// caller gave up mid-call (an orphan), or for an Unlock whose own release failed. A transport
-// error is retried with backoff until it succeeds, until the lease it ends would have run out
-// on the server anyway, or until the client closes.
+// release is a release the renewal loop sends in the background. A transport error is retried
+// with backoff until it succeeds, until the lease it ends would have run out on the server
+// anyway, or until the client closes.
 type release struct {
-	call  conn.Call
+	req   releaseReq
 	at    int64  // mono ns when to send it
 	until int64  // mono ns after which a failure is not retried
 	wait  int64  // ns before the next try after a failure (doubles up to releaseRetryMax)
@@ -82,16 +81,13 @@ const (
 	releaseRetryMax = time.Second
 )
 
-type batch struct {
-	calls []conn.Call
-}
-
-func newRenewer(c *Client) *renewer {
+func newRenewer(b backend, check func(context.Context) (error, error)) *renewer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &renewer{
-		wakeAt: -1,
-		c:      c, kick: make(chan struct{}, 1), quit: make(chan struct{}),
-		reqs: make(chan batch, 1), resps: make(chan []conn.Result, 1), checked: make(chan error, 1),
+		b: b, check: check,
+		wakeAt: -1, checkDue: mono() + int64(evictionCheckEvery),
+		kick: make(chan struct{}, 1), quit: make(chan struct{}),
+		rounds: make(chan round, 1), done: make(chan roundResult, 1),
 		ctx: ctx, halt: cancel,
 	}
 }
@@ -116,15 +112,15 @@ func (r *renewer) add(st *leaseState) bool {
 
 // dueAfter returns when st must next be renewed after a successful request sent at sent.
 func dueAfter(st *leaseState, sent int64) int64 {
-	if !st.renew {
+	if !st.spec.renew {
 		return st.deadline.Load()
 	}
 	return sent + st.ttl.Load()/3
 }
 
-// slack is how early st may be renewed to join a batch.
+// slack is how early st may be renewed to join a round.
 func slack(st *leaseState) int64 {
-	if !st.renew {
+	if !st.spec.renew {
 		return 0
 	}
 	return st.ttl.Load() / 6
@@ -138,7 +134,7 @@ func (r *renewer) reschedule(st *leaseState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if st.idx < 0 || st.state.Load() != stateHeld {
-		return // in a batch: its answer reschedules it
+		return // in a round: its answer reschedules it
 	}
 	st.due = dueAfter(st, sent)
 	heap.Fix(&r.h, st.idx)
@@ -155,22 +151,23 @@ func (r *renewer) remove(st *leaseState) {
 	}
 }
 
-// orphan queues a release for an acquisition with lease ttl that nobody will use: sent at
-// once and again after orphanRecheck. Once the client is closing, no round is left to send
-// it: it is sent at once.
-func (r *renewer) orphan(call conn.Call, ttl time.Duration) {
+// orphan queues the release of an acquisition with lease ttl that nobody will use: sent at
+// once and again after orphanRecheck.
+func (r *renewer) orphan(req releaseReq, ttl time.Duration) {
 	now := mono()
 	until := now + int64(ttl)
-	r.background(call, release{call: call, at: now, until: until}, release{call: call, at: now + int64(orphanRecheck), until: until})
+	r.background(release{req: req, at: now, until: until}, release{req: req, at: now + int64(orphanRecheck), until: until})
 }
 
 // retryRelease queues a release whose first try failed, to be tried again until until (mono
 // ns); woken runs once it succeeds.
-func (r *renewer) retryRelease(call conn.Call, until int64, woken func()) {
-	r.background(call, release{call: call, at: mono() + int64(releaseRetryMin), until: until, wait: int64(releaseRetryMin), woken: woken})
+func (r *renewer) retryRelease(req releaseReq, until int64, woken func()) {
+	r.background(release{req: req, at: mono() + int64(releaseRetryMin), until: until, wait: int64(releaseRetryMin), woken: woken})
 }
 
-func (r *renewer) background(call conn.Call, rs ...release) {
+// background queues releases. Once the client is closing no round is left to send them:
+// they are sent at once.
+func (r *renewer) background(rs ...release) {
 	r.mu.Lock()
 	stopped := r.stopped
 	if !stopped {
@@ -180,7 +177,7 @@ func (r *renewer) background(call conn.Call, rs ...release) {
 	if stopped {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		r.c.conn.EvalMulti(ctx, []conn.Call{call})
+		r.b.renew(ctx, []releaseReq{rs[0].req}, nil)
 		return
 	}
 	r.poke()
@@ -193,7 +190,7 @@ func (r *renewer) poke() {
 	}
 }
 
-// stop ends the loop; run returns once a batch in flight has come back (Close's cancellation
+// stop ends the loop; run returns once a round in flight has come back (Close's cancellation
 // abandons it) or the sender has left without it.
 func (r *renewer) stop() {
 	r.mu.Lock()
@@ -203,33 +200,28 @@ func (r *renewer) stop() {
 	close(r.quit)
 }
 
-// drain empties the renewer after the loop stopped, returning the leases still held, and
-// sends the background releases once.
-func (r *renewer) drain() []*leaseState {
+// drain empties the renewer after the loop stopped: the leases still held, and the background
+// releases not yet sent (Close sends them with the leases' releases).
+func (r *renewer) drain() ([]*leaseState, []releaseReq) {
 	r.mu.Lock()
 	held := append(r.pending, r.flying...)
 	r.pending, r.flying = nil, nil
 	for len(r.h) > 0 {
 		held = append(held, heap.Pop(&r.h).(*leaseState))
 	}
-	var orphans []conn.Call
+	var releases []releaseReq
 	for _, rel := range r.releases {
-		orphans = append(orphans, rel.call)
+		releases = append(releases, rel.req)
 	}
 	r.releases = nil
 	r.mu.Unlock()
-	if len(orphans) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		r.c.conn.EvalMulti(ctx, orphans)
-		cancel()
-	}
 	live := held[:0]
 	for _, st := range held {
 		if st.state.Load() == stateHeld {
 			live = append(live, st)
 		}
 	}
-	return live
+	return live, releases
 }
 
 func (r *renewer) run() {
@@ -247,53 +239,40 @@ func (r *renewer) run() {
 		select {
 		case <-r.quit:
 			r.mu.Lock()
-			busy := r.busy
+			inFlight := r.inFlight
 			r.mu.Unlock()
-			if busy {
-				// The batch is answered (abandoned by halt), or, handed over as the sender
+			if inFlight {
+				// The round is answered (abandoned by halt), or, handed over as the sender
 				// left, never sent. Either way its leases go back for Close to release.
 				select {
-				case res := <-r.resps:
-					r.finish(res)
+				case res := <-r.done:
+					r.apply(res)
 				case <-senderDone:
-					r.finish(nil)
+					r.apply(roundResult{})
 				}
 			}
 			<-senderDone
-			r.mu.Lock()
-			checking := r.checking
-			r.mu.Unlock()
-			if checking {
-				<-r.checked // r.ctx is cancelled: it returns at once
-			}
 			return
 		case <-r.kick:
 		case <-timer.C:
-		case res := <-r.resps:
-			r.finish(res)
-		case risk := <-r.checked:
-			r.mu.Lock()
-			r.checking = false
-			r.mu.Unlock()
-			if risk != nil {
-				r.loseAll(fmt.Errorf("%w: %w", ErrLost, risk))
-			}
+		case res := <-r.done:
+			r.apply(res)
 		}
 		timer.Stop()
-		r.round()
+		r.next()
 	}
 }
 
-// send runs the pipelines the loop hands it, one at a time, until the client closes.
+// send runs the rounds the loop hands it, one at a time, until the client closes.
 func (r *renewer) send() {
 	for {
 		select {
-		case b := <-r.reqs:
-			r.resps <- r.sendBatch(b)
+		case rd := <-r.rounds:
+			r.done <- r.sendRound(rd)
 		case <-r.quit:
 			select {
-			case b := <-r.reqs:
-				r.resps <- r.sendBatch(b) // r.ctx is cancelled: this returns at once
+			case rd := <-r.rounds:
+				r.done <- r.sendRound(rd) // r.ctx is cancelled: this returns at once
 			default:
 			}
 			return
@@ -301,17 +280,25 @@ func (r *renewer) send() {
 	}
 }
 
-// sendBatch runs one pipeline. It gives the transport no deadline: the loop keeps the leases'
+// sendRound runs one round. It gives the transport no deadline: the loop keeps the leases'
 // deadlines itself, and abandoning a pipeline mid-flight can break a shared connection under
 // other callers' commands (rueidis closes a connection whose synchronous call timed out).
 // Close cancels it.
-func (r *renewer) sendBatch(b batch) []conn.Result {
-	return r.c.conn.EvalMulti(r.ctx, b.calls)
+func (r *renewer) sendRound(rd round) roundResult {
+	var res roundResult
+	if rd.check {
+		res.risk, _ = r.check(r.ctx) // a server that cannot be read: its renewals tell
+	}
+	if len(rd.releases) > 0 || len(rd.leases) > 0 {
+		res.relErrs, res.outs = r.b.renew(r.ctx, rd.releases, rd.leases)
+	}
+	return res
 }
 
 // nextWake returns how long the loop may sleep (and records until when in wakeAt): until the
-// earliest lease is due or, while a batch is in flight, until the earliest deadline among those
-// that cannot be renewed before it comes back. -1 means until kicked.
+// earliest lease or background release is due or, while a round is in flight, until the
+// earliest deadline among the leases that cannot be renewed before it comes back. -1 means
+// until kicked.
 func (r *renewer) nextWake() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -321,23 +308,22 @@ func (r *renewer) nextWake() time.Duration {
 			at = t
 		}
 	}
-	if !r.busy {
-		for _, rel := range r.releases {
-			earliest(rel.at)
-		}
-	}
 	if len(r.h) > 0 {
 		earliest(r.h[0].due)
 	}
-	if r.holding() && !r.checking {
-		earliest(r.checkDue)
-	}
-	if r.busy {
+	if r.inFlight {
 		for _, st := range r.pending {
 			earliest(st.deadline.Load())
 		}
 		for _, st := range r.flying {
 			earliest(st.deadline.Load())
+		}
+	} else {
+		for _, rel := range r.releases {
+			earliest(rel.at)
+		}
+		if r.holding() {
+			earliest(r.checkDue)
 		}
 	}
 	r.wakeAt = at // add compares a new lease's due time with it, under the same lock
@@ -347,9 +333,12 @@ func (r *renewer) nextWake() time.Duration {
 	return max(time.Duration(at-mono()), 0)
 }
 
-// round moves due leases to pending, declares lost every lease past its deadline, and, unless a
-// batch is in flight, sends the next one.
-func (r *renewer) round() {
+// holding reports whether any lease is held; r.mu is held.
+func (r *renewer) holding() bool { return len(r.h) > 0 || len(r.pending) > 0 || len(r.flying) > 0 }
+
+// next moves due leases to pending, declares lost every lease past its deadline, and, unless a
+// round is in flight, sends the next one.
+func (r *renewer) next() {
 	now := mono()
 	var lost []*leaseState
 	r.mu.Lock()
@@ -360,7 +349,7 @@ func (r *renewer) round() {
 	for _, st := range r.pending {
 		switch {
 		case st.state.Load() != stateHeld:
-		case now >= st.deadline.Load() || !st.renew:
+		case now >= st.deadline.Load() || !st.spec.renew:
 			lost = append(lost, st)
 		default:
 			keep = append(keep, st)
@@ -373,90 +362,92 @@ func (r *renewer) round() {
 			lost = append(lost, st)
 		}
 	}
-	if r.holding() && !r.checking && now >= r.checkDue {
-		r.checking = true
-		r.checkDue = now + int64(evictionCheckEvery)
-		go func() {
-			risk, _ := r.c.guard.check(r.ctx, r.c.need) // a server that cannot be read: renewals tell
-			r.checked <- risk
-		}()
-	}
-	var b batch
-	due := false
-	for _, rel := range r.releases {
-		due = due || rel.at <= now
-	}
-	if !r.busy && (len(r.pending) > 0 || due) {
-		r.busy = true
-		r.flying, r.pending = r.pending, nil
-		r.sending = r.sending[:0]
+	var rd round
+	send := false
+	if !r.inFlight {
 		keep := r.releases[:0]
 		for _, rel := range r.releases {
 			if rel.at <= now {
 				r.sending = append(r.sending, rel)
-				b.calls = append(b.calls, rel.call)
+				rd.releases = append(rd.releases, rel.req)
 			} else {
 				keep = append(keep, rel)
 			}
 		}
 		clear(r.releases[len(keep):])
 		r.releases = keep
-		r.spans = r.spans[:0]
-		if r.c.cluster {
-			// On a Cluster the keys of one script call must share a slot.
-			slices.SortStableFunc(r.flying, func(a, b *leaseState) int { return cmp.Compare(slot.Of(a.key), slot.Of(b.key)) })
+		rd.check = r.holding() && now >= r.checkDue
+		if rd.check {
+			r.checkDue = now + int64(evictionCheckEvery)
 		}
-		for i := 0; i < len(r.flying); {
-			j := min(i+renewBatch, len(r.flying))
-			if r.c.cluster {
-				s := slot.Of(r.flying[i].key)
-				j = i + 1
-				for j < len(r.flying) && j-i < renewBatch && slot.Of(r.flying[j].key) == s {
-					j++
-				}
+		if len(r.pending) > 0 || len(rd.releases) > 0 || rd.check {
+			send = true
+			r.inFlight = true
+			r.flying, r.pending = r.pending, nil
+			rd.leases = make([]renewal, len(r.flying))
+			for i, st := range r.flying {
+				rd.leases[i] = renewal{key: st.spec.key, owner: st.owner, ttl: ms(st.currentTTL()), ack: st.spec.ack}
 			}
-			b.calls = append(b.calls, renewCall(r.flying[i:j]))
-			r.spans = append(r.spans, j-i)
-			i = j
+			r.sentAt = mono()
 		}
-		// WithReplicaAck: one WAIT after the batch covers every renewal in it.
-		ackN, ackWait := 0, time.Duration(0)
-		for _, st := range r.flying {
-			ackN, ackWait = max(ackN, st.ackN), max(ackWait, st.ackWait)
-		}
-		if ackN > 0 {
-			b.calls = append(b.calls, conn.Call{WaitReplicas: ackN, WaitTimeout: ackWait})
-		}
-		r.ack = ackN > 0
-		r.sentAt = mono()
 	}
 	r.mu.Unlock()
 	for _, st := range lost {
-		st.end(ErrLost)
+		st.end(endLost, ErrLost)
 	}
-	if b.calls != nil {
-		r.reqs <- b // capacity 1 and at most one batch in flight: never blocks
+	if send {
+		r.rounds <- rd // capacity 1 and at most one round in flight: never blocks
 	}
 }
 
-// released handles the answers to the background releases of a batch (the first calls of its
-// results): a transport error is tried again later, while it is worth it.
-func (r *renewer) released(sent []release, results []conn.Result) {
+// apply takes in the answers to the round in flight.
+func (r *renewer) apply(res roundResult) {
+	r.mu.Lock()
+	flying, sending, sentAt := r.flying, r.sending, r.sentAt
+	r.flying, r.sending, r.inFlight = nil, nil, false
+	r.mu.Unlock()
+	r.released(sending, res.relErrs)
+	for i, st := range flying {
+		out := renewed{err: errShortReply}
+		if i < len(res.outs) {
+			out = res.outs[i]
+		}
+		switch {
+		case st.state.Load() != stateHeld:
+		case out.err != nil:
+			r.retry(st)
+		case out.ok:
+			st.renewed(sentAt, st.currentTTL())
+			st.mu.Lock()
+			last := st.lastSent // an Extend may have answered a later request
+			st.mu.Unlock()
+			r.push(st, dueAfter(st, last))
+		default:
+			st.end(endLost, ErrLost)
+		}
+	}
+	if res.risk != nil {
+		// A server may have dropped any lease's key: none of them is safe any more.
+		r.endAll(fmt.Errorf("%w: %w", ErrLost, res.risk))
+	}
+}
+
+// released handles the answers to the background releases of a round: a transport error is
+// tried again later, while it is worth it.
+func (r *renewer) released(sent []release, errs []error) {
 	now := mono()
 	var again []release
 	for i, rel := range sent {
-		var res conn.Result
-		if i < len(results) {
-			res = results[i]
-		} else {
-			res.Err = errShortReply
+		err := errShortReply
+		if i < len(errs) {
+			err = errs[i]
 		}
 		switch {
-		case res.Err == nil:
+		case err == nil:
 			if rel.woken != nil {
 				rel.woken()
 			}
-		case now < rel.until && !refused(res.Err):
+		case now < rel.until && !refused(err):
 			rel.wait = min(max(2*rel.wait, int64(releaseRetryMin)), int64(releaseRetryMax))
 			rel.at = min(now+rel.wait, rel.until)
 			again = append(again, rel)
@@ -469,81 +460,14 @@ func (r *renewer) released(sent []release, results []conn.Result) {
 	}
 }
 
-// holding reports whether any lease is held; r.mu is held.
-func (r *renewer) holding() bool { return len(r.h) > 0 || len(r.pending) > 0 || len(r.flying) > 0 }
-
-// loseAll ends every held lease with cause: a server may have dropped any of their keys.
-func (r *renewer) loseAll(cause error) {
+// endAll ends every held lease with cause.
+func (r *renewer) endAll(cause error) {
 	r.mu.Lock()
 	all := append(append(slices.Clone([]*leaseState(r.h)), r.pending...), r.flying...)
 	r.mu.Unlock()
 	for _, st := range all {
-		st.end(cause)
+		st.end(endLost, cause)
 	}
-}
-
-// finish applies the answers to the batch in flight.
-func (r *renewer) finish(results []conn.Result) {
-	r.mu.Lock()
-	flying, sent, ack := r.flying, r.sentAt, r.ack
-	r.flying, r.busy = nil, false
-	r.mu.Unlock()
-	acked := int64(-1)
-	if ack && len(results) > 0 {
-		if w := results[len(results)-1]; w.Err == nil && len(w.Ints) == 1 {
-			acked = w.Ints[0]
-		}
-		results = results[:len(results)-1]
-	}
-	r.mu.Lock()
-	spans := slices.Clone(r.spans)
-	sending := slices.Clone(r.sending)
-	r.mu.Unlock()
-	r.released(sending, results)
-	if n := len(results) - len(spans); n > 0 {
-		results = results[n:] // the background releases' answers, handled above
-	}
-	call, k := 0, 0 // flying[i] is the k-th key of renew call number call
-	for _, st := range flying {
-		for call < len(spans) && k == spans[call] {
-			call, k = call+1, 0
-		}
-		idx := k
-		k++
-		var res conn.Result
-		if call < len(results) {
-			res = results[call]
-		} else {
-			res.Err = errShortReply
-		}
-		switch {
-		case st.state.Load() != stateHeld:
-		case res.Err != nil:
-			r.retry(st)
-		case idx < len(res.Ints) && res.Ints[idx] == 1 && st.ackN > 0 && acked < int64(st.ackN):
-			r.retry(st) // renewed on the master, but not acknowledged by enough replicas
-		case idx < len(res.Ints) && res.Ints[idx] == 1:
-			st.renewed(sent, st.currentTTL())
-			st.mu.Lock()
-			last := st.lastSent // an Extend may have answered a later request
-			st.mu.Unlock()
-			r.push(st, dueAfter(st, last))
-		default:
-			st.end(ErrLost)
-		}
-	}
-}
-
-var errShortReply = errors.New("dlock: transport returned fewer replies than calls")
-
-func renewCall(chunk []*leaseState) conn.Call {
-	keys := make([]string, len(chunk))
-	args := make([]string, 0, 2*len(chunk))
-	for i, st := range chunk {
-		keys[i] = st.key
-		args = append(args, st.owner, strconv.FormatInt(st.currentTTL().Milliseconds(), 10))
-	}
-	return conn.Call{Script: scriptRenew, Keys: keys, Args: args}
 }
 
 // retry puts st back after a failed renewal: soon, but never past its deadline.
@@ -551,7 +475,7 @@ func (r *renewer) retry(st *leaseState) {
 	now := mono()
 	left := st.deadline.Load() - now
 	if left <= 0 {
-		st.end(ErrLost)
+		st.end(endLost, ErrLost)
 		return
 	}
 	r.push(st, now+min(left, max(st.ttl.Load()/10, left/3)))

@@ -2,9 +2,16 @@ package dlock
 
 import (
 	"embed"
+	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/dlock-go/dlock/conn"
 )
+
+// The Lua scripts, and for each the one function that builds its call and the one that reads
+// its reply. docs/PROTOCOL.md describes their keys, arguments and replies; nothing else in the
+// package knows an argument's position or a reply's shape.
 
 //go:embed scripts/*.lua
 var scriptFS embed.FS
@@ -17,17 +24,12 @@ func mustScript(name string) *conn.Script {
 	return conn.NewScript(name, string(src))
 }
 
-// The scripts every lock uses; docs/PROTOCOL.md describes their keys, arguments and replies.
 var (
-	scriptAcquire  = mustScript("acquire.lua")
-	scriptRelease  = mustScript("release.lua")
-	scriptRenew    = mustScript("renew.lua")
-	scriptPTTL     = mustScript("pttl.lua")
-	scriptHandover = mustScript("handover.lua")
-)
-
-// The scripts of the inspection and admin calls (admin.go).
-var (
+	scriptAcquire     = mustScript("acquire.lua")
+	scriptRelease     = mustScript("release.lua")
+	scriptRenew       = mustScript("renew.lua")
+	scriptPTTL        = mustScript("pttl.lua")
+	scriptHandover    = mustScript("handover.lua")
 	scriptInspect     = mustScript("inspect.lua")
 	scriptForceUnlock = mustScript("forceunlock.lua")
 )
@@ -36,4 +38,189 @@ var (
 // (SCRIPT LOAD) on servers that restrict EVAL.
 func Scripts() []*conn.Script {
 	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptInspect, scriptForceUnlock}
+}
+
+// ms is a duration as the scripts take it: whole milliseconds, in decimal.
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// acquireArgs: acquire.lua takes the lock for owner, or re-enters it when owner holds it.
+type acquireArgs struct {
+	keys        []string // {the lock key}
+	owner       string   // a secret unique to this acquisition
+	ttl         string   // the lease, ms
+	meta        string   // the holder description stored with the lock
+	reenterOnly bool     // never take a free lock: only add a hold to owner's
+}
+
+func (a acquireArgs) call() conn.Call {
+	args := []string{a.owner, a.ttl, a.meta}
+	if a.reenterOnly {
+		args = append(args, "r")
+	}
+	return conn.Call{Script: scriptAcquire, Keys: a.keys, Args: args}
+}
+
+// acquired is acquire.lua's answer.
+type acquired struct {
+	ok      bool          // taken, or re-entered
+	token   uint64        // ok: the lock's token; else the holder's (0 when unknown)
+	holds   int           // ok: owner's holds now
+	pttl    time.Duration // !ok: the holder's remaining lease; negative when unknown
+	notMine bool          // reenterOnly, and the lock is not owner's
+}
+
+func readAcquire(r []int64) (acquired, error) {
+	switch {
+	case len(r) != 3:
+		return acquired{}, fmt.Errorf("acquire.lua: unexpected reply %v", r)
+	case r[0] == 1:
+		return acquired{ok: true, token: uint64(r[1]), holds: int(r[2])}, nil
+	case r[1] == -2 && r[2] == 0:
+		return acquired{notMine: true, pttl: -1}, nil
+	}
+	return acquired{pttl: time.Duration(r[1]) * time.Millisecond, token: uint64(r[2])}, nil
+}
+
+// releaseArgs: release.lua gives up one of owner's holds, or all of them, and announces a
+// final release on the lock's channel.
+type releaseArgs struct {
+	keys      []string
+	owner     string
+	retention string // how long the released value keeps the last token, ms
+	channel   string // the lock's release channel
+	all       bool   // drop every hold, not one
+	sharded   bool   // announce with SPUBLISH (Redis Cluster)
+	floor     uint64 // the least token to keep (the lease's, which may be above the stored one); 0: none
+	count     bool   // a final release says how many subscribers heard it
+}
+
+func (a releaseArgs) call() conn.Call {
+	all := "0"
+	if a.all {
+		all = "1"
+	}
+	pub := "p"
+	if a.sharded {
+		pub = "s"
+	}
+	args := make([]string, 0, 7)
+	args = append(args, a.owner, a.retention, a.channel, all)
+	switch {
+	case a.count:
+		args = append(args, pub, strconv.FormatUint(a.floor, 10), "c")
+	case a.floor != 0:
+		args = append(args, pub, strconv.FormatUint(a.floor, 10))
+	case a.sharded:
+		args = append(args, pub)
+	}
+	return conn.Call{Script: scriptRelease, Keys: a.keys, Args: args}
+}
+
+// released is release.lua's answer.
+type released struct {
+	owned   bool // false: owner did not hold the lock (it was lost); nothing changed
+	left    int  // holds left; 0: released and announced
+	counted bool // count was asked and the release was final
+	heard   int  // counted: subscribers that received the announcement
+}
+
+func readRelease(r []int64) (released, error) {
+	switch {
+	case len(r) == 1 && r[0] < 0:
+		return released{}, nil
+	case len(r) == 1:
+		return released{owned: true, left: int(r[0])}, nil
+	case len(r) == 2 && r[0] >= 0:
+		return released{owned: true, left: int(r[0]), counted: true, heard: int(r[1])}, nil
+	}
+	return released{}, fmt.Errorf("release.lua: unexpected reply %v", r)
+}
+
+// renewCall: renew.lua extends, in one call, the lease of each key whose holder is still the
+// given owner. Keys must share a slot on a Cluster.
+func renewCall(keys, owners, ttls []string) conn.Call {
+	args := make([]string, 0, 2*len(keys))
+	for i := range keys {
+		args = append(args, owners[i], ttls[i])
+	}
+	return conn.Call{Script: scriptRenew, Keys: keys, Args: args}
+}
+
+// readRenew returns, per key of the call, whether its lease was extended.
+func readRenew(r []int64, n int) ([]bool, error) {
+	if len(r) != n {
+		return nil, fmt.Errorf("renew.lua: %d answers for %d keys", len(r), n)
+	}
+	out := make([]bool, n)
+	for i, v := range r {
+		out[i] = v == 1
+	}
+	return out, nil
+}
+
+// pttlCall: pttl.lua reads the remaining lease, for its owner only.
+func pttlCall(keys []string, owner string) conn.Call {
+	return conn.Call{Script: scriptPTTL, Keys: keys, Args: []string{owner}}
+}
+
+// readPTTL returns the remaining lease, and false when owner no longer holds the lock.
+func readPTTL(r []int64) (time.Duration, bool, error) {
+	if len(r) != 1 {
+		return 0, false, fmt.Errorf("pttl.lua: unexpected reply %v", r)
+	}
+	if r[0] < 0 {
+		return 0, false, nil
+	}
+	return time.Duration(r[0]) * time.Millisecond, true, nil
+}
+
+// handoverArgs: handover.lua passes a lock from its holder straight to a waiter of the same
+// client under a new owner, unless other clients wait and the client had its turn.
+type handoverArgs struct {
+	keys     []string
+	holder   string // the holder's owner secret
+	owner    string // the waiter's new owner secret
+	ttl      string // the waiter's lease, ms
+	meta     string // the waiter's holder description
+	streak   int    // handovers in a row so far within this client
+	checkAt  int    // from this many in a row on, refuse while other clients wait
+	channel  string
+	mine     bool   // this client's subscription to channel is counted by the server
+	sharded  bool   // count sharded subscribers (Redis Cluster)
+	holderTk uint64 // the holder's token (local handoffs put it above the stored one)
+}
+
+func (a handoverArgs) call() conn.Call {
+	mine, shard := "0", ""
+	if a.mine {
+		mine = "1"
+	}
+	if a.sharded {
+		shard = "s"
+	}
+	return conn.Call{Script: scriptHandover, Keys: a.keys, Args: []string{
+		a.holder, a.owner, a.ttl, a.meta, strconv.Itoa(a.streak), strconv.Itoa(a.checkAt),
+		a.channel, mine, shard, strconv.FormatUint(a.holderTk, 10),
+	}}
+}
+
+// handedOver is handover.lua's answer.
+type handedOver struct {
+	ok      bool   // the waiter holds the lock
+	token   uint64 // ok: its new token
+	refused bool   // other clients wait: release instead
+	// neither: the holder no longer owns the lock
+}
+
+func readHandover(r []int64) (handedOver, error) {
+	if len(r) != 2 {
+		return handedOver{}, fmt.Errorf("handover.lua: unexpected reply %v", r)
+	}
+	switch r[0] {
+	case 1:
+		return handedOver{ok: true, token: uint64(r[1])}, nil
+	case 0:
+		return handedOver{refused: true}, nil
+	}
+	return handedOver{}, nil
 }

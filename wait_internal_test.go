@@ -12,8 +12,8 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-func queueLen(c *Client, key string) int {
-	s := c.queues.shard(key)
+func queueLen(e *engine, key string) int {
+	s := e.waits.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if q := s.m[key]; q != nil {
@@ -80,7 +80,7 @@ func TestLocalQueue_FIFO(t *testing.T) {
 			mu.Unlock()
 			l.Unlock(ctx)
 		}()
-		for queueLen(c, m.key) != i+1 { // wait until waiter i is queued before starting i+1
+		for queueLen(c.e, m.spec.key) != i+1 { // wait until waiter i is queued before starting i+1
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -91,12 +91,12 @@ func TestLocalQueue_FIFO(t *testing.T) {
 			t.Fatalf("acquisition order %v, want 0..%d in order", order, n-1)
 		}
 	}
-	if queueLen(c, m.key) != 0 {
+	if queueLen(c.e, m.spec.key) != 0 {
 		t.Fatal("queue not removed after the last waiter left")
 	}
-	c.notifier.mu.Lock()
-	subs := len(c.notifier.subs)
-	c.notifier.mu.Unlock()
+	c.e.notices.mu.Lock()
+	subs := len(c.e.notices.subs)
+	c.e.notices.mu.Unlock()
 	if subs != 0 {
 		t.Fatalf("%d release channels still routed after every waiter left", subs)
 	}
@@ -122,19 +122,19 @@ func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
 		waiter <- err
 	}()
 	live := func() bool {
-		c.notifier.mu.Lock()
-		defer c.notifier.mu.Unlock()
-		return c.notifier.live[m.channel]
+		c.e.notices.mu.Lock()
+		defer c.e.notices.mu.Unlock()
+		return c.e.notices.live[m.spec.channel]
 	}
 	waitUntil(t, "the waiter's subscription to be confirmed", live)
-	q2 := &queue{c: c, key: m.key, channel: m.channel, wake: make(chan struct{}, 1)}
-	c.notifier.add(m.channel, q2)
+	q2 := &queue{key: m.spec.key, channel: m.spec.channel, wake: make(chan struct{}, 1)}
+	c.e.notices.add(m.spec.channel, q2)
 	select {
 	case <-q2.wake:
 	default:
 		t.Fatal("a queue registered on a live channel was not woken")
 	}
-	c.notifier.remove(m.channel, q2)
+	c.e.notices.remove(m.spec.channel, q2)
 	stopWaiter()
 	if err := <-waiter; !errors.Is(err, context.Canceled) {
 		t.Fatalf("waiter: %v, want context.Canceled", err)
@@ -198,13 +198,13 @@ func TestRelease_AloneSkipsHoldBack(t *testing.T) {
 			got <- l
 		}()
 	}
-	subscribed(m.channel, 1)
-	waitUntil(t, "the waiters' subscription to be confirmed", func() bool { return c.notifier.isLive(m.channel) })
+	subscribed(m.spec.channel, 1)
+	waitUntil(t, "the waiters' subscription to be confirmed", func() bool { return c.e.notices.isLive(m.spec.channel) })
 	// Both waiters must be queued before the first handoff, or the queue would end with it.
-	waitUntil(t, "the two waiters to queue", func() bool { return queueLen(c, m.key) == 2 })
-	sh := c.queues.shard(m.key)
+	waitUntil(t, "the two waiters to queue", func() bool { return queueLen(c.e, m.spec.key) == 2 })
+	sh := c.e.waits.shard(m.spec.key)
 	sh.mu.Lock()
-	q := sh.m[m.key]
+	q := sh.m[m.spec.key]
 	sh.mu.Unlock()
 	q.lastEnd.Store(mono()) // as if this client had just released it after another client's hold
 	if err := first.Unlock(ctx); err != nil {
@@ -224,7 +224,7 @@ func TestRelease_AloneSkipsHoldBack(t *testing.T) {
 		}
 		otherDone <- err
 	}()
-	subscribed(m.channel, 2)
+	subscribed(m.spec.channel, 2)
 	if err := second.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/scriptcall"
 	"github.com/dlock-go/dlock/internal/waitbatch"
 )
@@ -110,7 +111,12 @@ func ParseURL(rawURL string) (rueidis.ClientOption, error) {
 	}
 	opt, err := rueidis.ParseURL(rawURL)
 	if err != nil {
-		return opt, fmt.Errorf("bad redis url: %w", err)
+		// url.Error quotes the whole URL, password included: keep only what it says is wrong.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return opt, fmt.Errorf("bad redis url %s: %s", redact.URL(rawURL), redact.Text(err.Error(), password(rawURL)))
 	}
 	return opt, nil
 }
@@ -119,7 +125,7 @@ func ParseURL(rawURL string) (rueidis.ClientOption, error) {
 func parseSentinelURL(scheme, rest string) (rueidis.ClientOption, error) {
 	var opt rueidis.ClientOption
 	bad := func(format string, args ...any) (rueidis.ClientOption, error) {
-		return opt, fmt.Errorf("bad redis url: %s://%s: %s", scheme, redactUser(rest), fmt.Sprintf(format, args...))
+		return opt, fmt.Errorf("bad redis url %s: %s", redact.URL(scheme+"://"+rest), fmt.Sprintf(format, args...))
 	}
 	if strings.ContainsAny(rest, "?#") {
 		return bad("query parameters are not supported with Sentinel")
@@ -163,17 +169,18 @@ func parseSentinelURL(scheme, rest string) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
-// redactUser hides the password of a URL's user info in error messages.
-func redactUser(rest string) string {
-	authority, path, hasPath := strings.Cut(rest, "/")
-	if i := strings.LastIndex(authority, "@"); i >= 0 {
-		user, _, _ := strings.Cut(authority[:i], ":")
-		authority = user + ":xxxxx@" + authority[i+1:]
+// password returns the password in a URL's user info, or "".
+func password(rawURL string) string {
+	_, rest, _ := strings.Cut(rawURL, "://")
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
 	}
-	if hasPath {
-		return authority + "/" + path
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return ""
 	}
-	return authority
+	_, pw, _ := strings.Cut(rest[:at], ":")
+	return pw
 }
 
 // DialOptions connects with opt; client-side caching is turned off (dlock does not use it).

@@ -1,0 +1,88 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlock-go/dlock/conn"
+)
+
+// backend runs dlock's scripts on a deployment: one server (standalone, Sentinel or Cluster,
+// through any conn.Conn: backend_server.go) or a quorum of independent servers
+// (backend_quorum.go). It is the only part of the engine that knows which; the locks, the
+// renewal loop, the wait queues and the subscription speak to this interface. Errors are the
+// transport's, without the address: the caller adds it (addr).
+type backend interface {
+	// acquire runs acquire.lua. With ack.n > 0 it also asks that many replicas to acknowledge
+	// it and reports how many did (-1 when not asked or unknown).
+	acquire(ctx context.Context, a acquireArgs, ack replicaAck) (res acquired, acked int, err error)
+	// release runs release.lua.
+	release(ctx context.Context, r releaseReq) (released, error)
+	// renew sends one renewal round in one round trip where it can: the background releases
+	// first (one error per release), then the renewals (one outcome per lease).
+	renew(ctx context.Context, releases []releaseReq, leases []renewal) ([]error, []renewed)
+	// pttl runs pttl.lua: the remaining lease, and false when owner lost the lock.
+	pttl(ctx context.Context, keys []string, owner string) (time.Duration, bool, error)
+	// handover runs handover.lua; only where traits().handover.
+	handover(ctx context.Context, h handoverArgs) (handedOver, error)
+	// listen opens the subscription on which release notices arrive.
+	listen(ctx context.Context, h conn.Handler) (conn.Listener, error)
+
+	// The reads and writes of inspection and administration (admin.go), and of the
+	// eviction check (evict.go): replies with strings.
+	inspect(ctx context.Context, keys []string) (any, error)
+	numSub(ctx context.Context, channels []string) (any, error)
+	scan(ctx context.Context, cursor, pattern string) (any, error)
+	forceUnlock(ctx context.Context, key, channel string) (any, error)
+	masters(ctx context.Context, args ...string) []conn.MasterReply
+
+	traits() traits
+	addr() string // the server(s), for error messages; never with a password
+	close() error
+}
+
+// traits are what a deployment can do, for the parts that adapt to it.
+type traits struct {
+	// majority is how many servers must agree: 1 on one server.
+	majority int
+	// handover: a lock may pass among one client's waiters without a release (local
+	// handoffs and handover.lua): the client alone can then tell that it still holds it.
+	handover bool
+	// replicaAck: WithReplicaAck can be honoured.
+	replicaAck bool
+	// retryJitter: a head woken by a release waits a random pause up to this long before its
+	// attempt, so that contenders who all heard the same release do not collide again.
+	retryJitter time.Duration
+}
+
+// replicaAck asks that an acquisition or renewal count only once n replicas have it.
+type replicaAck struct {
+	n    int
+	wait time.Duration
+}
+
+// releaseReq is a release as a lease asks for it; the backend adds what the deployment
+// decides (the token retention, sharded announcements).
+type releaseReq struct {
+	keys    []string
+	channel string
+	owner   string
+	all     bool   // every hold, not one
+	floor   uint64 // the lease's token: the least token the released value keeps
+	count   bool   // a final release says how many subscribers heard it
+}
+
+// renewal is one lease in a renewal round.
+type renewal struct {
+	key   string
+	owner string
+	ttl   string // ms
+	ack   replicaAck
+}
+
+// renewed is the outcome of one renewal: extended, lost (the owner no longer holds the
+// lock), or neither, with the error to retry after.
+type renewed struct {
+	ok  bool
+	err error
+}

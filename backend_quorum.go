@@ -1,0 +1,694 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/conn"
+)
+
+// quorum is the backend of N independent Redis masters (Redlock): every script runs on every
+// server in parallel, and the answers are combined by the majority rule of each script: a
+// lock is held when a majority of servers hold it. A call returns as soon as the answers
+// decide it, so a slow server costs nothing; calls still running finish in the background.
+type quorum struct {
+	nodes     []conn.Conn
+	need      int    // a majority of len(nodes)
+	retention string // ms, for release.lua and forceunlock.lua
+	desc      string // "quorum of 5 [a b c d e]"
+	own       bool   // close the nodes' connections (DialQuorum made them)
+
+	pmu     sync.Mutex
+	pending map[string]*pendingAcquire // owner -> its acquisition still running on some server
+
+	bg      sync.WaitGroup  // calls still running on slow servers after a decision was reached
+	closing context.Context // cancelled by close: abandons those calls
+	halt    context.CancelFunc
+}
+
+var _ backend = (*quorum)(nil)
+
+func newQuorumBackend(nodes []conn.Conn, retention time.Duration) *quorum {
+	q := &quorum{nodes: slices.Clone(nodes), need: len(nodes)/2 + 1, retention: ms(retention)}
+	q.closing, q.halt = context.WithCancel(context.Background())
+	addrs := make([]string, len(nodes))
+	for i, cn := range nodes {
+		addrs[i] = cn.Addr()
+	}
+	q.desc = fmt.Sprintf("quorum of %d [%s]", len(nodes), strings.Join(addrs, " "))
+	return q
+}
+
+// quorumJitter: after a release, every contender hears it from each server at about the same
+// moment; a random pause up to this long before each attempt spreads them, so that fewer votes
+// split.
+const quorumJitter = 2 * time.Millisecond
+
+func (q *quorum) traits() traits {
+	// No handover: a client passing a lock among its own waiters would need every server's
+	// stored token to follow, and a split quorum cannot check for other clients' waiters.
+	return traits{majority: q.need, retryJitter: quorumJitter}
+}
+
+func (q *quorum) addr() string { return q.desc }
+
+func (q *quorum) close() error {
+	q.halt()
+	q.bg.Wait()
+	if !q.own {
+		return nil
+	}
+	var errs []error
+	for _, n := range q.nodes {
+		errs = append(errs, n.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// reply is one server's answer to one fanned-out batch of calls.
+type reply struct {
+	node int
+	res  []conn.Result
+}
+
+// pendingAcquire tracks one acquisition's calls still running on the servers: done[i] is closed
+// when server i answered. A release of the same owner waits for it per server, so that it never
+// overtakes the acquisition on a transport that may reorder calls (a connection pool): a late
+// acquisition would otherwise leave the lock held on that server until its lease ran out.
+type pendingAcquire struct {
+	done []chan struct{}
+}
+
+// fanOut sends calls to every server in parallel and feeds the answers to decide (in the
+// caller's goroutine, one at a time, so decide needs no lock), in the order they come, until
+// decide reports true or every server answered (it then returns true), or limit (when > 0)
+// passes first (it returns false). When owner is set (an acquisition), the calls are
+// registered so that releases of owner wait for them per server; when after is set, each
+// server's call first waits for that server's answer to it. Calls still running when fanOut
+// returns finish in the background (close waits for them).
+func (q *quorum) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, owner string, after *pendingAcquire, decide func(reply) bool) bool {
+	var mine *pendingAcquire
+	if owner != "" {
+		mine = &pendingAcquire{done: make([]chan struct{}, len(q.nodes))}
+		for i := range mine.done {
+			mine.done[i] = make(chan struct{})
+		}
+		q.pmu.Lock()
+		if q.pending == nil {
+			q.pending = make(map[string]*pendingAcquire)
+		}
+		q.pending[owner] = mine
+		q.pmu.Unlock()
+	}
+	ch := make(chan reply, len(q.nodes))
+	// The calls outlive this one when a decision comes first: they end with ctx or at close.
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(q.closing, cancel)
+	var left sync.WaitGroup
+	left.Add(len(q.nodes))
+	q.bg.Add(1)
+	go func() {
+		defer q.bg.Done()
+		left.Wait()
+		stop()
+		cancel()
+		if mine != nil {
+			q.pmu.Lock()
+			if q.pending[owner] == mine {
+				delete(q.pending, owner)
+			}
+			q.pmu.Unlock()
+		}
+	}()
+	for i, n := range q.nodes {
+		go func() {
+			defer left.Done()
+			if after != nil {
+				select {
+				case <-after.done[i]:
+				case <-cctx.Done():
+				}
+			}
+			r := reply{i, n.EvalMulti(cctx, calls)}
+			if mine != nil {
+				close(mine.done[i])
+			}
+			ch <- r
+		}()
+	}
+	var expire <-chan time.Time
+	if limit > 0 {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		expire = t.C
+	}
+	for range q.nodes {
+		select {
+		case r := <-ch:
+			if decide(r) {
+				return true
+			}
+		case <-expire:
+			return false
+		}
+	}
+	return true
+}
+
+// pendingOf returns the acquisition of owner still running on some server, or nil.
+func (q *quorum) pendingOf(owner string) *pendingAcquire {
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
+	return q.pending[owner]
+}
+
+func (q *quorum) nodeErr(node int, err error) error {
+	return fmt.Errorf("%s: %w", q.nodes[node].Addr(), err)
+}
+
+// acquire: the lock is taken when a majority of servers took (or re-entered) it before the
+// lease could have run out; its token is the largest among them. Otherwise it is released on
+// every server that may have granted it, and the answer says when to try again: after a
+// split vote (some servers granted it, not a majority) a random 1-8 ms, so that the
+// contenders stop colliding; else when enough holders' leases run out for a majority.
+func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acquired, int, error) {
+	n := len(q.nodes)
+	sent := mono()
+	var (
+		yes, no, failed int
+		token           uint64
+		holds           int
+		pttls           []time.Duration
+		errs            []error
+		res             acquired
+		err             error
+	)
+	ttl := parseMS(a.ttl)
+	// decide runs in this goroutine, one answer at a time, until it returns true. Past the
+	// lease time an answer is useless: the lease would have no validity left.
+	decided := q.fanOut(ctx, []conn.Call{a.call()}, ttl, a.owner, q.pendingOf(a.owner), func(r reply) bool {
+		x, rerr := readAcquire(r.res[0].Ints)
+		if r.res[0].Err != nil {
+			rerr = r.res[0].Err
+		}
+		switch {
+		case rerr != nil:
+			failed++
+			errs = append(errs, q.nodeErr(r.node, rerr))
+		case x.ok:
+			yes++
+			token = max(token, x.token)
+			holds = max(holds, x.holds)
+		default:
+			no++
+			if x.pttl >= 0 && !x.notMine {
+				pttls = append(pttls, x.pttl)
+			}
+		}
+		switch {
+		case yes >= q.need:
+			res = acquired{ok: true, token: token, holds: holds}
+		case n-no-failed >= q.need:
+			return false // a majority can still grant it
+		case a.reenterOnly:
+			res = acquired{notMine: true, pttl: -1}
+		case failed > n-q.need: // not because of a holder: servers are down
+			err = q.errNoQuorum(n-failed, errs)
+		case yes > 0:
+			res = acquired{pttl: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
+		default:
+			res = acquired{pttl: q.freeIn(pttls)}
+		}
+		return true
+	})
+	if !decided { // the lease time passed before a majority answered
+		res, err = acquired{}, q.errNoQuorum(yes+no, errs)
+		if a.reenterOnly {
+			res, err = acquired{notMine: true, pttl: -1}, nil
+		}
+	}
+	if res.ok && !a.reenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
+		// Redlock: the majority took longer than the validity time (TTL - drift) to answer,
+		// so the lease has no time left. Give it back and count the attempt as failed.
+		res = acquired{}
+	}
+	if !a.reenterOnly && (err != nil || !res.ok) {
+		q.releaseOwner(a.keys, a.owner)
+	}
+	return res, -1, err
+}
+
+// freeIn estimates when a majority could grant the lock: the servers that refused free up as
+// their holders' leases run out. Negative: unknown (the waiter then waits a whole TTL or for a
+// release notice).
+func (q *quorum) freeIn(pttls []time.Duration) time.Duration {
+	if q.need > len(pttls) {
+		return -1
+	}
+	slices.Sort(pttls)
+	return pttls[q.need-1]
+}
+
+// releaseOwner releases, in the background, every hold of owner on every server: after an
+// acquisition that did not reach a quorum, no server may keep it.
+func (q *quorum) releaseOwner(keys []string, owner string) {
+	call := releaseArgs{keys: keys, owner: owner, retention: q.retention, channel: releaseChannel(keys[0]), all: true}.call()
+	p := q.pendingOf(owner)
+	q.bg.Add(len(q.nodes))
+	for i, n := range q.nodes {
+		go func() {
+			defer q.bg.Done()
+			ctx, cancel := context.WithTimeout(q.closing, 2*time.Second)
+			defer cancel()
+			if p != nil {
+				select {
+				case <-p.done[i]: // after the acquisition's own call on this server
+				case <-ctx.Done():
+				}
+			}
+			n.EvalMulti(ctx, []conn.Call{call})
+		}()
+	}
+}
+
+// answerWait bounds how long a release or a TTL query waits for a decisive majority of answers.
+const answerWait = 2 * time.Second
+
+// release: the holds left as a majority counts them, or not owned when a majority says the
+// caller does not hold the lock. A counted release reports the most subscribers any answering
+// server had.
+func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
+	c := releaseArgs{keys: r.keys, owner: r.owner, retention: q.retention, channel: r.channel,
+		all: r.all, floor: r.floor, count: r.count}.call()
+	var (
+		ok, notHeld, bad int
+		res              released
+		err              error
+		errs             []error
+	)
+	n := len(q.nodes)
+	if !q.fanOut(ctx, []conn.Call{c}, answerWait, "", q.pendingOf(r.owner), func(rp reply) bool {
+		x, rerr := readRelease(rp.res[0].Ints)
+		if rp.res[0].Err != nil {
+			rerr = rp.res[0].Err
+		}
+		switch {
+		case rerr != nil:
+			bad++
+			errs = append(errs, q.nodeErr(rp.node, rerr))
+		case x.owned:
+			ok++
+			res.left = max(res.left, x.left)
+			if x.counted {
+				res.counted = true
+				res.heard = max(res.heard, x.heard)
+			}
+		default:
+			notHeld++
+		}
+		switch {
+		case ok >= q.need:
+			res.owned = true
+		case notHeld > n-q.need: // a majority no longer holds it: it was lost
+			res = released{}
+		case ok+notHeld+bad == n:
+			err = fmt.Errorf("%d of %d servers answered: %w", ok+notHeld, n, errors.Join(errs...))
+		default:
+			return false
+		}
+		return true
+	}) {
+		err = fmt.Errorf("%d of %d servers answered within %v: %w", ok+notHeld, n, answerWait, errors.Join(errs...))
+	}
+	return res, err
+}
+
+// renew: the releases one by one, then the renewals, fanned out together: a lease is renewed
+// when a majority renewed it, lost when a majority says its owner no longer holds it;
+// otherwise (servers down or slow) its outcome is an error and the renewal loop retries it.
+// It waits no longer than a third of the shortest lease in the round, so that a server that
+// never answers cannot hold up every other lease's renewal.
+func (q *quorum) renew(ctx context.Context, releases []releaseReq, leases []renewal) ([]error, []renewed) {
+	relErrs := make([]error, len(releases))
+	for i, r := range releases {
+		_, relErrs[i] = q.release(ctx, r)
+	}
+	outs := make([]renewed, len(leases))
+	if len(leases) == 0 {
+		return relErrs, outs
+	}
+	n := len(q.nodes)
+	var calls []conn.Call
+	limit := time.Duration(-1)
+	for i := 0; i < len(leases); i += renewBatch {
+		j := min(i+renewBatch, len(leases))
+		keys := make([]string, 0, j-i)
+		owners := make([]string, 0, j-i)
+		ttls := make([]string, 0, j-i)
+		for _, l := range leases[i:j] {
+			keys, owners, ttls = append(keys, l.key), append(owners, l.owner), append(ttls, l.ttl)
+			if d := parseMS(l.ttl) / 3; limit < 0 || d < limit {
+				limit = d
+			}
+		}
+		calls = append(calls, renewCall(keys, owners, ttls))
+	}
+	yes, no := make([]int, len(leases)), make([]int, len(leases))
+	failed := make([]int, len(calls)) // servers whose answer to call i is an error
+	var answers int
+	var errs []error
+	decided := func() bool {
+		for k := range leases {
+			pending := n - yes[k] - no[k] - failed[k/renewBatch]
+			if yes[k] < q.need && yes[k]+pending >= q.need {
+				return false
+			}
+		}
+		return true
+	}
+	q.fanOut(ctx, calls, max(limit, 0), "", nil, func(r reply) bool {
+		answers++
+		for i, x := range r.res {
+			from := i * renewBatch
+			oks, err := readRenew(x.Ints, len(calls[i].Keys))
+			if x.Err != nil {
+				err = x.Err
+			}
+			if err != nil {
+				failed[i]++
+				errs = append(errs, q.nodeErr(r.node, err))
+				continue
+			}
+			for k, ok := range oks {
+				if ok {
+					yes[from+k]++
+				} else {
+					no[from+k]++
+				}
+			}
+		}
+		return decided()
+	})
+	for k := range leases {
+		switch {
+		case yes[k] >= q.need:
+			outs[k].ok = true
+		case no[k] >= n-q.need+1: // a majority refused: lost
+		default:
+			outs[k].err = fmt.Errorf("renewal undecided, %d of %d servers answered: %w", answers, n, errors.Join(errs...))
+		}
+	}
+	return relErrs, outs
+}
+
+// pttl: the lease is held on a majority for at least the majority-th longest remaining lease;
+// lost when fewer than a majority hold it.
+func (q *quorum) pttl(ctx context.Context, keys []string, owner string) (time.Duration, bool, error) {
+	var (
+		left         []time.Duration
+		no, answered int
+		errs         []error
+		res          time.Duration
+		held         bool
+		err          error
+		n            = len(q.nodes)
+	)
+	if !q.fanOut(ctx, []conn.Call{pttlCall(keys, owner)}, answerWait, "", nil, func(r reply) bool {
+		answered++
+		d, ok, rerr := readPTTL(r.res[0].Ints)
+		if r.res[0].Err != nil {
+			rerr = r.res[0].Err
+		}
+		switch {
+		case rerr != nil:
+			errs = append(errs, q.nodeErr(r.node, rerr))
+		case ok:
+			left = append(left, d)
+		default:
+			no++
+		}
+		switch {
+		case len(left) >= q.need:
+			slices.Sort(left)
+			res, held = left[len(left)-q.need], true
+		case no >= n-q.need+1:
+		case answered == n:
+			err = fmt.Errorf("%d of %d servers answered: %w", n-len(errs), n, errors.Join(errs...))
+		default:
+			return false
+		}
+		return true
+	}) {
+		err = fmt.Errorf("%d of %d servers answered within %v: %w", answered-len(errs), n, answerWait, errors.Join(errs...))
+	}
+	return res, held, err
+}
+
+var errNoHandover = errors.New("dlock: no handover in quorum mode")
+
+func (q *quorum) handover(context.Context, handoverArgs) (handedOver, error) {
+	return handedOver{}, errNoHandover
+}
+
+// errNoQuorum says too few servers answered to decide.
+func (q *quorum) errNoQuorum(answered int, errs []error) error {
+	return &noQuorumError{
+		msg:  fmt.Sprintf("dlock: no quorum: %d of %d servers answered in time, a majority needs %d", answered, len(q.nodes), q.need),
+		errs: errors.Join(errs...),
+	}
+}
+
+// noQuorumError is the error of an acquisition that failed because too few servers could be
+// reached (not because another owner holds the lock). It matches ErrNotAcquired with errors.Is
+// and wraps the servers' errors.
+type noQuorumError struct {
+	msg  string
+	errs error
+}
+
+func (e *noQuorumError) Error() string {
+	if e.errs == nil { // no server failed: too few answered within the lease
+		return e.msg
+	}
+	return e.msg + ": " + e.errs.Error()
+}
+func (e *noQuorumError) Unwrap() error        { return e.errs }
+func (e *noQuorumError) Is(target error) bool { return target == ErrNotAcquired }
+
+// first runs f on every server in parallel and returns the answer of the first server, in the
+// order given, that answered without an error (inspection reads that server's view).
+func (q *quorum) first(ctx context.Context, f func(context.Context, conn.Conn) (any, error)) (any, error) {
+	type ans struct {
+		v   any
+		err error
+	}
+	res := make([]ans, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := f(ctx, n)
+			res[i] = ans{v, err}
+		}()
+	}
+	wg.Wait()
+	for _, r := range res {
+		if r.err == nil {
+			return r.v, nil
+		}
+	}
+	return nil, res[0].err
+}
+
+func (q *quorum) inspect(ctx context.Context, keys []string) (any, error) {
+	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
+		return evalStrings(ctx, cn, scriptInspect, keys)
+	})
+}
+
+// forceUnlock releases on every server; the reply is the first server's (in order) that
+// answered.
+func (q *quorum) forceUnlock(ctx context.Context, key, channel string) (any, error) {
+	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
+		return evalStrings(ctx, cn, scriptForceUnlock, []string{key}, q.retention, channel)
+	})
+}
+
+func (q *quorum) numSub(ctx context.Context, channels []string) (any, error) {
+	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
+		return cn.Command(ctx, append([]string{"PUBSUB", "NUMSUB"}, channels...)...)
+	})
+}
+
+// scan walks the first reachable server only, so that its cursor stays on one server.
+func (q *quorum) scan(ctx context.Context, cursor, pattern string) (any, error) {
+	var errs []error
+	for _, n := range q.nodes {
+		v, err := n.Command(ctx, "SCAN", cursor, "MATCH", pattern, "COUNT", "1000")
+		if err == nil {
+			return v, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// masters asks every server.
+func (q *quorum) masters(ctx context.Context, args ...string) []conn.MasterReply {
+	out := make([]conn.MasterReply, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := n.Command(ctx, args...)
+			out[i] = conn.MasterReply{Addr: n.Addr(), Reply: v, Err: err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// listen subscribes on every server, so that a release announced by any of them wakes the
+// waiters. It succeeds when a majority could be reached; while some server is missing, the
+// listener reports itself done after listenRetry so that the client subscribes again,
+// including to the servers that came back.
+func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
+	ql := &quorumListener{done: make(chan error, 1), quit: make(chan struct{})}
+	var mu sync.Mutex
+	lns := make([]conn.Listener, len(q.nodes))
+	var errs []error
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ln, err := n.Listen(ctx, h)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			lns[i] = ln
+		}()
+	}
+	wg.Wait()
+	for _, ln := range lns {
+		if ln != nil {
+			ql.lns = append(ql.lns, ln)
+		}
+	}
+	if len(ql.lns) < q.need {
+		ql.closeAll()
+		return nil, fmt.Errorf("pub/sub on %d of %d servers: %w", len(ql.lns), len(q.nodes), errors.Join(errs...))
+	}
+	missing := len(ql.lns) < len(q.nodes)
+	ql.wg.Add(1)
+	go ql.watch(missing)
+	return ql, nil
+}
+
+// listenRetry is how long a quorum listener that could not reach every server waits before it
+// asks to be made again.
+const listenRetry = 3 * time.Second
+
+// quorumListener is one conn.Listener over the listeners of the servers it could reach.
+type quorumListener struct {
+	lns  []conn.Listener
+	done chan error
+	quit chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
+}
+
+func (l *quorumListener) watch(missing bool) {
+	defer l.wg.Done()
+	cases := make(chan error, len(l.lns))
+	stop := make(chan struct{})
+	defer close(stop)
+	for _, ln := range l.lns {
+		go func() {
+			select {
+			case err := <-ln.Done():
+				cases <- err
+			case <-stop:
+			}
+		}()
+	}
+	var retry <-chan time.Time
+	if missing {
+		t := time.NewTimer(listenRetry)
+		defer t.Stop()
+		retry = t.C
+	}
+	select {
+	case err := <-cases:
+		if err == nil {
+			err = errors.New("pub/sub connection closed")
+		}
+		l.done <- err
+	case <-retry:
+		l.done <- errors.New("pub/sub: retrying the servers that were unreachable")
+	case <-l.quit:
+	}
+	close(l.done)
+}
+
+func (l *quorumListener) Subscribe(ctx context.Context, channels ...string) error {
+	return l.each(func(ln conn.Listener) error { return ln.Subscribe(ctx, channels...) })
+}
+
+func (l *quorumListener) Unsubscribe(ctx context.Context, channels ...string) error {
+	return l.each(func(ln conn.Listener) error { return ln.Unsubscribe(ctx, channels...) })
+}
+
+func (l *quorumListener) each(f func(conn.Listener) error) error {
+	errs := make([]error, len(l.lns))
+	var wg sync.WaitGroup
+	for i, ln := range l.lns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(ln)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (l *quorumListener) Done() <-chan error { return l.done }
+
+func (l *quorumListener) Close() error {
+	l.once.Do(func() {
+		close(l.quit)
+		l.closeAll()
+		l.wg.Wait()
+	})
+	return nil
+}
+
+func (l *quorumListener) closeAll() {
+	for _, ln := range l.lns {
+		ln.Close()
+	}
+}
+
+// parseMS reads a duration in whole milliseconds, as the scripts take it.
+func parseMS(s string) time.Duration {
+	var v int64
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0
+		}
+		v = v*10 + int64(s[i]-'0')
+	}
+	return time.Duration(v) * time.Millisecond
+}
