@@ -14,7 +14,7 @@ type hotRow struct {
 	err                                     error // last error of a repetition
 }
 
-func aggregateHot(rs []s2Result) hotRow {
+func aggregateHot(rs []hotResult) hotRow {
 	var rates, changes, p50, p99, jains, shares []float64
 	var r hotRow
 	for _, x := range rs {
