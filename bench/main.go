@@ -1,6 +1,6 @@
 // Command bench measures dlock side by side with its peers (go-redsync/redsync, bsm/redislock,
 // rueidis/rueidislock) and the raw SET NX PX + DEL floors, against its own private redis-server
-// on loopback, and prints one markdown table per scenario (issue 5):
+// on loopback, and prints one markdown table per scenario:
 //
 //	go run .                 # full run (at most 6 minutes); make bench adds --write-docs
 //	go run . --quick         # the same scenarios, shorter (at most a minute): make bench-quick

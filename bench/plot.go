@@ -23,10 +23,11 @@ type figures struct {
 	uncontended           map[int]map[*contender]float64 // goroutines → contender → pairs/s
 	hotLocks              []*contender
 	hot                   map[*contender]hotRow
-	targets               []targetRow // issue 5's targets, as each scenario measured them
+	targets               []targetRow // dlock's performance targets, as each scenario measured them
 }
 
-// targetRow is one of issue 5's targets and what this run measured for it.
+// targetRow is one of dlock's performance targets beside its peers (≥ 3× redsync's pairs/s, Jain
+// fairness ≥ 0.9, …) and what this run measured for it.
 type targetRow struct {
 	scenario, target, measured string
 	met                        bool

@@ -183,7 +183,8 @@ func measureUncontended(srv *server, cfg config) (string, bool) {
 	return b.String(), ok
 }
 
-// uncontendedTable writes the table for g goroutines; with fig, it also records issue 5's targets.
+// uncontendedTable writes the table for g goroutines; with fig, it also records how dlock fared
+// against its performance targets.
 func uncontendedTable(g int, res map[*contender][]uncontendedResult, fig *figures) string {
 	type row struct {
 		rate, allocs, bytes, cpu float64
