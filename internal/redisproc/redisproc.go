@@ -208,7 +208,7 @@ func (p *Process) Restart(ctx context.Context) error {
 	p.killLocked()
 	var err error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		if err = p.launchLocked(ctx); err == nil || !errors.Is(err, errExited) {
+		if err = p.launchLocked(ctx); err == nil || !errors.Is(err, errExited) || attempt == startAttempts {
 			break
 		}
 		t := time.NewTimer(time.Duration(attempt) * 50 * time.Millisecond)
