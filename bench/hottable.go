@@ -14,7 +14,7 @@ type hotRow struct {
 	err                                     error // last error of a repetition
 }
 
-func aggregateHot(rs []s2Result) hotRow {
+func aggregateHot(rs []hotResult) hotRow {
 	var rates, changes, p50, p99, jains, shares []float64
 	var r hotRow
 	for _, x := range rs {
@@ -42,7 +42,8 @@ func aggregateHot(rs []s2Result) hotRow {
 
 // writeHotTable writes the table of a hot-name scenario and dlock's ratios to the best peer;
 // exclusion gives each row's mutual-exclusion cell.
-// With fig, it records issue 5's targets under scenario sc (g goroutines in all).
+// With fig, it records dlock's performance targets beside its peers under scenario sc (g
+// goroutines in all).
 func writeHotTable(b *strings.Builder, locks []*contender, rows map[*contender]hotRow, exclusion func(*contender, hotRow) string, fig *figures, sc string, g int) {
 	best := func(of func(hotRow) float64) (float64, string) {
 		var v float64

@@ -1,6 +1,6 @@
 // Command bench measures dlock side by side with its peers (go-redsync/redsync, bsm/redislock,
 // rueidis/rueidislock) and the raw SET NX PX + DEL floors, against its own private redis-server
-// on loopback, and prints one markdown table per scenario (issue 5):
+// on loopback, and prints one markdown table per scenario:
 //
 //	go run .                 # full run (at most 6 minutes); make bench adds --write-docs
 //	go run . --quick         # the same scenarios, shorter (at most a minute): make bench-quick
@@ -28,26 +28,29 @@ import (
 
 // config is what one run measures.
 type config struct {
-	quick        bool
-	reps         int
-	scenarios    []int
-	s1Goroutines []int
-	s1Duration   time.Duration
-	s1Warm       time.Duration
-	pairTimeout  time.Duration // a Lock+Unlock pair on a free name slower than this is a stall
-	s2Duration   time.Duration
-	s3Duration   time.Duration
-	s4Duration   time.Duration
-	s5Leases     []int         // how many leases scenario 5 holds, one measurement per count
-	s5TTL        time.Duration // renewal every TTL/3
-	s5Periods    int           // renewal periods measured
-	s5Acquire    time.Duration // a contender that cannot take every lease within this is not measured
-	s6TTL        time.Duration
-	s6Hold       time.Duration // how long after acquiring the holder is killed
-	log          io.Writer
-	fig          *figures // filled by scenarios 1 and 2 for the plot
-	plotDir      string   // where to write the plot ("" = no plot)
-	plotLink     string   // the plot's path as the markdown links it
+	quick     bool
+	reps      int
+	scenarios []int
+	// Scenario 1 (uncontended.go); its warm-up also precedes scenario 4's measurements.
+	uncontendedGoroutines []int
+	uncontendedDuration   time.Duration
+	warmUp                time.Duration
+	pairTimeout           time.Duration // a Lock+Unlock pair on a free name slower than this is a stall
+	hotDuration           time.Duration // scenario 2 (hotname.go)
+	hotProcsDuration      time.Duration // scenario 3 (hotname_procs.go)
+	redlockDuration       time.Duration // scenario 4 (redlock.go)
+	// Scenario 5 (renewal_cost.go).
+	renewalLeases  []int         // how many leases scenario 5 holds, one measurement per count
+	renewalTTL     time.Duration // renewal every TTL/3
+	renewalPeriods int           // renewal periods measured
+	renewalAcquire time.Duration // a contender that cannot take every lease within this is not measured
+	// Scenario 6 (crash_recovery.go).
+	crashTTL  time.Duration
+	crashHold time.Duration // how long after acquiring the holder is killed
+	log       io.Writer
+	fig       *figures // filled by scenarios 1 and 2 for the plot
+	plotDir   string   // where to write the plot ("" = no plot)
+	plotLink  string   // the plot's path as the markdown links it
 }
 
 func (c config) logf(format string, args ...any) {
@@ -58,36 +61,36 @@ func (c config) logf(format string, args ...any) {
 
 func defaultConfig(quick bool) config {
 	c := config{
-		reps:         3,
-		scenarios:    []int{1, 2, 3, 4, 5, 6},
-		s1Goroutines: []int{1, 16, 64},
-		s1Duration:   800 * time.Millisecond,
-		s1Warm:       150 * time.Millisecond,
-		pairTimeout:  5 * time.Second,
-		s2Duration:   1500 * time.Millisecond,
-		s3Duration:   1200 * time.Millisecond,
-		s4Duration:   time.Second,
-		s5Leases:     []int{10_000, 100_000},
-		s5TTL:        3 * time.Second,
-		s5Periods:    3,
-		s5Acquire:    20 * time.Second,
-		s6TTL:        time.Second,
-		s6Hold:       200 * time.Millisecond,
-		log:          os.Stderr,
+		reps:                  3,
+		scenarios:             []int{1, 2, 3, 4, 5, 6},
+		uncontendedGoroutines: []int{1, 16, 64},
+		uncontendedDuration:   800 * time.Millisecond,
+		warmUp:                150 * time.Millisecond,
+		pairTimeout:           5 * time.Second,
+		hotDuration:           1500 * time.Millisecond,
+		hotProcsDuration:      1200 * time.Millisecond,
+		redlockDuration:       time.Second,
+		renewalLeases:         []int{10_000, 100_000},
+		renewalTTL:            3 * time.Second,
+		renewalPeriods:        3,
+		renewalAcquire:        20 * time.Second,
+		crashTTL:              time.Second,
+		crashHold:             200 * time.Millisecond,
+		log:                   os.Stderr,
 	}
 	if quick {
 		c.quick = true
 		c.reps = 1
-		c.s1Duration = 300 * time.Millisecond
-		c.s1Warm = 50 * time.Millisecond
+		c.uncontendedDuration = 300 * time.Millisecond
+		c.warmUp = 50 * time.Millisecond
 		c.pairTimeout = 2 * time.Second
-		c.s2Duration = 800 * time.Millisecond
-		c.s3Duration = 500 * time.Millisecond
-		c.s4Duration = 500 * time.Millisecond
-		c.s5Leases = []int{10_000, 100_000}
-		c.s5Acquire = 8 * time.Second
-		c.s6TTL = 500 * time.Millisecond
-		c.s6Hold = 100 * time.Millisecond
+		c.hotDuration = 800 * time.Millisecond
+		c.hotProcsDuration = 500 * time.Millisecond
+		c.redlockDuration = 500 * time.Millisecond
+		c.renewalLeases = []int{10_000, 100_000}
+		c.renewalAcquire = 8 * time.Second
+		c.crashTTL = 500 * time.Millisecond
+		c.crashHold = 100 * time.Millisecond
 	}
 	return c
 }
@@ -149,14 +152,14 @@ func run(args []string, stdout io.Writer) int {
 		command = "`" + *via + "` (= " + command + ")"
 	}
 	if *leases != "" {
-		cfg.s5Leases = nil
+		cfg.renewalLeases = nil
 		for _, f := range strings.Split(*leases, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n < 1 || n > 1_000_000 {
 				fmt.Fprintf(os.Stderr, "bench: --leases: %q is not a count in 1..1000000\n", f)
 				return 2
 			}
-			cfg.s5Leases = append(cfg.s5Leases, n)
+			cfg.renewalLeases = append(cfg.renewalLeases, n)
 		}
 	}
 	if *plotDir != "" {
@@ -236,23 +239,23 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 		t0 := time.Now()
 		switch s {
 		case 1:
-			out, sok = scenario1(srv, cfg)
+			out, sok = measureUncontended(srv, cfg)
 		case 2:
-			out, sok = scenario2(srv, cfg)
+			out, sok = measureHotName(srv, cfg)
 		case 3:
-			out, sok = scenario3(srv, cfg)
+			out, sok = measureHotNameProcs(srv, cfg)
 		case 4:
-			out, sok = scenario4(cfg)
+			out, sok = measureRedlock(cfg)
 		case 5:
-			out, sok = scenario5(srv, cfg)
+			out, sok = measureRenewalCost(srv, cfg)
 		case 6:
-			out, sok = scenario6(srv, cfg)
+			out, sok = measureCrashRecovery(srv, cfg)
 		}
 		b.WriteString("\n" + out)
 		ok = ok && sok
 		cfg.logf("bench: scenario %d took %v", s, time.Since(t0).Round(100*time.Millisecond))
 	}
-	if cfg.plotDir != "" && (len(cfg.fig.s1) > 0 || len(cfg.fig.s2) > 0) {
+	if cfg.plotDir != "" && (len(cfg.fig.uncontended) > 0 || len(cfg.fig.hot) > 0) {
 		mode := "full run"
 		if cfg.quick {
 			mode = "quick run"

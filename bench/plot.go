@@ -19,14 +19,15 @@ const plotFile = "bench-peers.png"
 
 // figures collects what the plot shows, as the scenarios measure it (medians).
 type figures struct {
-	s1Goroutines []int
-	s1           map[int]map[*contender]float64 // goroutines → contender → pairs/s
-	s2Locks      []*contender
-	s2           map[*contender]hotRow
-	targets      []targetRow // issue 5's targets, as each scenario measured them
+	uncontendedGoroutines []int
+	uncontended           map[int]map[*contender]float64 // goroutines → contender → pairs/s
+	hotLocks              []*contender
+	hot                   map[*contender]hotRow
+	targets               []targetRow // dlock's performance targets, as each scenario measured them
 }
 
-// targetRow is one of issue 5's targets and what this run measured for it.
+// targetRow is one of dlock's performance targets beside its peers (≥ 3× redsync's pairs/s, Jain
+// fairness ≥ 0.9, …) and what this run measured for it.
 type targetRow struct {
 	scenario, target, measured string
 	met                        bool
@@ -69,7 +70,7 @@ func (f *figures) targetsTable() string {
 }
 
 func newFigures() *figures {
-	return &figures{s1: map[int]map[*contender]float64{}, s2: map[*contender]hotRow{}}
+	return &figures{uncontended: map[int]map[*contender]float64{}, hot: map[*contender]hotRow{}}
 }
 
 // colorOf gives each contender one colour in every panel: dlock blue, peers warm, raw floors grey.
@@ -97,7 +98,7 @@ func colorOf(c *contender) color.Color {
 // writePlot draws scenario 1 (pairs/s by goroutines, every contender) on top and scenario 2
 // (handoffs/s and Jain's index, every lock) below, into dir/plotFile. It returns the file's path.
 func writePlot(dir string, f *figures, subtitle string) (string, error) {
-	if len(f.s1) == 0 && len(f.s2) == 0 {
+	if len(f.uncontended) == 0 && len(f.hot) == 0 {
 		return "", fmt.Errorf("plot: neither scenario 1 nor 2 was run")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -111,7 +112,7 @@ func writePlot(dir string, f *figures, subtitle string) (string, error) {
 
 	top := draw.Crop(dc, 0, 0, h/2, 0)
 	bottom := draw.Crop(dc, 0, 0, 0, -h/2)
-	if p, err := s1Plot(f); err == nil && p != nil {
+	if p, err := uncontendedPlot(f); err == nil && p != nil {
 		p.Title.Text = "dlock beside its peers (" + subtitle + ")\nScenario 1, uncontended: Lock+Unlock pairs/s, median"
 		p.Draw(draw.Crop(top, vg.Points(6), -vg.Points(6), vg.Points(4), -vg.Points(4)))
 	} else if err != nil {
@@ -119,13 +120,13 @@ func writePlot(dir string, f *figures, subtitle string) (string, error) {
 	}
 	left := draw.Crop(bottom, 0, -w/2, 0, 0)
 	right := draw.Crop(bottom, w/2, 0, 0, 0)
-	if len(f.s2) > 0 {
-		p, err := s2RatePlot(f)
+	if len(f.hot) > 0 {
+		p, err := hotRatePlot(f)
 		if err != nil {
 			return "", err
 		}
 		p.Draw(draw.Crop(left, vg.Points(6), -vg.Points(4), vg.Points(4), -vg.Points(4)))
-		p, err = s2JainPlot(f)
+		p, err = hotJainPlot(f)
 		if err != nil {
 			return "", err
 		}
@@ -143,15 +144,15 @@ func writePlot(dir string, f *figures, subtitle string) (string, error) {
 	return path, out.Close()
 }
 
-func s1Plot(f *figures) (*plot.Plot, error) {
-	if len(f.s1) == 0 {
+func uncontendedPlot(f *figures) (*plot.Plot, error) {
+	if len(f.uncontended) == 0 {
 		return nil, nil
 	}
 	p := plot.New()
 	p.Y.Label.Text = "pairs/s"
 	p.Y.Min = 0
 	var labels []string
-	for _, g := range f.s1Goroutines {
+	for _, g := range f.uncontendedGoroutines {
 		labels = append(labels, fmt.Sprintf("%d goroutine%s", g, plural(g)))
 	}
 	p.NominalX(labels...)
@@ -159,9 +160,9 @@ func s1Plot(f *figures) (*plot.Plot, error) {
 	n := len(contenders)
 	var top float64
 	for i, c := range contenders {
-		vals := make(plotter.Values, len(f.s1Goroutines))
-		for j, g := range f.s1Goroutines {
-			vals[j] = f.s1[g][c]
+		vals := make(plotter.Values, len(f.uncontendedGoroutines))
+		for j, g := range f.uncontendedGoroutines {
+			vals[j] = f.uncontended[g][c]
 			top = max(top, vals[j])
 		}
 		b, err := plotter.NewBarChart(vals, bw)
@@ -230,17 +231,17 @@ func shortName(c *contender) string {
 	return strings.Replace(c.name, " (", "\n(", 1)
 }
 
-func s2RatePlot(f *figures) (*plot.Plot, error) {
+func hotRatePlot(f *figures) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Scenario 2, one hot name, 64 goroutines:\nhandoffs/s, median"
 	p.Y.Label.Text = "handoffs/s"
 	p.Y.Min = 0
 	var names []string
-	all := make(plotter.Values, len(f.s2Locks))
-	other := make(plotter.Values, len(f.s2Locks))
-	for i, c := range f.s2Locks {
+	all := make(plotter.Values, len(f.hotLocks))
+	other := make(plotter.Values, len(f.hotLocks))
+	for i, c := range f.hotLocks {
 		names = append(names, shortName(c))
-		all[i], other[i] = f.s2[c].rate, f.s2[c].changes
+		all[i], other[i] = f.hot[c].rate, f.hot[c].changes
 		p.Y.Max = max(p.Y.Max, all[i]*1.15)
 	}
 	p.NominalX(names...)
@@ -272,20 +273,20 @@ func s2RatePlot(f *figures) (*plot.Plot, error) {
 	return p, nil
 }
 
-func s2JainPlot(f *figures) (*plot.Plot, error) {
+func hotJainPlot(f *figures) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Scenario 2: Jain's fairness index over\nthe goroutines' acquisitions (1 = even)"
 	p.Y.Min, p.Y.Max = 0, 1.08
 	var names []string
-	for _, c := range f.s2Locks {
+	for _, c := range f.hotLocks {
 		names = append(names, shortName(c))
 	}
 	p.NominalX(names...)
 	p.X.Tick.Label.Font.Size = vg.Points(8)
 	bw := vg.Points(22)
-	for i, c := range f.s2Locks {
-		vals := make(plotter.Values, len(f.s2Locks))
-		vals[i] = f.s2[c].jain
+	for i, c := range f.hotLocks {
+		vals := make(plotter.Values, len(f.hotLocks))
+		vals[i] = f.hot[c].jain
 		b, err := plotter.NewBarChart(vals, bw)
 		if err != nil {
 			return nil, err

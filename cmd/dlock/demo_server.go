@@ -2,18 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redisproc"
 )
 
 // demoServer is the Redis server the demo runs against: one given with --redis, or a private
@@ -35,86 +33,33 @@ func openServer(ctx context.Context, url string) (*demoServer, error) {
 		}
 		return &demoServer{url: url, about: "external server at " + url}, nil
 	}
-	if bin, err := exec.LookPath("redis-server"); err == nil {
+	if bin, err := redisproc.LookPath(); err == nil {
 		return startRedisServer(ctx, bin)
 	}
 	return startEmbedded()
 }
 
 // startRedisServer runs bin on a free loopback port, without persistence, in a temporary
-// directory. The child is killed when the demo exits, and by the kernel if the demo dies.
+// directory. The child is killed when the demo exits, and by the kernel if the demo dies
+// (Linux). It has a process group of its own, so that a Ctrl-C reaches only the demo, which
+// stops its workers and then the server in order.
 func startRedisServer(ctx context.Context, bin string) (*demoServer, error) {
 	ver := redisServerVersion(bin)
-	dir, err := os.MkdirTemp("", "dlock-demo-redis-")
+	p, err := redisproc.Start(ctx, redisproc.Config{
+		Bin:             bin,
+		DirPrefix:       "dlock-demo-redis-",
+		Args:            []string{"--loglevel", "warning"},
+		StartTimeout:    serverStartTimeout,
+		OwnProcessGroup: true,
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", bin, err)
 	}
-	var lastErr error
-	for attempt := 0; attempt < 4; attempt++ { // another process may take the free port first
-		port, err := freePort()
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		log := &tailBuffer{max: 4 << 10}
-		cmd := exec.Command(bin,
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir,
-			"--daemonize", "no", "--loglevel", "warning")
-		cmd.Stdout = log
-		cmd.Stderr = log
-		cmd.SysProcAttr = childAttr()
-		if err := cmd.Start(); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("start %s: %w", bin, err)
-		}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
-		kill := func() {
-			cmd.Process.Kill()
-			<-exited
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		url := "redis://" + addr + "/0"
-		if err := waitServer(ctx, url, exited); err != nil {
-			kill()
-			lastErr = fmt.Errorf("%s on %s: %w (output: %s)", bin, addr, err, strings.TrimSpace(log.String()))
-			if ctx.Err() != nil {
-				break
-			}
-			continue
-		}
-		return &demoServer{
-			url:   url,
-			about: fmt.Sprintf("redis-server %s child on %s", ver, addr),
-			stop: func() {
-				kill()
-				os.RemoveAll(dir)
-			},
-		}, nil
-	}
-	os.RemoveAll(dir)
-	return nil, lastErr
-}
-
-// waitServer polls url with PING until it answers, the process exits or the start timeout passes.
-func waitServer(ctx context.Context, url string, exited <-chan struct{}) error {
-	deadline := time.Now().Add(serverStartTimeout)
-	for {
-		if err := pingURL(ctx, url, 200*time.Millisecond); err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("exited before it was ready")
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %v", serverStartTimeout)
-		}
-	}
+	return &demoServer{
+		url:   "redis://" + p.Addr() + "/0",
+		about: fmt.Sprintf("redis-server %s child on %s", ver, p.Addr()),
+		stop:  func() { p.Close() },
+	}, nil
 }
 
 func redisServerVersion(bin string) string {
@@ -161,15 +106,6 @@ func startEmbedded() (*demoServer, error) {
 		about: fmt.Sprintf("embedded (miniredis) on %s — install redis-server for a real one", m.Addr()),
 		stop:  m.Close,
 	}, nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // newRedisClient returns a go-redis client for url with a pool of at least poolSize connections.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisproc"
 	"github.com/dlock-go/dlock/internal/slot"
 )
 
@@ -48,7 +49,7 @@ func NewCluster(tb testing.TB, opts ...Option) *ClusterGroup {
 	tb.Cleanup(func() {
 		if tb.Failed() {
 			for _, s := range g.nodes {
-				tb.Logf("%s log (tail):\n%s", s.Addr, tail(s.Log(), 4<<10))
+				tb.Logf("%s log (tail):\n%s", s.Addr, redisproc.Tail(s.Log(), 4<<10))
 			}
 		}
 		if err := g.Close(); err != nil {

@@ -2,9 +2,10 @@
 // fault-injecting TCP proxy in front of them.
 //
 // Every server listens on its own free 127.0.0.1 port and lives in its own
-// temporary directory without persistence. Every goroutine the package starts
-// has exited once the matching Close (or testing.TB cleanup) has returned, so
-// callers can check for leaks with go.uber.org/goleak.
+// temporary directory without persistence; package internal/redisproc runs
+// the processes. Every goroutine the package starts has exited once the
+// matching Close (or testing.TB cleanup) has returned, so callers can check
+// for leaks with go.uber.org/goleak.
 //
 // The package targets Linux (it relies on SIGSTOP/SIGCONT and Pdeathsig).
 package redistest
@@ -13,34 +14,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/redisproc"
 )
 
 // ErrNotFound is returned (wrapped) by StartProcess when no redis-server
 // binary can be found on PATH.
-var ErrNotFound = errors.New("redis-server not found on PATH; install it with: apt-get install -y redis-server")
+var ErrNotFound = redisproc.ErrNotFound
 
-// errExited marks a start attempt in which the child exited before it became
-// ready, typically because another process took the port first.
-var errExited = errors.New("redis-server exited before it was ready")
-
-const (
-	logName   = "redis.log" // written by redis-server itself (--logfile)
-	stdioName = "stdio.log" // the child's stdout and stderr (start-up errors)
-
-	defaultStartTimeout = 10 * time.Second
-	startAttempts       = 5
-)
+const defaultStartTimeout = redisproc.DefaultStartTimeout
 
 type config struct {
 	args         []string
@@ -80,12 +70,10 @@ type Server struct {
 	Port int
 	Dir  string // its working directory (temporary, removed by Close)
 
-	bin      string
-	args     []string // extra arguments from WithArgs
-	password string   // last --requirepass in args, used by Do
-	timeout  time.Duration
+	proc     *redisproc.Process
+	password string     // last --requirepass in args, used by Do
 	tls      *tlsFiles  // non-nil: TLS only (WithTLS)
-	busPort  int        // cluster bus port, 0 unless in cluster mode
+	cluster  bool       // cluster mode, on the process's extra (bus) port
 	sentinel bool       // runs as a Sentinel (Dir/sentinel.conf)
 	umu      sync.Mutex // guards the four fields below (not s.mu: Restart holds that long)
 	urlUser  string     // user and password URL puts in the URL (SetURLUser)
@@ -93,17 +81,9 @@ type Server struct {
 	doUser   string // user and password Do logs in as (SetDoUser)
 	doPass   string
 
-	mu       sync.Mutex
-	proc     *process // nil while the server is down
-	closed   bool
-	finalLog string // log captured by Close before Dir was removed
-}
-
-// process is one running child; done is closed once it has been reaped.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // result of cmd.Wait, valid after done is closed
+	mu     sync.Mutex // serializes Kill, Restart and Close; guards args
+	args   []string   // extra arguments from WithArgs (Sentinel's Failover changes them)
+	closed bool
 }
 
 // Start starts a server like StartProcess and registers tb.Cleanup to close
@@ -118,7 +98,7 @@ func Start(tb testing.TB, opts ...Option) *Server {
 	}
 	tb.Cleanup(func() {
 		if tb.Failed() {
-			tb.Logf("redis-server %s log (tail):\n%s", s.Addr, tail(s.Log(), 8<<10))
+			tb.Logf("redis-server %s log (tail):\n%s", s.Addr, redisproc.Tail(s.Log(), 8<<10))
 		}
 		if err := s.Close(); err != nil {
 			tb.Errorf("redistest: close %s: %v", s.Addr, err)
@@ -135,52 +115,44 @@ func StartProcess(opts ...Option) (*Server, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	bin := cfg.bin
-	if bin == "" {
-		p, err := exec.LookPath("redis-server")
-		if err != nil {
-			return nil, fmt.Errorf("%w (%v)", ErrNotFound, err)
-		}
-		bin = p
+	s := &Server{
+		args:     cfg.args,
+		password: passwordFrom(cfg.args),
+		cluster:  cfg.cluster,
 	}
-	dir, err := os.MkdirTemp("", "redistest-")
+	pcfg := redisproc.Config{
+		Bin:          cfg.bin,
+		DirPrefix:    "redistest-",
+		ArgsFunc:     s.launchArgs,
+		Ready:        s.ready,
+		StartTimeout: cfg.startTimeout,
+	}
+	if cfg.cluster {
+		pcfg.ExtraPorts = 1 // the cluster bus
+	}
+	if cfg.sentinelConf != "" {
+		pcfg.ConfigFile = sentinelConfName // in Dir, written by prepare
+	}
+	p, err := redisproc.New(pcfg)
+	if errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	s := &Server{
-		Dir:      dir,
-		bin:      bin,
-		args:     cfg.args,
-		password: passwordFrom(cfg.args),
-		timeout:  cfg.startTimeout,
-	}
+	s.proc, s.Dir = p, p.Dir()
 	if err := s.prepare(&cfg); err != nil {
-		_ = os.RemoveAll(dir)
+		_ = p.Close()
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	// The port is free when freePort returns but another process may bind it
-	// before redis-server does; redis then exits and we try another port.
-	for attempt := 1; ; attempt++ {
-		port, err := freePort()
-		if err == nil && cfg.cluster {
-			s.busPort, err = freePort()
-			if err == nil && s.busPort == port {
-				err = fmt.Errorf("%w (bus port equals port)", errExited)
-			}
-		}
-		if err == nil {
-			s.Port = port
-			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			err = s.launch()
-		}
-		if err == nil {
-			return s, nil
-		}
-		if !errors.Is(err, errExited) || attempt == startAttempts {
-			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("redistest: start redis-server: %w", err)
-		}
+	// A port lost to another process between its pick and redis-server's bind
+	// is retried on other ports by redisproc.
+	if err := p.Start(context.Background()); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("redistest: start redis-server: %w", err)
 	}
+	s.Port, s.Addr = p.Port(), p.Addr()
+	return s, nil
 }
 
 // URL returns "redis://127.0.0.1:PORT/0" ("rediss://" for a TLS server), with
@@ -214,14 +186,7 @@ func (s *Server) SetURLUser(user, password string) {
 }
 
 // PID returns the process id of the running child, or 0 while it is down.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return 0
-	}
-	return s.proc.cmd.Process.Pid
-}
+func (s *Server) PID() int { return s.proc.PID() }
 
 // Close kills the server, reaps it and removes Dir. It is idempotent; after
 // it returns, Log still returns the final log.
@@ -232,9 +197,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	s.killLocked()
-	s.finalLog = s.readLog()
-	if err := os.RemoveAll(s.Dir); err != nil {
+	if err := s.proc.Close(); err != nil {
 		return fmt.Errorf("redistest: %w", err)
 	}
 	return nil
@@ -245,8 +208,7 @@ func (s *Server) Close() error {
 func (s *Server) Kill() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.killLocked()
-	return nil
+	return s.proc.Kill()
 }
 
 // Restart starts the server again on the same port with an empty data set
@@ -259,19 +221,14 @@ func (s *Server) Restart() error {
 	if s.closed {
 		return errors.New("redistest: restart: server is closed")
 	}
-	s.killLocked()
+	if err := s.proc.Kill(); err != nil {
+		return fmt.Errorf("redistest: restart: %w", err)
+	}
 	if err := s.clearData(); err != nil {
 		return fmt.Errorf("redistest: restart: %w", err)
 	}
-	// The port cannot change, so a lost race for it can only be waited out.
-	var err error
-	for attempt := 1; attempt <= startAttempts; attempt++ {
-		if err = s.launch(); err == nil || !errors.Is(err, errExited) {
-			break
-		}
-		time.Sleep(time.Duration(attempt) * 50 * time.Millisecond)
-	}
-	if err != nil {
+	// The port cannot change: redisproc waits out a process that took it.
+	if err := s.proc.Restart(context.Background()); err != nil {
 		return fmt.Errorf("redistest: restart on port %d: %w", s.Port, err)
 	}
 	return nil
@@ -279,19 +236,17 @@ func (s *Server) Restart() error {
 
 // Pause stops the process with SIGSTOP: connections are still accepted by the
 // kernel but nothing is answered until Resume.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+func (s *Server) Pause() error {
+	if err := s.proc.Pause(); err != nil {
+		return fmt.Errorf("redistest: %w", err)
+	}
+	return nil
+}
 
 // Resume continues a paused process with SIGCONT.
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
-
-func (s *Server) signal(sig syscall.Signal) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return fmt.Errorf("redistest: %v: server %s is not running", sig, s.Addr)
-	}
-	if err := s.proc.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("redistest: %v: %w", sig, err)
+func (s *Server) Resume() error {
+	if err := s.proc.Resume(); err != nil {
+		return fmt.Errorf("redistest: %w", err)
 	}
 	return nil
 }
@@ -312,8 +267,11 @@ func (s *Server) Do(ctx context.Context, args ...string) (string, error) {
 }
 
 // target is how Do reaches the server.
-func (s *Server) target() target {
-	t := target{addr: s.Addr, password: s.password}
+func (s *Server) target() target { return s.targetAt(s.Addr) }
+
+// targetAt is how Do would reach the server if it listened on addr.
+func (s *Server) targetAt(addr string) target {
+	t := target{addr: addr, password: s.password}
 	if s.tls != nil {
 		t.tls = s.tls.client
 	}
@@ -322,122 +280,33 @@ func (s *Server) target() target {
 
 // Log returns the server's log file followed by anything it wrote to stdout
 // or stderr, for printing when a test fails.
-func (s *Server) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return s.finalLog
-	}
-	return s.readLog()
-}
+func (s *Server) Log() string { return s.proc.Log() }
 
-func (s *Server) readLog() string {
-	logText, _ := os.ReadFile(filepath.Join(s.Dir, logName))
-	stdio, _ := os.ReadFile(filepath.Join(s.Dir, stdioName))
-	if len(stdio) == 0 {
-		return string(logText)
-	}
-	return string(logText) + "\n--- stdout/stderr ---\n" + string(stdio)
-}
-
-// launch starts the child on s.Port and waits until it is ready. On error no
-// child is left running. Called with s.mu held or before s is shared.
-func (s *Server) launch() error {
+// launchArgs returns the arguments for a start on ports, after redisproc's
+// defaults (which they override). Called by redisproc before every start:
+// before s is shared, or with s.mu held (Restart).
+func (s *Server) launchArgs(ports redisproc.Ports) []string {
 	var args []string
 	if s.sentinel {
-		args = append(args, filepath.Join(s.Dir, sentinelConfName), "--sentinel")
+		args = append(args, "--sentinel")
 	}
 	if s.tls != nil {
-		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port),
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(ports.Port),
 			"--tls-cert-file", s.tls.certFile, "--tls-key-file", s.tls.keyFile,
 			"--tls-ca-cert-file", s.tls.caFile, "--tls-auth-clients", "no")
-	} else {
-		args = append(args, "--port", strconv.Itoa(s.Port))
 	}
-	if s.busPort != 0 {
-		args = append(args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(s.busPort),
+	if s.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(ports.Extra[0]),
 			"--cluster-config-file", "nodes.conf")
 	}
-	args = append(args,
-		"--bind", "127.0.0.1",
-		"--dir", s.Dir,
-		"--save", "",
-		"--appendonly", "no",
-		"--logfile", filepath.Join(s.Dir, logName),
-		"--daemonize", "no",
-		"--protected-mode", "no",
-	)
-	args = append(args, s.args...)
-
-	// An *os.File as Stdout/Stderr is handed to the child directly, so exec
-	// starts no copying goroutine.
-	stdio, err := os.OpenFile(filepath.Join(s.Dir, stdioName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(s.bin, args...)
-	cmd.Dir = s.Dir
-	cmd.Stdout = stdio
-	cmd.Stderr = stdio
-	cmd.SysProcAttr = sysProcAttr()
-	err = cmd.Start()
-	_ = stdio.Close()
-	if err != nil {
-		return err
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	s.proc = p
-	if err := s.waitReady(p); err != nil {
-		s.killLocked()
-		return err
-	}
-	return nil
+	return append(args, s.args...)
 }
 
-// waitReady polls until the server on s.Addr is our child and answers, the
-// child exits (errExited), or the start timeout passes.
-func (s *Server) waitReady(p *process) error {
-	deadline := time.Now().Add(s.timeout)
-	backoff := 2 * time.Millisecond
-	var lastErr error
-	for {
-		select {
-		case <-p.done:
-			return fmt.Errorf("%w (%v); log:\n%s", errExited, p.err, s.readLog())
-		default:
-		}
-		ok, err := s.probe(p.cmd.Process.Pid, deadline)
-		if ok {
-			return nil
-		}
-		lastErr = err
-		if !time.Now().Add(backoff).Before(deadline) {
-			return fmt.Errorf("redis-server on %s not ready after %v (last error: %v); log:\n%s",
-				s.Addr, s.timeout, lastErr, s.readLog())
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-p.done:
-			t.Stop()
-		case <-t.C:
-		}
-		backoff = min(backoff*2, 100*time.Millisecond)
-	}
-}
-
-// probe reports whether the server answering on s.Addr is ready and is the
-// process pid (so a stranger that won the port race is not mistaken for it).
-func (s *Server) probe(pid int, deadline time.Time) (bool, error) {
-	if d := time.Now().Add(time.Second); d.Before(deadline) {
-		deadline = d
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	t := s.target()
+// ready reports whether the server answering on addr is ready and is the
+// process pid (so a stranger that won the port race is not mistaken for it),
+// speaking TLS and logging in as Do does.
+func (s *Server) ready(ctx context.Context, addr string, pid int) error {
+	t := s.targetAt(addr)
 	s.umu.Lock()
 	if s.doUser != "" {
 		t.user, t.password = s.doUser, s.doPass
@@ -447,42 +316,24 @@ func (s *Server) probe(pid int, deadline time.Time) (bool, error) {
 	if err != nil {
 		var re *Error
 		if !errors.As(err, &re) {
-			return false, err // not listening yet
+			return err // not listening yet
 		}
 		if strings.HasPrefix(re.Msg, "LOADING") || strings.HasPrefix(re.Msg, "BUSY") {
-			return false, err
+			return err
 		}
 		// It speaks Redis but refuses INFO (e.g. ACL rules from WithArgs):
 		// accept it, since the pid cannot be checked.
-		return true, nil
+		return nil
 	}
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
 			if v == strconv.Itoa(pid) {
-				return true, nil
+				return nil
 			}
-			return false, fmt.Errorf("port %d is served by pid %s, not %d", s.Port, v, pid)
+			return fmt.Errorf("%s is served by pid %s, not %d", addr, v, pid)
 		}
 	}
-	return true, nil
-}
-
-// killLocked kills and reaps the child if there is one. Called with s.mu held.
-func (s *Server) killLocked() {
-	p := s.proc
-	if p == nil {
-		return
-	}
-	s.proc = nil
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	// SIGKILL also ends a process stopped by Pause. The only possible error
-	// is that it has already exited, which the wait below covers.
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
+	return nil
 }
 
 // clearData removes everything in Dir except the logs, so that a restarted
@@ -493,7 +344,8 @@ func (s *Server) clearData() error {
 		return err
 	}
 	for _, e := range entries {
-		if e.Name() == logName || e.Name() == stdioName || e.Name() == tlsDirName || e.Name() == sentinelConfName {
+		switch e.Name() {
+		case redisproc.LogFile, redisproc.StdioFile, tlsDirName, sentinelConfName:
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(s.Dir, e.Name())); err != nil {
@@ -501,19 +353,6 @@ func (s *Server) clearData() error {
 		}
 	}
 	return nil
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	if err := ln.Close(); err != nil {
-		return 0, err
-	}
-	return port, nil
 }
 
 // passwordFrom returns the value of the last "--requirepass" in args.
@@ -525,11 +364,4 @@ func passwordFrom(args []string) string {
 		}
 	}
 	return pw
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "..." + s[len(s)-n:]
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/redisproc"
 )
 
 // sentinelConfName is a Sentinel's configuration file in its Dir (Sentinel
@@ -54,7 +56,7 @@ func NewSentinel(tb testing.TB, opts ...Option) *SentinelGroup {
 	tb.Cleanup(func() {
 		if tb.Failed() {
 			for _, s := range append(append([]*Server(nil), g.data...), g.sentinels...) {
-				tb.Logf("%s log (tail):\n%s", s.Addr, tail(s.Log(), 4<<10))
+				tb.Logf("%s log (tail):\n%s", s.Addr, redisproc.Tail(s.Log(), 4<<10))
 			}
 		}
 		if err := g.Close(); err != nil {

@@ -20,12 +20,12 @@ import (
 )
 
 const (
-	s4Servers    = 5
-	s4Goroutines = 16
-	s4Delay      = 20 * time.Millisecond // added by the fault proxy to each direction
+	redlockServers    = 5
+	redlockGoroutines = 16
+	redlockDelay      = 20 * time.Millisecond // added by the fault proxy to each direction
 )
 
-// quorumContender is a contender of scenario 4: one lock over s4Servers independent servers.
+// quorumContender is a contender of scenario 4: one lock over redlockServers independent servers.
 type quorumContender struct {
 	name   string
 	kind   kind
@@ -111,8 +111,8 @@ func (r *redsync5Client) close() {
 	}
 }
 
-// s4Result is one measurement of scenario 4.
-type s4Result struct {
+// redlockResult is one measurement of scenario 4.
+type redlockResult struct {
 	pairs            int64
 	elapsed          time.Duration
 	acqP50, acqP99   time.Duration
@@ -120,16 +120,16 @@ type s4Result struct {
 	err              error
 }
 
-func (r s4Result) rate() float64 { return float64(r.pairs) / r.elapsed.Seconds() }
+func (r redlockResult) rate() float64 { return float64(r.pairs) / r.elapsed.Seconds() }
 
-// runQuorum runs Lock+Unlock pairs from s4Goroutines goroutines, each on its own name, against
+// runQuorum runs Lock+Unlock pairs from redlockGoroutines goroutines, each on its own name, against
 // the servers at addrs, and measures pairs/s and the time Lock takes.
-func runQuorum(addrs []string, c *quorumContender, d, warm, pairTimeout time.Duration, tag string) s4Result {
+func runQuorum(addrs []string, c *quorumContender, d, warm, pairTimeout time.Duration, tag string) redlockResult {
 	octx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	cl, err := c.open(octx, addrs, 10*time.Second)
 	cancel()
 	if err != nil {
-		return s4Result{err: err}
+		return redlockResult{err: err}
 	}
 	defer cl.close()
 	type sample struct{ acquire, pair time.Duration }
@@ -138,10 +138,10 @@ func runQuorum(addrs []string, c *quorumContender, d, warm, pairTimeout time.Dur
 			wg    sync.WaitGroup
 			mu    sync.Mutex
 			first error
-			all   = make([][]sample, s4Goroutines)
+			all   = make([][]sample, redlockGoroutines)
 		)
 		end := time.Now().Add(d)
-		for i := 0; i < s4Goroutines; i++ {
+		for i := 0; i < redlockGoroutines; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -177,13 +177,13 @@ func runQuorum(addrs []string, c *quorumContender, d, warm, pairTimeout time.Dur
 		return all, first
 	}
 	if _, err := pass(warm, false); err != nil {
-		return s4Result{err: fmt.Errorf("warm-up: %w", err)}
+		return redlockResult{err: fmt.Errorf("warm-up: %w", err)}
 	}
 	start := time.Now()
 	all, err := pass(d, true)
 	elapsed := time.Since(start)
 	if err != nil {
-		return s4Result{err: err}
+		return redlockResult{err: err}
 	}
 	var acq, pair []time.Duration
 	for _, s := range all {
@@ -193,51 +193,52 @@ func runQuorum(addrs []string, c *quorumContender, d, warm, pairTimeout time.Dur
 		}
 	}
 	if len(acq) == 0 {
-		return s4Result{err: errors.New("no pair completed")}
+		return redlockResult{err: errors.New("no pair completed")}
 	}
 	slices.Sort(acq)
 	slices.Sort(pair)
-	return s4Result{pairs: int64(len(acq)), elapsed: elapsed,
+	return redlockResult{pairs: int64(len(acq)), elapsed: elapsed,
 		acqP50: acq[len(acq)/2], acqP99: acq[len(acq)*99/100],
 		pairP50: pair[len(pair)/2], pairP99: pair[len(pair)*99/100]}
 }
 
-// scenario4 starts 5 more servers, the fifth behind a fault proxy, and measures every quorum
-// contender with the proxy passing bytes straight through and then delaying them.
-func scenario4(cfg config) (string, bool) {
+// measureRedlock is scenario 4, one lock over a quorum of servers: it starts 5 more servers, the
+// fifth behind a fault proxy, and measures every quorum contender with the proxy passing bytes
+// straight through and then delaying them.
+func measureRedlock(cfg config) (string, bool) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "### 4. Redlock over %d servers\n\n", s4Servers)
+	fmt.Fprintf(&b, "### 4. Redlock over %d servers\n\n", redlockServers)
 	var servers []*server
 	defer func() {
 		for _, s := range servers {
 			s.Close()
 		}
 	}()
-	for range s4Servers {
+	for range redlockServers {
 		s, err := startServer()
 		if err != nil {
-			fmt.Fprintf(&b, "Not run: starting %d servers: %s.\n", s4Servers, oneLine(err))
+			fmt.Fprintf(&b, "Not run: starting %d servers: %s.\n", redlockServers, oneLine(err))
 			return b.String(), false
 		}
 		servers = append(servers, s)
 	}
-	proxy, err := redistest.StartProxy(servers[s4Servers-1].Addr)
+	proxy, err := redistest.StartProxy(servers[redlockServers-1].Addr)
 	if err != nil {
 		fmt.Fprintf(&b, "Not run: %s.\n", oneLine(err))
 		return b.String(), false
 	}
 	defer proxy.Close()
-	addrs := make([]string, s4Servers)
+	addrs := make([]string, redlockServers)
 	for i, s := range servers {
 		addrs[i] = s.Addr
 	}
-	addrs[s4Servers-1] = proxy.Addr
+	addrs[redlockServers-1] = proxy.Addr
 
 	conds := []struct {
 		name  string
 		delay time.Duration
-	}{{"no fault", 0}, {fmt.Sprintf("server 5 delayed %v each way", s4Delay), s4Delay}}
-	res := map[*quorumContender][2][]s4Result{}
+	}{{"no fault", 0}, {fmt.Sprintf("server 5 delayed %v each way", redlockDelay), redlockDelay}}
+	res := map[*quorumContender][2][]redlockResult{}
 	ok := true
 	for ci, cond := range conds {
 		proxy.SetDelay(cond.delay)
@@ -247,8 +248,8 @@ func scenario4(cfg config) (string, bool) {
 				for _, s := range servers {
 					s.flush()
 				}
-				stop := watchdog(fmt.Sprintf("scenario 4, %s, %s", cond.name, c.name), cfg.s4Duration+cfg.s1Warm+60*time.Second)
-				r := runQuorum(addrs, c, cfg.s4Duration, cfg.s1Warm, cfg.pairTimeout, fmt.Sprintf("%d:%d:%d", ci, rep, i))
+				stop := watchdog(fmt.Sprintf("scenario 4, %s, %s", cond.name, c.name), cfg.redlockDuration+cfg.warmUp+60*time.Second)
+				r := runQuorum(addrs, c, cfg.redlockDuration, cfg.warmUp, cfg.pairTimeout, fmt.Sprintf("%d:%d:%d", ci, rep, i))
 				stop()
 				if r.err != nil {
 					ok = ok && c.kind != kindDlock
@@ -270,7 +271,7 @@ func scenario4(cfg config) (string, bool) {
 		"then delaying every chunk by %v in each direction (`SetDelay(%v)`: +%v per round trip to that server). "+
 		"%d goroutines, each locking and unlocking its own name in a loop for %v (after a %v warm-up); "+
 		"median of %d repetitions, contenders interleaved. Acquire = the time `Lock` took; pair = Lock+Unlock.\n\n",
-		s4Servers, s4Delay, s4Delay, 2*s4Delay, s4Goroutines, cfg.s4Duration, cfg.s1Warm, cfg.reps)
+		redlockServers, redlockDelay, redlockDelay, 2*redlockDelay, redlockGoroutines, cfg.redlockDuration, cfg.warmUp, cfg.reps)
 	b.WriteString("| contender | condition | pairs/s (median) | × best peer | acquire p50 | acquire p99 | pair p50 | pair p99 |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
 	type row struct {

@@ -256,8 +256,8 @@ func (r *rueidislockLeases) close() {
 	r.l.Close()
 }
 
-// s5Result is one measurement of scenario 5.
-type s5Result struct {
+// renewalResult is one measurement of scenario 5.
+type renewalResult struct {
 	n           int
 	cmdsPer     float64            // Redis commands per renewal period, those run by scripts included
 	sentPer     float64            // commands the client sent per renewal period (not those run by scripts)
@@ -274,19 +274,19 @@ type s5Result struct {
 	err         error
 }
 
-const s5Parallel = 64
+const renewalTakeParallel = 64
 
-// runMany holds n leases with h for cfg.s5Periods renewal periods of ttl/3 and measures the cost.
-func runMany(srv *server, h *holder, cfg config, n int, tag string) s5Result {
+// runMany holds n leases with h for cfg.renewalPeriods renewal periods of ttl/3 and measures the cost.
+func runMany(srv *server, h *holder, cfg config, n int, tag string) renewalResult {
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("many:%s:%d", tag, i)
 	}
 	octx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	set, err := h.open(octx, srv.Addr, cfg.s5TTL, n)
+	set, err := h.open(octx, srv.Addr, cfg.renewalTTL, n)
 	cancel()
 	if err != nil {
-		return s5Result{err: err}
+		return renewalResult{err: err}
 	}
 	defer set.close()
 
@@ -295,7 +295,7 @@ func runMany(srv *server, h *holder, cfg config, n int, tag string) s5Result {
 	runtime.ReadMemStats(&m0)
 	g0 := runtime.NumGoroutine()
 
-	actx, acancel := context.WithTimeout(context.Background(), cfg.s5Acquire)
+	actx, acancel := context.WithTimeout(context.Background(), cfg.renewalAcquire)
 	defer acancel()
 	start := time.Now()
 	var (
@@ -304,7 +304,7 @@ func runMany(srv *server, h *holder, cfg config, n int, tag string) s5Result {
 		mu          sync.Mutex
 		first       error
 	)
-	for g := 0; g < s5Parallel; g++ {
+	for g := 0; g < renewalTakeParallel; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -328,32 +328,32 @@ func runMany(srv *server, h *holder, cfg config, n int, tag string) s5Result {
 	wg.Wait()
 	acquire := time.Since(start)
 	if first != nil {
-		return s5Result{err: fmt.Errorf("taking lease %d of %d: %w", taken.Load()+1, n, first)}
+		return renewalResult{err: fmt.Errorf("taking lease %d of %d: %w", taken.Load()+1, n, first)}
 	}
 	if int(taken.Load()) < n {
-		return s5Result{notMeasured: fmt.Sprintf("took only %s of %s leases in %v", thousands(float64(taken.Load())), thousands(float64(n)), cfg.s5Acquire)}
+		return renewalResult{notMeasured: fmt.Sprintf("took only %s of %s leases in %v", thousands(float64(taken.Load())), thousands(float64(n)), cfg.renewalAcquire)}
 	}
 
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
 	g1 := runtime.NumGoroutine()
-	period := cfg.s5TTL / 3
+	period := cfg.renewalTTL / 3
 	stats0, err := srv.commandStats()
 	if err != nil {
-		return s5Result{err: err}
+		return renewalResult{err: err}
 	}
 	cpu0, rcpu0 := processCPU(), srv.cpu()
-	time.Sleep(time.Duration(cfg.s5Periods) * period)
+	time.Sleep(time.Duration(cfg.renewalPeriods) * period)
 	cpu1, rcpu1 := processCPU(), srv.cpu()
 	stats1, err := srv.commandStats()
 	if err != nil {
-		return s5Result{err: err}
+		return renewalResult{err: err}
 	}
-	periods := float64(cfg.s5Periods)
-	r := s5Result{n: n, acquireTime: acquire, byCmd: map[string]float64{}, goroutines: g1 - g0,
+	periods := float64(cfg.renewalPeriods)
+	r := renewalResult{n: n, acquireTime: acquire, byCmd: map[string]float64{}, goroutines: g1 - g0,
 		heapPer:     (float64(m1.HeapAlloc) - float64(m0.HeapAlloc)) / float64(n),
-		cpuPer:      (cpu1 - cpu0) / time.Duration(cfg.s5Periods),
-		redisCPUPer: (rcpu1 - rcpu0) / time.Duration(cfg.s5Periods)}
+		cpuPer:      (cpu1 - cpu0) / time.Duration(cfg.renewalPeriods),
+		redisCPUPer: (rcpu1 - rcpu0) / time.Duration(cfg.renewalPeriods)}
 	for k, v := range stats1 {
 		if k == "info" {
 			continue // the bench's own INFO
@@ -376,14 +376,14 @@ func runMany(srv *server, h *holder, cfg config, n int, tag string) s5Result {
 	}
 	present, err := srv.countExisting(keys)
 	if err != nil {
-		return s5Result{err: err}
+		return renewalResult{err: err}
 	}
 	r.lostServer = n - present
 	return r
 }
 
-// s5Row is one holder's line for one lease count: medians over the measured repetitions.
-type s5Row struct {
+// renewalRow is one holder's line for one lease count: medians over the measured repetitions.
+type renewalRow struct {
 	n                                 int // measured repetitions
 	sent, cmds, scripts, cpu, heap, g float64
 	rcpu                              float64 // ms of Redis CPU per period
@@ -393,10 +393,10 @@ type s5Row struct {
 	why                               string // why nothing was measured
 }
 
-func aggregateMany(rs []s5Result) s5Row {
+func aggregateMany(rs []renewalResult) renewalRow {
 	var sent, cmds, scripts, cpus, rcpus, heaps, gs []float64
 	by := map[string][]float64{}
-	var row s5Row
+	var row renewalRow
 	var lastErr string
 	for _, r := range rs {
 		if r.err != nil {
@@ -437,12 +437,13 @@ func aggregateMany(rs []s5Result) s5Row {
 	return row
 }
 
-// s5Heavy is the lease count from which a peer that failed a repetition is not repeated: one
+// renewalHeavy is the lease count from which a peer that failed a repetition is not repeated: one
 // goroutine and one extension per key per period may not fit the machine at that size.
-const s5Heavy = 50_000
+const renewalHeavy = 50_000
 
-// scenario5 measures the cost of holding many leases, for every holder, reps times.
-func scenario5(srv *server, cfg config) (string, bool) {
+// measureRenewalCost is scenario 5: the cost of keeping many held leases alive (commands, CPU,
+// memory per renewal period), for every holder, reps times.
+func measureRenewalCost(srv *server, cfg config) (string, bool) {
 	ok := true
 	var b strings.Builder
 	fmt.Fprintf(&b, "### 5. Many held locks: the cost of keeping leases alive\n\n")
@@ -459,20 +460,20 @@ func scenario5(srv *server, cfg config) (string, bool) {
 		"before the first, / N (the bench's slice of handles is allocated before; a negative figure is GC "+
 		"noise around zero). Kept = leases that the client still considers held and whose key is still on "+
 		"the server at the end.\n\n",
-		cfg.s5Periods, cfg.s5TTL, cfg.s5TTL/3, cfg.reps)
+		cfg.renewalPeriods, cfg.renewalTTL, cfg.renewalTTL/3, cfg.reps)
 	b.WriteString("| contender | N | sent / period (median) | % of one RT per lease | of which script calls | executed by Redis / period | % of one RT per lease | executed, by command | client CPU / period | Redis CPU / period | client heap / lease | goroutines added | kept |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|\n")
 	var notes []string
-	for _, n := range cfg.s5Leases {
-		res := map[*holder][]s5Result{}
+	for _, n := range cfg.renewalLeases {
+		res := map[*holder][]renewalResult{}
 		skip := map[*holder]bool{}
-		if cfg.quick && n >= s5Heavy {
+		if cfg.quick && n >= renewalHeavy {
 			// Quick mode skips the goroutine-per-key peer at sizes it cannot hold here (it fails
 			// after seconds of trying); the full run measures that.
 			for _, h := range holders {
 				if h.perKey {
 					skip[h] = true
-					res[h] = []s5Result{{notMeasured: "not run in quick mode at this size (make bench runs it)"}}
+					res[h] = []renewalResult{{notMeasured: "not run in quick mode at this size (make bench runs it)"}}
 				}
 			}
 		}
@@ -483,7 +484,7 @@ func scenario5(srv *server, cfg config) (string, bool) {
 					continue
 				}
 				srv.flush()
-				stop := watchdog(fmt.Sprintf("scenario 5, %d leases, %s", n, h.name), cfg.s5Acquire+cfg.s5TTL+120*time.Second)
+				stop := watchdog(fmt.Sprintf("scenario 5, %d leases, %s", n, h.name), cfg.renewalAcquire+cfg.renewalTTL+120*time.Second)
 				r := runMany(srv, h, cfg, n, fmt.Sprintf("%d:%d:%d", n, rep, i))
 				stop()
 				isDlock := strings.HasPrefix(h.name, "dlock")
@@ -501,7 +502,7 @@ func scenario5(srv *server, cfg config) (string, bool) {
 					cfg.logf("scenario 5, %d leases, rep %d, %-36s taken in %v, sent %.0f, executed %.0f commands/period, CPU %v/period, %.0f B/lease, +%d goroutines, lost %d/%d",
 						n, rep+1, h.name, r.acquireTime.Round(time.Millisecond), r.sentPer, r.cmdsPer, r.cpuPer.Round(time.Microsecond), r.heapPer, r.goroutines, r.lostClient, r.lostServer)
 				}
-				if (r.err != nil || r.notMeasured != "") && !isDlock && n >= s5Heavy {
+				if (r.err != nil || r.notMeasured != "") && !isDlock && n >= renewalHeavy {
 					skip[h] = true
 					notes = append(notes, fmt.Sprintf("%s at %s leases failed its repetition %d and was not repeated at that size (bounded: on this machine its per-key goroutines and extensions do not keep up).",
 						h.name, thousands(float64(n)), rep+1))
@@ -509,8 +510,8 @@ func scenario5(srv *server, cfg config) (string, bool) {
 				res[h] = append(res[h], r)
 			}
 		}
-		rows := map[*holder]s5Row{}
-		var base s5Row
+		rows := map[*holder]renewalRow{}
+		var base renewalRow
 		for _, h := range holders {
 			rows[h] = aggregateMany(res[h])
 			if h.baseline {

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// s2Result is one measurement of scenario 2.
-type s2Result struct {
+// hotResult is one measurement of scenario 2.
+type hotResult struct {
 	handoffs    int64
 	elapsed     time.Duration
 	waitP50     time.Duration
@@ -25,7 +25,7 @@ type s2Result struct {
 	err         error
 }
 
-func (r s2Result) rate() float64 { return float64(r.handoffs) / r.elapsed.Seconds() }
+func (r hotResult) rate() float64 { return float64(r.handoffs) / r.elapsed.Seconds() }
 
 // maxHoldsPerGoroutine bounds the hot loop by count as well as by time.
 const maxHoldsPerGoroutine = 1_000_000
@@ -33,12 +33,12 @@ const maxHoldsPerGoroutine = 1_000_000
 // runHot has g goroutines of one client take and release one name, with an empty critical
 // section, for d. The critical section increments a shared counter with a separate load and
 // store (no read-modify-write atomicity): only mutual exclusion keeps it exact.
-func runHot(srv *server, c *contender, g int, d time.Duration, name string) s2Result {
+func runHot(srv *server, c *contender, g int, d time.Duration, name string) hotResult {
 	octx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	cl, err := c.open(octx, srv.Addr, 10*time.Second)
 	cancel()
 	if err != nil {
-		return s2Result{err: err}
+		return hotResult{err: err}
 	}
 	defer cl.close()
 
@@ -121,7 +121,7 @@ func runHot(srv *server, c *contender, g int, d time.Duration, name string) s2Re
 		all = append(all, waits[i]...)
 		total += counts[i]
 	}
-	r := s2Result{err: first, elapsed: elapsed, handoffs: total, overlaps: overlaps.Load(), changes: changes.Load()}
+	r := hotResult{err: first, elapsed: elapsed, handoffs: total, overlaps: overlaps.Load(), changes: changes.Load()}
 	r.lostUpdates = holds.Load() - counter.Load()
 	if len(all) == 0 {
 		if r.err == nil {
@@ -152,8 +152,9 @@ func jain(counts []int64) (float64, float64) {
 	return sum * sum / (float64(len(counts)) * sumSq), minC / (sum / float64(len(counts)))
 }
 
-// scenario2 runs the hot-name measurement for every lock (not the raw floors), reps times.
-func scenario2(srv *server, cfg config) (string, bool) {
+// measureHotName is scenario 2: 64 goroutines of one process on one name (handoffs/s, waits,
+// fairness, mutual exclusion), for every lock (not the raw floors), reps times.
+func measureHotName(srv *server, cfg config) (string, bool) {
 	const g = 64
 	var locks []*contender
 	for _, c := range contenders {
@@ -161,14 +162,14 @@ func scenario2(srv *server, cfg config) (string, bool) {
 			locks = append(locks, c)
 		}
 	}
-	res := map[*contender][]s2Result{}
+	res := map[*contender][]hotResult{}
 	ok := true
 	for rep := 0; rep < cfg.reps; rep++ {
 		for i := range locks {
 			c := locks[(i+rep)%len(locks)]
 			srv.flush()
-			stop := watchdog("scenario 2, "+c.name, cfg.s2Duration+30*time.Second)
-			r := runHot(srv, c, g, cfg.s2Duration, fmt.Sprintf("hot:%d:%d", rep, i))
+			stop := watchdog("scenario 2, "+c.name, cfg.hotDuration+30*time.Second)
+			r := runHot(srv, c, g, cfg.hotDuration, fmt.Sprintf("hot:%d:%d", rep, i))
 			stop()
 			if r.err != nil {
 				ok = ok && c.kind != kindDlock
@@ -191,13 +192,13 @@ func scenario2(srv *server, cfg config) (string, bool) {
 		"the previous one (a goroutine re-taking the lock it just released is a handoff to itself); least served = fewest acquisitions of a goroutine / the mean. "+
 		"Mutual exclusion: the critical section increments a counter with a separate load and store; "+
 		"it must end equal to the number of holds, and no holder may find another inside.\n\n",
-		cfg.s2Duration, cfg.reps, g)
+		cfg.hotDuration, cfg.reps, g)
 	rows := map[*contender]hotRow{}
 	for _, c := range locks {
 		rows[c] = aggregateHot(res[c])
 	}
 	if cfg.fig != nil {
-		cfg.fig.s2Locks, cfg.fig.s2 = locks, rows
+		cfg.fig.hotLocks, cfg.fig.hot = locks, rows
 	}
 	writeHotTable(&b, locks, rows, func(_ *contender, r hotRow) string {
 		if r.lost != 0 || r.overlaps != 0 {

@@ -20,8 +20,8 @@ import (
 const workerFlag = "__hot-worker"
 
 const (
-	s3Procs      = 4
-	s3Goroutines = 16
+	hotProcs          = 4
+	hotProcGoroutines = 16
 )
 
 // hold is one acquisition seen by a worker. Times are wall clock (Unix ns), comparable across
@@ -158,18 +158,18 @@ func cmp(first, err error) error {
 	return err
 }
 
-// s3Result is one measurement of scenario 3.
-type s3Result struct {
-	s2Result
+// hotProcsResult is one measurement of scenario 3.
+type hotProcsResult struct {
+	hotResult
 	holdsChecked int
 }
 
-// runMultiProc starts s3Procs worker processes of s3Goroutines goroutines each on one name,
+// runMultiProc starts hotProcs worker processes of hotProcGoroutines goroutines each on one name,
 // starts them together, merges their holds and checks that no two overlap in time.
-func runMultiProc(srv *server, c *contender, d time.Duration, name string) s3Result {
+func runMultiProc(srv *server, c *contender, d time.Duration, name string) hotProcsResult {
 	exe, err := os.Executable()
 	if err != nil {
-		return s3Result{s2Result: s2Result{err: err}}
+		return hotProcsResult{hotResult: hotResult{err: err}}
 	}
 	type worker struct {
 		cmd   *exec.Cmd
@@ -185,9 +185,9 @@ func runMultiProc(srv *server, c *contender, d time.Duration, name string) s3Res
 			<-w.done
 		}
 	}()
-	fail := func(err error) s3Result { return s3Result{s2Result: s2Result{err: err}} }
-	for p := 0; p < s3Procs; p++ {
-		cmd := exec.Command(exe, workerFlag, c.name, srv.Addr, name, d.String(), strconv.Itoa(s3Goroutines), strconv.Itoa(p))
+	fail := func(err error) hotProcsResult { return hotProcsResult{hotResult: hotResult{err: err}} }
+	for p := 0; p < hotProcs; p++ {
+		cmd := exec.Command(exe, workerFlag, c.name, srv.Addr, name, d.String(), strconv.Itoa(hotProcGoroutines), strconv.Itoa(p))
 		cmd.SysProcAttr = childAttr()
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
@@ -255,15 +255,15 @@ func runMultiProc(srv *server, c *contender, d time.Duration, name string) s3Res
 			}
 		}
 	}
-	r := s3Result{s2Result: s2Result{err: first, elapsed: d}, holdsChecked: len(all)}
+	r := hotProcsResult{hotResult: hotResult{err: first, elapsed: d}, holdsChecked: len(all)}
 	r.overlaps = overlaps(all, c.kind == kindDlock)
 	// Handoffs to another goroutine: in acquisition order over all processes.
 	slices.SortFunc(all, func(a, b hold) int { return compareInt(a.acquired, b.acquired) })
-	counts := make([]int64, s3Procs*s3Goroutines)
+	counts := make([]int64, hotProcs*hotProcGoroutines)
 	var waits []time.Duration
 	prev := -1
 	for _, h := range all {
-		id := h.proc*s3Goroutines + h.g
+		id := h.proc*hotProcGoroutines + h.g
 		if h.counted {
 			counts[id]++
 			waits = append(waits, time.Duration(h.wait))
@@ -318,22 +318,23 @@ func overlaps(all []hold, byToken bool) int64 {
 	return n
 }
 
-// scenario3 runs the multi-process hot-name measurement for every lock, reps times.
-func scenario3(srv *server, cfg config) (string, bool) {
+// measureHotNameProcs is scenario 3: scenario 2 spread over several processes with a client each
+// (fairness across processes, mutual exclusion checked across them), for every lock, reps times.
+func measureHotNameProcs(srv *server, cfg config) (string, bool) {
 	var locks []*contender
 	for _, c := range contenders {
 		if c.kind != kindRaw {
 			locks = append(locks, c)
 		}
 	}
-	res := map[*contender][]s3Result{}
+	res := map[*contender][]hotProcsResult{}
 	ok := true
 	for rep := 0; rep < cfg.reps; rep++ {
 		for i := range locks {
 			c := locks[(i+rep)%len(locks)]
 			srv.flush()
-			stop := watchdog("scenario 3, "+c.name, cfg.s3Duration+90*time.Second)
-			r := runMultiProc(srv, c, cfg.s3Duration, fmt.Sprintf("hot3:%d:%d", rep, i))
+			stop := watchdog("scenario 3, "+c.name, cfg.hotProcsDuration+90*time.Second)
+			r := runMultiProc(srv, c, cfg.hotProcsDuration, fmt.Sprintf("hot3:%d:%d", rep, i))
 			stop()
 			if r.err != nil {
 				ok = ok && c.kind != kindDlock
@@ -349,8 +350,8 @@ func scenario3(srv *server, cfg config) (string, bool) {
 		}
 	}
 	var b strings.Builder
-	g := s3Procs * s3Goroutines
-	fmt.Fprintf(&b, "### 3. Hot name, %d processes: %d goroutines each, one name, empty critical section\n\n", s3Procs, s3Goroutines)
+	g := hotProcs * hotProcGoroutines
+	fmt.Fprintf(&b, "### 3. Hot name, %d processes: %d goroutines each, one name, empty critical section\n\n", hotProcs, hotProcGoroutines)
 	fmt.Fprintf(&b, "%v per measurement, median of %d repetitions, contenders interleaved; each process has its "+
 		"own client (connections, pools, renewal loop). Wait, Jain's index (over all %d goroutines), "+
 		"\"to another goroutine\" (in acquisition order over all processes) and least served as in "+
@@ -358,13 +359,13 @@ func scenario3(srv *server, cfg config) (string, bool) {
 		"wall-clock time Lock returned, wall-clock time just before Unlock was called); the parent "+
 		"merges them, orders them by token (dlock: tokens must also strictly increase) or by acquisition "+
 		"time (peers) and checks that each hold starts after the previous one ended; \"exact\" gives "+
-		"the number of holds checked (all repetitions).\n\n", cfg.s3Duration, cfg.reps, g)
+		"the number of holds checked (all repetitions).\n\n", cfg.hotProcsDuration, cfg.reps, g)
 	rows := map[*contender]hotRow{}
 	checked := map[*contender]int{}
 	for _, c := range locks {
-		base := make([]s2Result, len(res[c]))
+		base := make([]hotResult, len(res[c]))
 		for i, x := range res[c] {
-			base[i] = x.s2Result
+			base[i] = x.hotResult
 			checked[c] += x.holdsChecked
 		}
 		rows[c] = aggregateHot(base)
@@ -374,6 +375,6 @@ func scenario3(srv *server, cfg config) (string, bool) {
 			return fmt.Sprintf("**BROKEN**: %d overlapping holds of %s", r.overlaps, thousands(float64(checked[c])))
 		}
 		return fmt.Sprintf("exact (%s holds)", thousands(float64(checked[c])))
-	}, cfg.fig, fmt.Sprintf("3, %d processes × %d goroutines", s3Procs, s3Goroutines), s3Procs*s3Goroutines)
+	}, cfg.fig, fmt.Sprintf("3, %d processes × %d goroutines", hotProcs, hotProcGoroutines), hotProcs*hotProcGoroutines)
 	return b.String(), ok
 }

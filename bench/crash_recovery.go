@@ -42,8 +42,8 @@ func runHolder(args []string) int {
 	return 0
 }
 
-// s6Result is one crash-recovery measurement.
-type s6Result struct {
+// crashResult is one crash-recovery measurement.
+type crashResult struct {
 	recovery time.Duration // kill → the waiter holds the lock
 	lag      time.Duration // server-side expiry of the dead holder's lease → the waiter holds it
 	err      error
@@ -51,20 +51,20 @@ type s6Result struct {
 
 // runCrash starts a holder process, lets a waiter in this process wait for the same name, kills
 // the holder with SIGKILL and measures how long the waiter takes to get the lock.
-func runCrash(srv *server, c *contender, cfg config, name string) s6Result {
+func runCrash(srv *server, c *contender, cfg config, name string) crashResult {
 	exe, err := os.Executable()
 	if err != nil {
-		return s6Result{err: err}
+		return crashResult{err: err}
 	}
-	cmd := exec.Command(exe, holderFlag, c.name, srv.Addr, name, cfg.s6TTL.String())
+	cmd := exec.Command(exe, holderFlag, c.name, srv.Addr, name, cfg.crashTTL.String())
 	cmd.SysProcAttr = childAttr()
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return s6Result{err: err}
+		return crashResult{err: err}
 	}
 	if err := cmd.Start(); err != nil {
-		return s6Result{err: err}
+		return crashResult{err: err}
 	}
 	exited := make(chan struct{})
 	lines := make(chan string, 4)
@@ -84,18 +84,18 @@ func runCrash(srv *server, c *contender, cfg config, name string) s6Result {
 	select {
 	case l, ok := <-lines:
 		if !ok || l != "held" {
-			return s6Result{err: fmt.Errorf("holder: %q", l)}
+			return crashResult{err: fmt.Errorf("holder: %q", l)}
 		}
 	case <-time.After(15 * time.Second):
-		return s6Result{err: errors.New("holder did not take the lock within 15s")}
+		return crashResult{err: errors.New("holder did not take the lock within 15s")}
 	}
 	heldAt := time.Now()
 
 	octx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	cl, err := c.open(octx, srv.Addr, cfg.s6TTL)
+	cl, err := c.open(octx, srv.Addr, cfg.crashTTL)
 	cancel()
 	if err != nil {
-		return s6Result{err: err}
+		return crashResult{err: err}
 	}
 	defer cl.close()
 	type got struct {
@@ -103,7 +103,7 @@ func runCrash(srv *server, c *contender, cfg config, name string) s6Result {
 		err error
 	}
 	done := make(chan got, 1)
-	wctx, wcancel := context.WithTimeout(context.Background(), 10*cfg.s6TTL+5*time.Second)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*cfg.crashTTL+5*time.Second)
 	defer wcancel()
 	go func() {
 		unlock, err := cl.mutex(name)(wctx)
@@ -114,43 +114,44 @@ func runCrash(srv *server, c *contender, cfg config, name string) s6Result {
 		done <- got{at, err}
 	}()
 
-	time.Sleep(time.Until(heldAt.Add(cfg.s6Hold)))
+	time.Sleep(time.Until(heldAt.Add(cfg.crashHold)))
 	select {
 	case g := <-done:
-		return s6Result{err: fmt.Errorf("the waiter got the lock while the holder lived (%v)", g.err)}
+		return crashResult{err: fmt.Errorf("the waiter got the lock while the holder lived (%v)", g.err)}
 	default:
 	}
 	if err := cmd.Process.Kill(); err != nil {
-		return s6Result{err: err}
+		return crashResult{err: err}
 	}
 	killedAt := time.Now()
 	q := time.Now()
 	left := srv.pttl(c.key(name))
 	if left < 0 {
-		return s6Result{err: fmt.Errorf("no lease on key %q when the holder was killed", c.key(name))}
+		return crashResult{err: fmt.Errorf("no lease on key %q when the holder was killed", c.key(name))}
 	}
 	expiry := q.Add(left)
 	g := <-done
 	if g.err != nil {
-		return s6Result{err: fmt.Errorf("waiter: %w", g.err)}
+		return crashResult{err: fmt.Errorf("waiter: %w", g.err)}
 	}
-	return s6Result{recovery: g.at.Sub(killedAt), lag: g.at.Sub(expiry)}
+	return crashResult{recovery: g.at.Sub(killedAt), lag: g.at.Sub(expiry)}
 }
 
-// scenario6 measures crash recovery for every lock (not the raw floors).
-func scenario6(srv *server, cfg config) (string, bool) {
+// measureCrashRecovery is scenario 6: how long a waiter takes to get a lock whose holder process
+// was SIGKILLed, for every lock (not the raw floors).
+func measureCrashRecovery(srv *server, cfg config) (string, bool) {
 	var locks []*contender
 	for _, c := range contenders {
 		if c.kind != kindRaw {
 			locks = append(locks, c)
 		}
 	}
-	res := map[*contender][]s6Result{}
+	res := map[*contender][]crashResult{}
 	ok := true
 	for rep := 0; rep < cfg.reps; rep++ {
 		for i := range locks {
 			c := locks[(i+rep)%len(locks)]
-			stop := watchdog("scenario 6, "+c.name, 10*cfg.s6TTL+45*time.Second)
+			stop := watchdog("scenario 6, "+c.name, 10*cfg.crashTTL+45*time.Second)
 			r := runCrash(srv, c, cfg, fmt.Sprintf("crash:%d:%d", rep, i))
 			stop()
 			if r.err != nil {
@@ -169,7 +170,7 @@ func scenario6(srv *server, cfg config) (string, bool) {
 		"in this process has been waiting since the helper took it. Recovery = kill → the waiter "+
 		"holds the lock, which includes what was left of the dead holder's lease (read with `PTTL` "+
 		"at the kill); after expiry = the server-side expiry of that lease → the waiter holds the lock, "+
-		"the part a lock library controls. Median of %d repetitions.\n\n", cfg.s6TTL, cfg.s6Hold, cfg.reps)
+		"the part a lock library controls. Median of %d repetitions.\n\n", cfg.crashTTL, cfg.crashHold, cfg.reps)
 	b.WriteString("| contender | recovery (median) | after expiry (median) | after expiry (worst) |\n")
 	b.WriteString("|---|---:|---:|---:|\n")
 	for _, c := range locks {

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// s1Result is one measurement of scenario 1.
-type s1Result struct {
+// uncontendedResult is one measurement of scenario 1.
+type uncontendedResult struct {
 	pairs       int64
 	elapsed     time.Duration
 	allocs      float64 // per pair
@@ -21,20 +21,20 @@ type s1Result struct {
 	err         error
 }
 
-func (r s1Result) rate() float64 { return float64(r.pairs) / r.elapsed.Seconds() }
+func (r uncontendedResult) rate() float64 { return float64(r.pairs) / r.elapsed.Seconds() }
 
 // maxPairsPerGoroutine bounds every load loop by count as well as by time.
 const maxPairsPerGoroutine = 5_000_000
 
 // runUncontended runs Lock+Unlock pairs from g goroutines, each on its own name, for d after a
 // short warm-up, and measures pairs/s, client allocations and server CPU per pair.
-func runUncontended(srv *server, c *contender, g int, d, warm, pairTimeout time.Duration, tag string) s1Result {
+func runUncontended(srv *server, c *contender, g int, d, warm, pairTimeout time.Duration, tag string) uncontendedResult {
 	ctx := context.Background()
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	cl, err := c.open(octx, srv.Addr, 10*time.Second)
 	cancel()
 	if err != nil {
-		return s1Result{err: err}
+		return uncontendedResult{err: err}
 	}
 	defer cl.close()
 
@@ -96,7 +96,7 @@ func runUncontended(srv *server, c *contender, g int, d, warm, pairTimeout time.
 
 	counts := make([]int64, g)
 	if err := timed(warm, counts); err != nil {
-		return s1Result{err: fmt.Errorf("warm-up: %w", err)}
+		return uncontendedResult{err: fmt.Errorf("warm-up: %w", err)}
 	}
 	runtime.GC()
 	var before, after runtime.MemStats
@@ -108,16 +108,16 @@ func runUncontended(srv *server, c *contender, g int, d, warm, pairTimeout time.
 	runtime.ReadMemStats(&after)
 	cpu1 := srv.cpu()
 	if err != nil {
-		return s1Result{err: err}
+		return uncontendedResult{err: err}
 	}
 	var pairs int64
 	for _, n := range counts {
 		pairs += n
 	}
 	if pairs == 0 {
-		return s1Result{err: fmt.Errorf("no pair completed")}
+		return uncontendedResult{err: fmt.Errorf("no pair completed")}
 	}
-	return s1Result{
+	return uncontendedResult{
 		pairs:       pairs,
 		elapsed:     elapsed,
 		allocs:      float64(after.Mallocs-before.Mallocs) / float64(pairs),
@@ -126,24 +126,25 @@ func runUncontended(srv *server, c *contender, g int, d, warm, pairTimeout time.
 	}
 }
 
-// scenario1 measures every contender at each goroutine count, reps times, rotating the order
-// of contenders from one repetition to the next.
-func scenario1(srv *server, cfg config) (string, bool) {
+// measureUncontended is scenario 1: Lock+Unlock pairs on distinct names. It measures every
+// contender at each goroutine count, reps times, rotating the order of contenders from one
+// repetition to the next.
+func measureUncontended(srv *server, cfg config) (string, bool) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### 1. Uncontended: Lock+Unlock pairs on distinct names\n\n")
 	fmt.Fprintf(&b, "Each goroutine locks and unlocks its own name in a loop for %v (after a %v warm-up); "+
 		"median of %d repetitions, contenders interleaved. Allocations and bytes are the whole "+
 		"process's (client library and its background goroutines) per pair; redis CPU is the "+
-		"server's user+system time per pair.\n\n", cfg.s1Duration, cfg.s1Warm, cfg.reps)
+		"server's user+system time per pair.\n\n", cfg.uncontendedDuration, cfg.warmUp, cfg.reps)
 	ok := true
-	for _, g := range cfg.s1Goroutines {
-		res := map[*contender][]s1Result{}
+	for _, g := range cfg.uncontendedGoroutines {
+		res := map[*contender][]uncontendedResult{}
 		for rep := 0; rep < cfg.reps; rep++ {
 			for i := range contenders {
 				c := contenders[(i+rep)%len(contenders)]
 				srv.flush()
-				stop := watchdog(fmt.Sprintf("scenario 1, %d goroutines, %s", g, c.name), cfg.s1Duration+cfg.s1Warm+30*time.Second)
-				r := runUncontended(srv, c, g, cfg.s1Duration, cfg.s1Warm, cfg.pairTimeout, fmt.Sprintf("%d:%d:%d", g, rep, i))
+				stop := watchdog(fmt.Sprintf("scenario 1, %d goroutines, %s", g, c.name), cfg.uncontendedDuration+cfg.warmUp+30*time.Second)
+				r := runUncontended(srv, c, g, cfg.uncontendedDuration, cfg.warmUp, cfg.pairTimeout, fmt.Sprintf("%d:%d:%d", g, rep, i))
 				stop()
 				if r.err != nil {
 					// A peer's failure is a finding for the table; dlock's fails the run.
@@ -156,10 +157,10 @@ func scenario1(srv *server, cfg config) (string, bool) {
 			}
 		}
 		var fig *figures
-		if g == cfg.s1Goroutines[len(cfg.s1Goroutines)-1] {
+		if g == cfg.uncontendedGoroutines[len(cfg.uncontendedGoroutines)-1] {
 			fig = cfg.fig
 		}
-		b.WriteString(s1Table(g, res, fig))
+		b.WriteString(uncontendedTable(g, res, fig))
 		if cfg.fig != nil {
 			m := map[*contender]float64{}
 			for c, rs := range res {
@@ -171,8 +172,8 @@ func scenario1(srv *server, cfg config) (string, bool) {
 				}
 				m[c] = median(rates)
 			}
-			cfg.fig.s1Goroutines = append(cfg.fig.s1Goroutines, g)
-			cfg.fig.s1[g] = m
+			cfg.fig.uncontendedGoroutines = append(cfg.fig.uncontendedGoroutines, g)
+			cfg.fig.uncontended[g] = m
 		}
 	}
 	b.WriteString("\nContenders:\n\n")
@@ -182,8 +183,9 @@ func scenario1(srv *server, cfg config) (string, bool) {
 	return b.String(), ok
 }
 
-// s1Table writes the table for g goroutines; with fig, it also records issue 5's targets.
-func s1Table(g int, res map[*contender][]s1Result, fig *figures) string {
+// uncontendedTable writes the table for g goroutines; with fig, it also records how dlock fared
+// against its performance targets.
+func uncontendedTable(g int, res map[*contender][]uncontendedResult, fig *figures) string {
 	type row struct {
 		rate, allocs, bytes, cpu float64
 		n, failed                int
