@@ -240,6 +240,9 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 			f := analyze(d, o.linTimeout)
 			logf("  %s in %v: %d ops, %d acquisitions (%d local handoffs), %d faults, %d overlaps, %d lost updates, linearizable %s, %d failures",
 				sc, time.Since(t0).Round(time.Millisecond), f.Ops, f.Cycles, f.LocalHandoffs, f.Faults, f.Overlaps, f.LostUpdates, f.Linearizable, len(f.Failures))
+			for _, n := range f.Notes {
+				logf("  note: %s", n)
+			}
 			if len(f.Failures) > 0 && !o.keep {
 				logf("  worker logs kept in %s", conf.Dir)
 				o.keep = true // keep the evidence
