@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -46,6 +47,14 @@ type findings struct {
 	Linearizable   porcupine.CheckResult
 	TokenOrderBugs int
 
+	// Memory pressure, in the scenarios with a memory limit.
+	Dials             int   // workers' Dials
+	DialsRefused      int   // ...refused with the error the scenario expects (dialRefused)
+	EvictedKeys       int64 // the server's evicted_keys at the end of the run
+	LockEvictions     int   // evictions of the lock's key
+	LockEvictionsHeld int   // ...while a lease on it was held
+	Warnings          int   // warnings the clients logged (WithLogger)
+
 	Failures []string // claimed guarantees broken, each naming the operations involved
 	Notes    []string
 }
@@ -74,6 +83,7 @@ type cycleKey struct {
 // the failures and notes in the report.
 func analyze(d *runData, linTimeout time.Duration) *findings {
 	a := newAnalysis(d)
+	a.checkDials()
 	a.countRegisterOps()
 	a.measureOverlaps()
 	a.collectAcquisitions()
@@ -82,6 +92,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	a.checkHitHoldersTold(signalled)
 	a.checkLeaseContexts()
 	a.checkRecovery()
+	a.checkEvictions()
 	a.checkRegister(linTimeout)
 	return a.f
 }
@@ -131,6 +142,63 @@ func (a *analysis) failIfClaimed(claimed bool, msg string) {
 	} else {
 		a.note("not a claimed guarantee here: %s", msg)
 	}
+}
+
+// checkDials counts the workers' Dials and, where the scenario expects them refused
+// (dialRefused), checks that every worker process's Dial was, with an error wrapping the
+// expected one, and that no operation ran. Elsewhere a refused Dial is noted (and fails the
+// run where the workers opted in to the server's setting: checkEvictions).
+func (a *analysis) checkDials() {
+	f := a.f
+	want := a.sc.dialRefused
+	procs, dialled := map[who]bool{}, map[who]bool{}
+	var wrong, failed []string
+	for _, e := range a.d.events {
+		switch e.K {
+		case "start":
+			procs[e.who()] = true
+		case "dial":
+			f.Dials++
+			dialled[e.who()] = true
+			switch {
+			case want != "" && e.is(want):
+				f.DialsRefused++
+			case want != "":
+				wrong = append(wrong, fmt.Sprintf("worker %d.%d: Dial %s", e.Slot, e.Inc, dialOutcome(e)))
+			case e.Res != "ok":
+				failed = append(failed, fmt.Sprintf("worker %d.%d: %s", e.Slot, e.Inc, e.Res))
+			}
+		}
+	}
+	if len(failed) > 0 {
+		a.note("Dial failed: %s", joinN(failed, 3))
+	}
+	if want == "" {
+		return
+	}
+	if len(wrong) > 0 {
+		a.fail("%d of %d Dials not refused with an error wrapping %s: %s", len(wrong), f.Dials, errName(want), joinN(wrong, 3))
+	}
+	if n := len(procs) - len(dialled); n > 0 || len(procs) < a.d.conf.Workers {
+		a.fail("%d worker processes started, %d logged a Dial; want %d, all refused", len(procs), len(dialled), a.d.conf.Workers)
+	}
+	acqs := 0
+	for _, e := range a.d.events {
+		if e.K == "acq" {
+			acqs++
+		}
+	}
+	if acqs > 0 || len(a.d.ops) > 0 {
+		a.fail("the Dial was to be refused, yet %d acquisitions were attempted and %d register operations ran", acqs, len(a.d.ops))
+	}
+}
+
+// dialOutcome says how a Dial ended, for a failure message.
+func dialOutcome(e event) string {
+	if e.Res == "ok" {
+		return "succeeded"
+	}
+	return "failed otherwise: " + e.Res
 }
 
 // countRegisterOps reads the resource's own record: operations, stale ones (refused by the
@@ -360,6 +428,90 @@ func (a *analysis) checkRecovery() {
 			a.fail("%s: %s (token %d) killed at %s; next acquisition (%s, token %d) %v later, over TTL + %d ms = %v",
 				flt.Kind, flt.who(), flt.Token, ts(flt.Start, a.d.start), byR[i].w, byR[i].tok, rec.Round(time.Millisecond), killRecoverySlack.Milliseconds(), bound)
 		}
+	}
+}
+
+// checkEvictions measures, where a filler loads the server as a cache (memory.filler), how
+// many keys the server evicted, how often the lock's key among them, and how often while a
+// lease on it was held (from the acquisition's return to the Unlock's call). Where the
+// scenario needs the lock's key evicted under a holder (evictsLocks), a run without one proves
+// nothing and fails. Where the workers opted in (unsafeEviction), the client must have used
+// the server, warned about it, and done no more than warn: a refused Dial, a lease ended or an
+// acquisition refused for the eviction policy fail the run.
+func (a *analysis) checkEvictions() {
+	f := a.f
+	if !a.sc.memory.filler {
+		return
+	}
+	f.EvictedKeys = a.d.mem.EvictedKeys
+	var evictions []int64 // the lock's key, until the workers stopped (the filler writes on a little longer)
+	for _, t := range a.d.mem.LockEvictions {
+		if t <= a.d.end {
+			evictions = append(evictions, t)
+		}
+	}
+	f.LockEvictions = len(evictions)
+	warned := map[who]bool{}
+	type lease struct {
+		w   who
+		tok uint64
+	}
+	released := map[lease]int64{}
+	for _, e := range a.d.events {
+		switch e.K {
+		case "log":
+			if strings.Contains(e.Res, "level=WARN") {
+				f.Warnings++
+				warned[e.who()] = true
+			}
+		case "unl":
+			released[lease{e.who(), e.Tok}] = e.S
+		}
+	}
+	for _, t := range evictions {
+		for _, q := range a.acqs {
+			end, ok := released[lease{q.w, q.tok}]
+			if !ok {
+				end = a.d.end // never unlocked: its process was stopped or killed
+			}
+			if q.r <= t && t <= end {
+				f.LockEvictionsHeld++
+				break
+			}
+		}
+	}
+	a.note("the server evicted %d keys (INFO evicted_keys; the filler wrote %d): the lock's key %d times, %d of them while a lease on it was held; the clients logged %d warnings",
+		f.EvictedKeys, a.d.mem.FillerKeys, f.LockEvictions, f.LockEvictionsHeld, f.Warnings)
+	if a.sc.unsafeEviction && f.LockEvictions > 0 && f.Warnings <= f.Dials {
+		// WithUnsafeEviction's doc: the client warns when it finds such a server, "and again
+		// when one evicts keys while leases are held". Noted, not failed: a log line guards
+		// nothing.
+		a.note("the clients warned once each, when they dialled, and never again, although the server evicted the lock's key %d times (WithUnsafeEviction's doc says a client warns again when a server evicts keys while it holds leases)", f.LockEvictions)
+	}
+	if a.sc.evictsLocks && f.LockEvictionsHeld == 0 {
+		a.fail("the lock's key was never evicted while a lease on it was held (evicted_keys %d, the lock's key %d times): the run proves nothing", f.EvictedKeys, f.LockEvictions)
+	}
+	if !a.sc.unsafeEviction {
+		return
+	}
+	var refused, ended []string
+	for _, e := range a.d.events {
+		switch {
+		case e.K == "dial" && e.Res != "ok":
+			a.fail("WithUnsafeEviction: worker %d.%d: Dial failed: %s", e.Slot, e.Inc, e.Res)
+		case e.K == "dial" && !warned[e.who()]:
+			a.fail("WithUnsafeEviction: worker %d.%d's client logged no warning, though its server may evict lock keys", e.Slot, e.Inc)
+		case e.K == "acq" && e.is(errKindEvictionPolicy):
+			refused = append(refused, fmt.Sprintf("%s at %s: %s", e.who(), ts(e.R, a.d.start), e.Res))
+		case e.K == "sig" && e.is(errKindEvictionPolicy):
+			ended = append(ended, fmt.Sprintf("%s token %d at %s", e.who(), e.Tok, ts(e.S, a.d.start)))
+		}
+	}
+	if len(refused) > 0 {
+		a.fail("WithUnsafeEviction: %d acquisitions refused for the eviction policy (the client should only warn): %s", len(refused), joinN(refused, 3))
+	}
+	if len(ended) > 0 {
+		a.fail("WithUnsafeEviction: %d leases ended for the eviction policy (the client should only warn): %s", len(ended), joinN(ended, 3))
 	}
 }
 

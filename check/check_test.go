@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -141,8 +142,18 @@ func TestResource_TrapFiresOnceOnTheMatchingRequest(t *testing.T) {
 func TestScenarioTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, s := range scenarios {
-		if s.name == "" || s.help == "" || s.fault.plan == nil || s.fault.inject == nil {
+		if s.name == "" || s.help == "" {
 			t.Errorf("incomplete row: %+v", s)
+		}
+		// A run whose Dial is refused plays no fault; every other run needs one.
+		if hasFault := s.fault.plan != nil && s.fault.inject != nil; hasFault == (s.dialRefused != "") {
+			t.Errorf("%s: fault %v with dialRefused %q", s.name, hasFault, s.dialRefused)
+		}
+		if s.evictsLocks && (!s.forgetsLocks || !s.memory.filler || s.memory.policy == "noeviction") {
+			t.Errorf("%s: a server that evicts held locks forgets them, and needs a filler and an evicting policy", s.name)
+		}
+		if s.memory.filler && s.deploy != standalone {
+			t.Errorf("%s: memory pressure is played on one standalone server", s.name)
 		}
 		if seen[s.name] {
 			t.Errorf("%s listed twice", s.name)
@@ -175,10 +186,17 @@ func TestScenarioTable(t *testing.T) {
 		{"kill", time.Second, 1, 10 * time.Second},
 		{"sentinel-failover-ack", 3 * time.Second, 7, 10 * time.Second},
 		{"redlock-restart", time.Second, 1, 20 * time.Second},
+		{"eviction", time.Second, 0, 10 * time.Second}, // a refused Dial: no fault
 	} {
 		s, _ := scenarioNamed(c.name)
 		if ttl, faults, maxRun := s.deploy.ttl(o), s.faults(o), s.deploy.maxRun(o); ttl != c.ttl || faults != c.faults || maxRun != c.maxRun {
 			t.Errorf("%s: TTL %v, %d faults, max run %v; want %v, %d, %v", c.name, ttl, faults, maxRun, c.ttl, c.faults, c.maxRun)
+		}
+	}
+	both := []bool{true, false}
+	for _, s := range scenarios {
+		if n := len(s.modes(both)); n != map[bool]int{true: 1, false: 2}[s.dialRefused != ""] {
+			t.Errorf("%s runs in %d modes", s.name, n)
 		}
 	}
 }
@@ -418,6 +436,132 @@ func TestAnalyze_LocalHandoffGrantedInsideUnlock(t *testing.T) {
 	h.chk(w0, 500, 7.5, true)
 	if f := analyze(h.d, 10*time.Second); f.LiveAfterNext != 1 || len(f.Failures) != 1 {
 		t.Fatalf("live after next %d, failures %q: want 1, 1", f.LiveAfterNext, f.Failures)
+	}
+}
+
+// ev appends a raw event of w.
+func (h *hist) ev(w who, e event) {
+	e.Slot, e.Inc, e.G = w.Slot, w.Inc, w.G
+	h.d.events = append(h.d.events, e)
+}
+
+// dialled logs the start and Dial of w's process: refused with the errKind is, or, when is is
+// "", a success followed by the warning an unsafe client logs.
+func (h *hist) dialled(w who, is string) {
+	h.ev(w, event{K: "start", S: 0})
+	if is != "" {
+		h.ev(w, event{K: "dial", Res: "err: dlock: server may evict lock keys", Is: is})
+		return
+	}
+	h.ev(w, event{K: "dial", Res: "ok"})
+	h.ev(w, event{K: "log", Res: "level=WARN msg=\"dlock: server may evict lock keys; going on as WithUnsafeEviction allows\""})
+}
+
+// The default Dial against an evicting server: the run passes when every worker's Dial was
+// refused with ErrEvictionPolicy and nothing ran, and fails otherwise.
+func TestAnalyze_EvictionDialRefused(t *testing.T) {
+	refused := func() *hist {
+		h := newHist("eviction", true)
+		h.d.conf.Workers = 2
+		h.dialled(w0, errKindEvictionPolicy)
+		h.dialled(w1, errKindEvictionPolicy)
+		return h
+	}
+	f := analyze(refused().d, time.Second)
+	if len(f.Failures) != 0 || f.Dials != 2 || f.DialsRefused != 2 || f.Mode != "dial-only" {
+		t.Fatalf("failures %q, %d of %d dials refused, mode %s", f.Failures, f.DialsRefused, f.Dials, f.Mode)
+	}
+	if cell := memoryCell(f); !strings.Contains(cell, "2 of 2 Dials refused with ErrEvictionPolicy") {
+		t.Fatalf("memory cell %q", cell)
+	}
+
+	// One worker got through and ran a cycle.
+	h := refused()
+	h.d.events = h.d.events[:2]
+	h.dialled(w1, "")
+	h.acq(w1, 10, 5, 6)
+	h.rmw(w1, 10, 1, 0, 7, 9, true)
+	f = analyze(h.d, time.Second)
+	if len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "1 of 2 Dials not refused with an error wrapping ErrEvictionPolicy: worker 1.1: Dial succeeded") ||
+		!strings.Contains(f.Failures[1], "1 acquisitions were attempted and 2 register operations ran") {
+		t.Fatalf("failures %q", f.Failures)
+	}
+
+	// Refused, but for another reason; and a worker that never dialled.
+	h = refused()
+	h.d.events[1].Is, h.d.events[1].Res = "", "err: dial tcp: connection refused"
+	h.d.conf.Workers = 3
+	f = analyze(h.d, time.Second)
+	if len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "Dial failed otherwise: err: dial tcp") ||
+		!strings.Contains(f.Failures[1], "2 worker processes started, 2 logged a Dial; want 3") {
+		t.Fatalf("failures %q", f.Failures)
+	}
+}
+
+// evictedHistory is pausedWriterHistory in the eviction-unsafe scenario: the server evicted the
+// lock's key at 300 ms, while worker 0 held it; worker 1 took it, and worker 0's late write
+// came after worker 1's.
+func evictedHistory(fenced bool) *hist {
+	h := pausedWriterHistory(fenced)
+	h.d.conf.Scenario = "eviction-unsafe"
+	h.dialled(w0, "")
+	h.dialled(w1, "")
+	h.d.faults[0].Kind = "eviction-unsafe"
+	h.d.mem = memRecord{EvictedKeys: 40, FillerKeys: 100, LockEvictions: []int64{msT(300)}}
+	h.d.end = msT(800)
+	return h
+}
+
+// With WithUnsafeEviction the lost update of a lock whose key was evicted is counted, not
+// failed, unfenced; fenced the fence must still hold. The run fails when no lock key was
+// evicted under a holder (it proves nothing), and when the client did more than warn.
+func TestAnalyze_UnsafeEvictionCountsLostUpdates(t *testing.T) {
+	f := analyze(evictedHistory(false).d, 10*time.Second)
+	if len(f.Failures) != 0 {
+		t.Fatalf("unfenced lost updates after an eviction must not fail the run: %q", f.Failures)
+	}
+	if f.LostUpdates != 1 || f.Overlaps != 1 || f.LockEvictions != 1 || f.LockEvictionsHeld != 1 || f.Warnings != 2 || f.EvictedKeys != 40 {
+		t.Fatalf("lost %d, overlaps %d, lock evictions %d (%d held), warnings %d, evicted %d", f.LostUpdates, f.Overlaps, f.LockEvictions, f.LockEvictionsHeld, f.Warnings, f.EvictedKeys)
+	}
+	if cell := memoryCell(f); cell != "evicted 40 keys, the lock's 1 times (1 under a holder); 2 warnings" {
+		t.Fatalf("memory cell %q", cell)
+	}
+	// The clients warned only when they dialled: noted.
+	if !slices.ContainsFunc(f.Notes, func(n string) bool { return strings.Contains(n, "warned once each") }) {
+		t.Fatalf("notes %q", f.Notes)
+	}
+
+	// Fenced, the late write is refused...
+	if f := analyze(evictedHistory(true).d, 10*time.Second); len(f.Failures) != 0 || f.LostUpdates != 0 || f.StaleRejected != 1 {
+		t.Fatalf("fenced: failures %q, lost %d, refused %d", f.Failures, f.LostUpdates, f.StaleRejected)
+	}
+	// ...and a fence that let it through fails the run, eviction or not.
+	h := evictedHistory(true)
+	for i := range h.d.ops {
+		h.d.ops[i].Accepted = true
+	}
+	if f := analyze(h.d, 10*time.Second); len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "fenced: 1 lost updates") {
+		t.Fatalf("fenced, fence broken: failures %q", f.Failures)
+	}
+
+	// The lock's key evicted only between holders: the run proves nothing.
+	h = evictedHistory(false)
+	h.d.mem.LockEvictions = []int64{msT(0.5)}
+	if f := analyze(h.d, 10*time.Second); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "never evicted while a lease on it was held") {
+		t.Fatalf("no eviction under a holder: failures %q", f.Failures)
+	}
+
+	// The opted-in client ended a lease and refused an acquisition for the eviction policy.
+	h = evictedHistory(false)
+	for i, e := range h.d.events {
+		if e.K == "sig" {
+			h.d.events[i].Is = errKindLost + "," + errKindEvictionPolicy
+		}
+	}
+	h.ev(w1, event{K: "acq", S: msT(610), R: msT(611), Res: "err: dlock: lock: server may evict lock keys", Is: errKindEvictionPolicy})
+	f = analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "1 acquisitions refused for the eviction policy") || !strings.Contains(f.Failures[1], "1 leases ended for the eviction policy") {
+		t.Fatalf("client did more than warn: failures %q", f.Failures)
 	}
 }
 

@@ -38,6 +38,7 @@ var (
 	// restartMajorityMemberLate keeps it down longer than a lease first.
 	restartMajorityMember     = fault{plan: planMajorityRestart(false), inject: (*runner).restartMajorityMember}
 	restartMajorityMemberLate = fault{plan: planMajorityRestart(true), inject: (*runner).restartMajorityMember}
+	evictHeldLock             = fault{plan: planEviction, inject: (*runner).evictHeldLock}
 )
 
 // pauseVariants are the places a paused holder is frozen, in the order the schedule
@@ -88,6 +89,13 @@ func planMajorityRestart(delayed bool) func(*plannedFault, *rand.Rand, int, time
 	}
 }
 
+// planEviction gives the holder up to half a TTL of work: a short one often ends before its
+// client's next renewal finds the key gone, so the holder writes after a second holder took the
+// lock (a lost update unfenced, a refused write fenced); a longer one lets it learn in time.
+func planEviction(p *plannedFault, rng *rand.Rand, _ int, ttl time.Duration) {
+	p.work = time.Duration(rng.Int64N(int64(ttl / 2)))
+}
+
 // injection is the bookkeeping of one fault, the same for every kind: the schedule waits on
 // fired (the trap sprang) and then on done (the fault played out); the run waits on
 // r.faultWG for the fault and whatever it started (a respawn).
@@ -119,6 +127,14 @@ func (in *injection) record(w who, tok uint64, variant string) {
 	defer r.mu.Unlock()
 	r.faults = append(r.faults, faultRec{Kind: in.kind, Variant: variant, Slot: w.Slot, Inc: w.Inc, G: w.G, Token: tok, Start: mono()})
 	in.i = len(r.faults) - 1
+}
+
+// describe sets the fault's variant once it is known (it played out).
+func (in *injection) describe(variant string) {
+	r := in.r
+	r.mu.Lock()
+	r.faults[in.i].Variant = variant
+	r.mu.Unlock()
 }
 
 // end records the end of the fault and lets the schedule go on.
@@ -309,6 +325,30 @@ func (r *runner) killMinority(p plannedFault, in *injection) *trap {
 				if err := r.srvs[k].Restart(); err != nil {
 					r.infraf("redis restart: %v", err)
 				}
+			}
+			in.end()
+		}()
+		return p.work, false
+	}}
+}
+
+// evictHeldLock has the filler write back to back into the evicting server while the holder
+// works, until the server evicts the lock's key (bounded: burstKeys, burstTime). The holder's
+// client learns of it at its next renewal; a client that polls the lock can take it before.
+func (r *runner) evictHeldLock(p plannedFault, in *injection) *trap {
+	return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
+		in.spring()
+		in.record(w, tok, "")
+		go func() {
+			defer in.settle()
+			keys, evicted, err := r.filler.burst()
+			switch {
+			case err != nil:
+				r.infraf("filler burst: %v", err)
+			case evicted:
+				in.describe(fmt.Sprintf("lock key evicted after %d filler keys", keys))
+			default:
+				in.describe(fmt.Sprintf("lock key not evicted by %d filler keys", keys))
 			}
 			in.end()
 		}()

@@ -62,6 +62,8 @@ type workerConf struct {
 	// Poll: goroutine 0 takes the lock with TryLock every 10 ms instead of waiting in Lock (the
 	// others wait in Lock).
 	Poll bool `json:"poll"`
+	// UnsafeEviction: Dial WithUnsafeEviction.
+	UnsafeEviction bool `json:"unsafe_eviction"`
 }
 
 // who is one participant of the workload: goroutine G of incarnation Inc of the worker process
@@ -258,6 +260,9 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	var client *dlock.Client
 	var err error
 	opts := []dlock.Option{dlock.WithTTL(conf.TTL), dlock.WithLogger(slog.New(slog.NewTextHandler(logWriter{log}, nil)))}
+	if conf.UnsafeEviction {
+		opts = append(opts, dlock.WithUnsafeEviction())
+	}
 	ds := mono()
 	if len(conf.Sentinels) > 0 {
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: conf.Master, SentinelAddrs: conf.Sentinels})
