@@ -152,7 +152,10 @@ func TestScenarioTable(t *testing.T) {
 		if s.evictsLocks && (!s.forgetsLocks || !s.memory.filler || s.memory.policy == "noeviction") {
 			t.Errorf("%s: a server that evicts held locks forgets them, and needs a filler and an evicting policy", s.name)
 		}
-		if s.memory.filler && s.deploy != standalone {
+		if s.outOfMemory && (s.memory.policy != "noeviction" || s.memory.maxmemory == "") {
+			t.Errorf("%s: out of memory needs a noeviction server with a limit to set back", s.name)
+		}
+		if (s.memory.filler || s.outOfMemory) && s.deploy != standalone {
 			t.Errorf("%s: memory pressure is played on one standalone server", s.name)
 		}
 		if seen[s.name] {
@@ -187,6 +190,7 @@ func TestScenarioTable(t *testing.T) {
 		{"sentinel-failover-ack", 3 * time.Second, 7, 10 * time.Second},
 		{"redlock-restart", time.Second, 1, 20 * time.Second},
 		{"eviction", time.Second, 0, 10 * time.Second}, // a refused Dial: no fault
+		{"oom", time.Second, 1, 10 * time.Second},
 	} {
 		s, _ := scenarioNamed(c.name)
 		if ttl, faults, maxRun := s.deploy.ttl(o), s.faults(o), s.deploy.maxRun(o); ttl != c.ttl || faults != c.faults || maxRun != c.maxRun {
@@ -562,6 +566,97 @@ func TestAnalyze_UnsafeEvictionCountsLostUpdates(t *testing.T) {
 	f = analyze(h.d, 10*time.Second)
 	if len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "1 acquisitions refused for the eviction policy") || !strings.Contains(f.Failures[1], "1 leases ended for the eviction policy") {
 		t.Fatalf("client did more than warn: failures %q", f.Failures)
+	}
+}
+
+// oomHistory: the server is out of memory from 100 to 1300 ms. Worker 0 unlocks inside it, and
+// the key then reads released; worker 1's two attempts are refused with ErrOutOfMemory, and the
+// server grants it the lock 20 ms after memory is back.
+func oomHistory() *hist {
+	h := newHist("oom", true)
+	h.acq(w0, 10, 0, 1)
+	h.chk(w0, 10, 2, true)
+	h.rmw(w0, 10, 1, 0, 3, 5, true)
+	h.d.faults = []faultRec{{Kind: "oom", Slot: 0, Inc: 1, Token: 10, Start: msT(100), End: msT(1300)}}
+	h.unl(w0, 10, 200, 201)
+	h.ev(w0, event{K: "key", S: msT(201.5), R: msT(202), Tok: 10, Live: true, Res: "- 10 0"})
+	for _, at := range []float64{300, 700} {
+		h.ev(w1, event{K: "acq", S: msT(at), R: msT(at + 1), Res: "err: dlock: lock \"x\" on 127.0.0.1:1: dlock: server out of memory: ...", Is: errKindOutOfMemory})
+	}
+	h.acq(w1, 30, 1310, 1320)
+	h.chk(w1, 30, 1321, true)
+	h.rmw(w1, 30, 1, 1, 1322, 1324, true)
+	return h
+}
+
+func TestAnalyze_OutOfMemory(t *testing.T) {
+	f := analyze(oomHistory().d, 10*time.Second)
+	if len(f.Failures) != 0 || f.OOMRefused != 2 || f.OOMReleases != 1 || f.OOMReleased != 1 || f.OOMGrants != 0 {
+		t.Fatalf("failures %q, refused %d, releases %d (released %d), grants %d", f.Failures, f.OOMRefused, f.OOMReleases, f.OOMReleased, f.OOMGrants)
+	}
+	// Recovery runs from memory back (1300 ms) to the next grant by the server.
+	if len(f.Recovery) != 1 || f.Recovery[0] != 20*time.Millisecond {
+		t.Fatalf("recovery %v", f.Recovery)
+	}
+	if cell := memoryCell(f); !strings.Contains(cell, "2 acquisitions refused (ErrOutOfMemory), 0 granted; 1 Unlocks ok, then released 1") {
+		t.Fatalf("memory cell %q", cell)
+	}
+
+	// The key still holds worker 0's lease after its Unlock returned nil...
+	stillHeld := func(h *hist) {
+		for i, e := range h.d.events {
+			if e.K == "key" {
+				h.d.events[i].Res = `owner0 10 1 {"pid":1,}`
+			}
+		}
+	}
+	h := oomHistory()
+	stillHeld(h)
+	if f := analyze(h.d, 10*time.Second); len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "returned nil but left the lock held: worker 0.1 g0 token 10") ||
+		!strings.Contains(f.Failures[1], "no Unlock released the lock on the server") {
+		t.Fatalf("held after Unlock: failures %q", f.Failures)
+	}
+	// ...which is right when the Unlock passed the lock to a sibling goroutine, whose release
+	// then reached the server.
+	h = oomHistory()
+	stillHeld(h)
+	h.acq(w0b, 11, 150, 200.5) // inside worker 0's Unlock: a local handoff
+	h.chk(w0b, 11, 210, true)
+	h.rmw(w0b, 11, 2, 1, 211, 213, true)
+	h.unl(w0b, 11, 220, 221)
+	h.ev(w0b, event{K: "key", S: msT(222), R: msT(223), Tok: 11})
+	h.d.events = slices.DeleteFunc(h.d.events, func(e event) bool { return e.K == "rd" && e.Tok == 30 })
+	h.d.ops = slices.DeleteFunc(h.d.ops, func(op opRecord) bool { return op.Token == 30 })
+	h.rmw(w1, 30, 1, 2, 1322, 1324, true)
+	f = analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 0 || f.LocalHandoffs != 1 || f.OOMReleases != 2 || f.OOMPassedOn != 1 || f.OOMReleased != 1 {
+		t.Fatalf("passed on: failures %q, local handoffs %d, releases %d (passed on %d, released %d)", f.Failures, f.LocalHandoffs, f.OOMReleases, f.OOMPassedOn, f.OOMReleased)
+	}
+
+	// An Unlock that fails under OOM, a grant by the server and an OOM refusal that does not
+	// wrap ErrOutOfMemory.
+	h = oomHistory()
+	h.unl(w1, 20, 500, 505)
+	h.d.events[len(h.d.events)-1].Res = "dlock: unlock \"x\": OOM command not allowed when used memory > 'maxmemory'"
+	h.acq(w0, 20, 400, 420)
+	h.ev(w1, event{K: "acq", S: msT(800), R: msT(801), Res: "err: OOM command not allowed when used memory > 'maxmemory'"})
+	f = analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 3 || !strings.Contains(f.Failures[0], "1 Unlocks failed while the server was out of memory: worker 1.1 g0 token 20") ||
+		!strings.Contains(f.Failures[1], "granted the lock 1 times while out of memory: worker 0.1 g0 token 20 at t+0.400s") ||
+		!strings.Contains(f.Failures[2], "1 acquisitions refused for memory with an error that does not wrap ErrOutOfMemory") {
+		t.Fatalf("failed Unlock, grant, unmarked refusal: failures %q", f.Failures)
+	}
+
+	// Nothing refused, no release on the server, no grant by the server after memory is back:
+	// the run proves nothing, and the lock did not come back.
+	h = newHist("oom", true)
+	h.acq(w0, 10, 0, 1)
+	h.acq(w0b, 11, 1, 1400) // a local handoff from worker 0 (its Unlock is unknown here)
+	h.d.faults = []faultRec{{Kind: "oom", Slot: 0, Inc: 1, Token: 10, Start: msT(100), End: msT(1300)}}
+	f = analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 3 || !strings.Contains(f.Failures[0], "granted the lock to no one after memory was back") ||
+		!strings.Contains(f.Failures[1], "no acquisition was refused with ErrOutOfMemory") || !strings.Contains(f.Failures[2], "no Unlock released the lock on the server") {
+		t.Fatalf("proves nothing: failures %q", f.Failures)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Command dlock-check is dlock's fault-injection checker: it measures what the lock
 // guarantees under process pauses, crashes, partitions, latency, Redis restarts and failovers,
-// and servers that evict keys, in fenced and unfenced mode, and exits non-zero when a claimed
-// guarantee breaks.
+// and server memory pressure (eviction, out of memory), in fenced and unfenced mode, and exits
+// non-zero when a claimed guarantee breaks.
 //
 // It starts its own redis-server (real processes, loopback only), a resource server (one
 // register that timestamps every operation and, in fenced mode, refuses stale tokens) and P
@@ -89,11 +89,13 @@ whose token is the previous holder's + 1, from another goroutine of its process)
 (critical sections of two clients intersecting on the resource's timeline), lost updates
 (writes applied minus the final register), stale operations refused by the fence (or,
 unfenced, applied although a newer token had been seen), acquire latency p50/p99, recovery
-after each fault (fault start -> next successful acquisition), lost-lock signals (before /
-during / after the next holder's acquire), and a porcupine linearizability check of the
-lock-guarded read-modify-write. The scenarios with a memory limit add their own figures
-(memory pressure): Dials refused; or keys evicted, the lock's among them and how many under
-a holder, and the clients' warnings.
+after each fault (fault start -> next successful acquisition; oom: memory back -> next grant
+by the server), lost-lock signals (before / during / after the next holder's acquire), and a
+porcupine linearizability check of the lock-guarded read-modify-write. The scenarios with a
+memory limit add their own figures (memory pressure): Dials refused; keys evicted, the
+lock's among them and how many under a holder, and the clients' warnings; or, out of memory,
+acquisitions refused with ErrOutOfMemory and what the lock's key read right after each
+Unlock.
 
 Exit status: 0 when every claimed guarantee held; 1 when one broke (the report names the
 scenario, seed and operations); 2 on a bad command line; 3 when the harness could not run.
@@ -321,6 +323,13 @@ func guaranteesHelp() string {
 	}
 	if l := list(func(s *scenario) bool { return s.evictsLocks }); l != "" {
 		text += "; in " + l + ", a run in which the lock's key was never evicted under a holder (it proves nothing)"
+	}
+	if l := list(func(s *scenario) bool { return s.outOfMemory }); l != "" {
+		text += "; in " + l + ", an Unlock that fails while the server is out of memory, or that " +
+			"returns nil and leaves the lock held; while it is out of memory, an acquisition the " +
+			"server grants, or refuses with an error that does not wrap ErrOutOfMemory; no grant " +
+			"by the server once memory is back; or a run in which no acquisition was refused for " +
+			"memory, or no release reached the server while it was out of memory (it proves nothing)"
 	}
 	text += ". Unfenced overlaps and lost updates are measured, not failures."
 	if l := list(func(s *scenario) bool { return s.forgetsLocks }); l != "" {

@@ -17,7 +17,8 @@ import (
 // Memory pressure: the scenarios whose redis-server has a memory limit (a row's memory). An
 // evicting server is used as a cache at the same time: the harness's filler writes large keys
 // with a TTL into it, steadily, and in a burst while a holder works (the evictHeldLock fault),
-// and watches, by keyspace notifications, which keys the server evicts.
+// and watches, by keyspace notifications, which keys the server evicts. A server that must not
+// evict (noeviction) is pushed out of memory by the exhaustMemory fault (faults.go).
 
 // memorySetup is a scenario's redis-server memory configuration.
 type memorySetup struct {
@@ -34,6 +35,9 @@ var (
 	// second the lock key is picked about as often as any other. The policy is chosen in the
 	// eviction row of the table (scenario.go).
 	evictingCache = memorySetup{maxmemory: "3mb", policy: "allkeys-lru", filler: true}
+	// boundedNoEviction is a server configured as dlock asks: a memory limit, and noeviction.
+	// Its limit is far above what the run uses until exhaustMemory lowers it.
+	boundedNoEviction = memorySetup{maxmemory: "64mb", policy: "noeviction"}
 )
 
 // args are the redis-server arguments of m.

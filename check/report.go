@@ -59,7 +59,7 @@ func markdownTable(all []*findings) string {
 }
 
 // memoryCell is the report's memory-pressure figures of a run: what its scenario's row
-// measures (a refused Dial, or evictions), else "–".
+// measures (a refused Dial, evictions, or the server out of memory), else "–".
 func memoryCell(f *findings) string {
 	s, ok := scenarioNamed(f.Scenario)
 	switch {
@@ -69,6 +69,9 @@ func memoryCell(f *findings) string {
 		return fmt.Sprintf("%d of %d Dials refused with %s; evicted %d keys", f.DialsRefused, f.Dials, errName(s.dialRefused), f.EvictedKeys)
 	case s.memory.filler:
 		return fmt.Sprintf("evicted %d keys, the lock's %d times (%d under a holder); %d warnings", f.EvictedKeys, f.LockEvictions, f.LockEvictionsHeld, f.Warnings)
+	case s.outOfMemory:
+		return fmt.Sprintf("OOM: %d acquisitions refused (ErrOutOfMemory), %d granted; %d Unlocks ok, then released %d / passed on %d / taken again %d",
+			f.OOMRefused, f.OOMGrants, f.OOMReleases, f.OOMReleased, f.OOMPassedOn, f.OOMTakenAgain)
 	}
 	return "–"
 }

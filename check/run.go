@@ -359,6 +359,7 @@ func (r *runner) spawn(s *slot) error {
 		conf.AckN, conf.AckWait = r.sc.replicaAck, replicaAckWait
 	}
 	conf.UnsafeEviction = r.sc.unsafeEviction
+	conf.ReadBack = r.sc.outOfMemory
 	b, _ := json.Marshal(conf)
 	cmd := exec.Command(r.exe)
 	cmd.Env = append(os.Environ(), roleEnv+"=worker", confEnv+"="+string(b))

@@ -60,6 +60,14 @@ type scenario struct {
 	// is evicted (WithUnsafeEviction), so such a row is also forgetsLocks. The run must show
 	// that the lock's key was evicted while a lease was held: else it proves nothing.
 	evictsLocks bool
+	// outOfMemory: the fault puts the server out of memory (maxmemory below used_memory under
+	// noeviction). Every Unlock that overlaps it must succeed and leave the lock released (each
+	// worker reads the key right after its Unlock), and one at least must release it on the
+	// server; the server must grant no acquisition meanwhile, and one refused for memory must
+	// say so (an error wrapping ErrOutOfMemory), one at least; and once memory is back the
+	// server must grant the lock again: recovery is measured from the fault's end to the next
+	// grant by the server.
+	outOfMemory bool
 }
 
 // killRecoverySlack is how long past the TTL a dead holder's lock may stay out of reach
@@ -169,6 +177,14 @@ var scenarios = []scenario{
 		// Tokens still increase (a new token is the server's clock when the old one is gone),
 		// so the fence, and with it the fenced lost updates and linearizability, stay claimed.
 		forgetsLocks: true,
+	},
+	{
+		name:        "oom",
+		help:        "a redis-server with maxmemory-policy noeviction: while a holder works, maxmemory is set below used_memory for TTL + 0.5–1 s, then set back. Every Unlock must succeed and leave the lock released; acquisitions fail with ErrOutOfMemory; the server grants the lock again once memory is back",
+		deploy:      standalone,
+		memory:      boundedNoEviction,
+		fault:       exhaustMemory,
+		outOfMemory: true,
 	},
 }
 

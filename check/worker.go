@@ -64,6 +64,8 @@ type workerConf struct {
 	Poll bool `json:"poll"`
 	// UnsafeEviction: Dial WithUnsafeEviction.
 	UnsafeEviction bool `json:"unsafe_eviction"`
+	// ReadBack: after each Unlock, read the lock's key (through the slot's proxy) and log it.
+	ReadBack bool `json:"read_back"`
 }
 
 // who is one participant of the workload: goroutine G of incarnation Inc of the worker process
@@ -80,7 +82,7 @@ func (w who) sameProcess(o who) bool { return w.Slot == o.Slot && w.Inc == o.Inc
 
 // event is one line of a worker's log. Times are CLOCK_MONOTONIC ns.
 type event struct {
-	K     string `json:"k"` // start dial acq chk sig rd wr unl log exit
+	K     string `json:"k"` // start dial acq chk sig rd wr unl key log exit
 	S     int64  `json:"s"` // start (or the instant, for chk and sig)
 	R     int64  `json:"r,omitempty"`
 	Tok   uint64 `json:"tok,omitempty"`
@@ -216,7 +218,8 @@ type worker struct {
 	poll bool // TryLock every 10 ms instead of Lock
 	seq  int64
 
-	res *resConn
+	res  *resConn
+	keys *redis.Client // ReadBack, else nil
 }
 
 // add logs an event of this goroutine.
@@ -284,6 +287,15 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	log.add(event{K: "dial", S: ds, R: mono(), Res: "ok"})
 	defer client.Close()
 	m := client.Mutex(conf.Lock)
+	var keys *redis.Client // ReadBack: reads the lock's key after each Unlock
+	if conf.ReadBack {
+		ropts, err := redis.ParseURL(conf.RedisURLs[0])
+		if err != nil {
+			return err
+		}
+		keys = redis.NewClient(ropts)
+		defer keys.Close()
+	}
 
 	workers := make([]*worker, max(conf.Goroutines, 1))
 	for g := range workers {
@@ -292,7 +304,7 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 			return err
 		}
 		defer c.Close()
-		workers[g] = &worker{conf: conf, log: log, g: g, poll: conf.Poll && g == 0, res: &resConn{c: c, br: bufio.NewReader(c)}}
+		workers[g] = &worker{conf: conf, log: log, g: g, poll: conf.Poll && g == 0, res: &resConn{c: c, br: bufio.NewReader(c)}, keys: keys}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -395,6 +407,9 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 		uerr := l.Unlock(uctx)
 		ucancel()
 		w.add(event{K: "unl", S: us, R: mono(), Tok: tok, Res: errString(uerr), Is: kindsOf(uerr)})
+		if w.keys != nil {
+			w.readBack(ctx, tok)
+		}
 	}()
 
 	if !check() {
@@ -429,6 +444,25 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 	}
 	w.add(event{K: "wr", S: ws, R: mono(), Tok: tok, Seq: seq, Val: val + 1, Res: st})
 	return true, nil
+}
+
+// readBack reads the lock's key right after the Unlock of the lease of tok and logs what it
+// holds: Live and the value when it exists, Res "err: ..." when it could not be read. The
+// analysis judges it (checkOutOfMemory).
+func (w *worker) readBack(ctx context.Context, tok uint64) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s := mono()
+	v, err := w.keys.Get(rctx, dlockKey(w.conf.Lock)).Result()
+	e := event{K: "key", S: s, R: mono(), Tok: tok}
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		e.Res = "err: " + err.Error()
+	default:
+		e.Live, e.Res = true, v
+	}
+	w.add(e)
 }
 
 // pollLock takes the lock as a client that does not wait in Lock: TryLock every 10 ms. Unlike a
