@@ -92,11 +92,13 @@ func planMajorityRestart(delayed bool) func(*plannedFault, *rand.Rand, int, time
 	}
 }
 
-// planEviction gives the holder up to half a TTL of work: a short one often ends before its
-// client's next renewal finds the key gone, so the holder writes after a second holder took the
-// lock (a lost update unfenced, a refused write fenced); a longer one lets it learn in time.
+// planEviction gives the holder a twentieth to a half of a TTL of work: a short one often ends
+// before its client's next renewal finds the key gone, so the holder writes after a second
+// holder took the lock (a lost update unfenced, a refused write fenced); a longer one lets it
+// learn in time. Either outlasts the filler's burst (a few ms), so the key is evicted while the
+// holder holds it.
 func planEviction(p *plannedFault, rng *rand.Rand, _ int, ttl time.Duration) {
-	p.work = time.Duration(rng.Int64N(int64(ttl / 2)))
+	p.work = ttl/20 + time.Duration(rng.Int64N(int64(ttl/2-ttl/20)))
 }
 
 // planOutOfMemory keeps the server out of memory for longer than a lease, so that renewals,
