@@ -531,7 +531,7 @@ func TestAnalyze_UnsafeEvictionCountsLostUpdates(t *testing.T) {
 		t.Fatalf("memory cell %q", cell)
 	}
 	// The clients warned only when they dialled: noted.
-	if !slices.ContainsFunc(f.Notes, func(n string) bool { return strings.Contains(n, "warned once each") }) {
+	if !slices.ContainsFunc(f.Notes, func(n string) bool { return strings.Contains(n, "warned when they dialled and never again") }) {
 		t.Fatalf("notes %q", f.Notes)
 	}
 
