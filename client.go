@@ -257,6 +257,10 @@ func refused(err error) bool {
 // redisErr wraps a transport error with the server address, so "connection refused" says where.
 // A server out of memory refuses an acquisition inside the script: that error says so plainly.
 func (e *engine) redisErr(op string, err error) error {
+	var qe *QuorumError
+	if errors.As(err, &qe) { // it names every server itself
+		return fmt.Errorf("dlock: %s: %w", op, err)
+	}
 	if strings.Contains(err.Error(), "OOM command not allowed") {
 		return fmt.Errorf("dlock: %s on %s: %w: its used memory reached maxmemory, and its maxmemory-policy noeviction refuses new keys until memory is freed (releases still work)",
 			op, e.b.addr(), ErrOutOfMemory)

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -166,10 +167,23 @@ func (e *engine) acquireWaiting(ctx context.Context, spec *lockSpec, attempt att
 		reg = e.newRegistration(spec)
 	}
 	st, h, err := attempt(ctx, reg)
-	if err != nil || st != nil {
+	if h, err = waitThrough(h, err); err != nil || st != nil {
 		return st, err
 	}
 	return e.waitInQueue(ctx, spec, &h, reg, attempt)
+}
+
+// noQuorumRetry is how long a waiting Lock in quorum mode waits before trying again when too
+// few servers answered.
+const noQuorumRetry = 100 * time.Millisecond
+
+// waitThrough turns an attempt's failure that a waiting Lock waits through (too few servers of
+// a quorum answered) into a pause.
+func waitThrough(h holder, err error) (holder, error) {
+	if errors.Is(err, ErrNoQuorum) {
+		return holder{pttl: noQuorumRetry}, nil
+	}
+	return h, err
 }
 
 // registered records that the server has reg (its attempt, sent at sent, was refused and
@@ -253,7 +267,7 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 		} else {
 			q.drain()
 			st, hh, err := attempt(ctx, e.headRegistration(q, spec))
-			if err != nil || st != nil {
+			if hh, err = waitThrough(hh, err); err != nil || st != nil {
 				got = st
 				return e.confirmedOrErr(ctx, st, err)
 			}
@@ -711,7 +725,7 @@ const localHandoffs = 15
 // renewal, label), is a server handover: one round trip, a new owner secret and a server token,
 // and the server's check that no other client waits too long.
 func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err error) {
-	if !e.traits.handover || st.spec.ack.n > 0 {
+	if !e.traits.localHandoffs || st.spec.ack.n > 0 {
 		return false, nil
 	}
 	qs := e.waits
@@ -736,6 +750,10 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 			(&Lease{st: nst}).Unlock(context.WithoutCancel(ctx)) // the waiter left meanwhile
 		}
 		return true, nil
+	}
+	if !e.traits.handover {
+		qs.settle(q, w, nil, false) // the release that follows lets every client compete
+		return false, nil
 	}
 	owner := e.newOwner()
 	sent := mono()
