@@ -227,6 +227,7 @@ func TestForceUnlock(t *testing.T) {
 			info, err := admin.Inspect(ctx, name)
 			return err == nil && info.Waiters == 1
 		})
+		waitSubscribed(t, name) // queued first, then subscribed: the notice must reach it
 
 		info, err := admin.ForceUnlock(ctx, name)
 		if err != nil {

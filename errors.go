@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
 var (
-	// ErrNotAcquired is returned by TryLock when another owner holds the lock.
+	// ErrNotAcquired is matched by the error of a TryLock, or of a Lock whose wait ended, while
+	// another owner held the lock (a *NotAcquiredError).
 	ErrNotAcquired = errors.New("dlock: not acquired: held by another owner")
 	// ErrNotHeld is returned when an operation needs a lock the caller does not hold: a second
 	// Unlock, an Unlock, Extend or TTL on a lease that has ended, or a nil lease.
@@ -148,3 +150,51 @@ func (j joined) Error() string {
 }
 
 func (j joined) Unwrap() []error { return j }
+
+// NotAcquiredError is the error of a TryLock, or of a Lock whose wait ended (WithWait, or its
+// context), while another owner held the lock. It matches ErrNotAcquired, and, when the
+// caller's context ended the wait, that context's error (errors.Is(err,
+// context.DeadlineExceeded) tells "my request went away" from "busy").
+type NotAcquiredError struct {
+	Name   string
+	Holder Info          // the holder as the server described it just after; Held is false when unknown
+	Mine   bool          // the holder is this client: another goroutine, or a hold whose context the caller did not pass
+	Waited time.Duration // how long Lock waited; 0 for TryLock
+	Cause  error         // the caller's context's error when it ended the wait, else nil
+}
+
+func (e *NotAcquiredError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dlock: not acquired: %q held by ", e.Name)
+	h := e.Holder
+	switch {
+	case e.Mine:
+		b.WriteString("this client (another goroutine, or a hold whose context was not passed: to re-enter, lock with the lease's Context)")
+	case h.Holder.Host != "":
+		fmt.Fprintf(&b, "%s pid %d", h.Holder.Host, h.Holder.PID)
+		if h.Holder.Label != "" {
+			fmt.Fprintf(&b, " (%s)", strconv.Quote(h.Holder.Label))
+		}
+	default:
+		b.WriteString("another owner")
+	}
+	if h.Token != 0 {
+		fmt.Fprintf(&b, ", token %d", h.Token)
+	}
+	if h.Held {
+		fmt.Fprintf(&b, ", lease %v left", h.TTL.Round(time.Millisecond))
+	}
+	if e.Waited > 0 {
+		fmt.Fprintf(&b, "; waited %v", e.Waited.Round(time.Millisecond))
+	}
+	if e.Cause != nil {
+		b.WriteString(": " + e.Cause.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is ErrNotAcquired.
+func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+
+// Unwrap returns the caller's context's error, if it ended the wait.
+func (e *NotAcquiredError) Unwrap() error { return e.Cause }

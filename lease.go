@@ -301,6 +301,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL)
 	}
+	if err := checkTTL(ttl, l.st.spec.renew); err != nil {
+		return err
+	}
 	st := l.st
 	if l.unlocked.Load() || st.expired() || st.state.Load() != stateHeld {
 		return st.endedErr()

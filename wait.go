@@ -458,6 +458,21 @@ func sameLease(a, b *lockSpec) bool {
 	return a.ttl == b.ttl && a.renew == b.renew && a.meta == b.meta && a.ack == b.ack
 }
 
+// leaseDiff says how a lock taken for b asks for another lease than one taken for a.
+func leaseDiff(a, b *lockSpec) string {
+	switch {
+	case a.ttl != b.ttl:
+		return fmt.Sprintf("WithTTL %v differs from the held lease's %v", b.ttl, a.ttl)
+	case a.renew != b.renew:
+		return fmt.Sprintf("renewal %v differs from the held lease's %v (WithoutRenewal)", b.renew, a.renew)
+	case a.meta != b.meta:
+		return "WithLabel differs from the held lease's"
+	case a.ack != b.ack:
+		return "WithReplicaAck differs from the held lease's"
+	}
+	return "same lease"
+}
+
 // leave removes w from q. If w was the head, the next waiter becomes the head; when w leaves
 // because it acquired the lock (acquired != nil), the next head is told so and waits for that
 // lease to end instead of making an attempt that must fail. It returns a lease given to w
