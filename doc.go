@@ -8,7 +8,7 @@
 //	...
 //	defer c.Close()
 //	err = c.Do(ctx, "orders:42", func(ctx context.Context) error {
-//		// ctx is cancelled (context.Cause(ctx) == dlock.ErrLost) if the lock is lost.
+//		// ctx is cancelled (errors.Is(context.Cause(ctx), dlock.ErrLost)) if the lock is lost.
 //		return chargeCard(ctx)
 //	})
 //

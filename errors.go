@@ -22,6 +22,10 @@ var (
 	// someone else: a renewal was refused (the key expired or was taken over), or no renewal
 	// succeeded before the lease could have expired on the server.
 	ErrLost = errors.New("dlock: lock lost")
+	// ErrExpired is the cause of a lease context's cancellation when a fixed lease
+	// (WithoutRenewal) reached its planned end. It comes with ErrLost (the lock is no longer
+	// held), so errors.Is(cause, ErrExpired) tells a planned end from a loss.
+	ErrExpired = errors.New("dlock: lease expired")
 	// ErrClosed is returned by every call on a closed Client, and is the cause of the lease
 	// contexts that Close ended.
 	ErrClosed = errors.New("dlock: client closed")

@@ -250,7 +250,7 @@ func (e *engine) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 		return nil, e.redisErr("re-enter "+strconv.Quote(st.spec.name), err)
 	}
 	if !res.ok {
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.lost("re-entry found it no longer held by this lease"))
 		return nil, st.endedErr()
 	}
 	st.mu.Lock()
@@ -291,6 +291,14 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	fctx, stop := l.st.doContext(ctx)
 	defer func() {
 		stop()
+		l.st.expired()
+		if l.st.state.Load() == stateLost {
+			// Say what the caller saw: the lock was lost while fn ran (the Unlock that follows
+			// only clears what the server may still hold of it).
+			l.Unlock(context.WithoutCancel(ctx))
+			err = joinErrors(err, fmt.Errorf("dlock: %q was lost while fn ran: %w", name, l.st.endedErr()))
+			return
+		}
 		if uerr := l.Unlock(ctx); uerr != nil {
 			err = joinErrors(err, uerr)
 		}

@@ -736,7 +736,7 @@ func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 		st.end(endReleased, nil)
 		return e.redisErr("unlock "+strconv.Quote(st.spec.name), err)
 	case !res.owned:
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
 		return st.lostAtUnlock()
 	}
 	st.end(endReleased, nil)
@@ -810,7 +810,7 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 		return false, nil
 	case !res.ok:
 		qs.settle(q, w, nil, false)
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
 		return true, st.lostAtUnlock()
 	}
 	nst := newLeaseState(e, next, w.ctx, owner, res.token, sent)
