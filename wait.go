@@ -289,6 +289,9 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 		}
 		for {
 			st, rearmed, err := e.pauseHead(ctx, w, q, timer, d)
+			if err == nil && st == nil {
+				err = e.notices.deniedErr()
+			}
 			if st != nil || err != nil {
 				got = st
 				return e.confirmedOrErr(ctx, st, err)
