@@ -39,39 +39,71 @@ func (f *serverFlags) add(fs *flag.FlagSet) {
 	fs.StringVar(&f.keyPrefix, "key-prefix", dlock.DefaultPrefix, "the prefix of dlock's keys, as set by dlock.WithPrefix")
 }
 
-// dial connects; on failure it prints one line and returns the exit code (69 when the server
-// cannot be reached, 2 for a bad URL or option).
+// dial connects; on failure it prints one line and returns the exit code (see errCode).
 func (f *serverFlags) dial(ctx context.Context, std *stdio, cmd string, opts ...dlock.Option) (*dlock.Client, int) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	opts = append([]dlock.Option{dlock.WithPrefix(f.keyPrefix)}, opts...)
 	c, err := dlock.Dial(dctx, f.url, opts...)
 	if err != nil {
-		code := exitNoServer
-		if errors.Is(err, dlock.ErrInvalid) || strings.Contains(err.Error(), "bad redis url") {
-			code = exitUsage
-		}
-		fail(std, cmd, err)
-		return nil, code
+		return nil, report(std, cmd, err)
 	}
 	return c, exitOK
 }
 
+// report prints err as one line on stderr, as fail does, and returns its exit code (errCode).
+// A refusal by the server's access rules says so and where the needed ACL rule is written.
+func report(std *stdio, cmd string, err error) int {
+	code := errCode(err)
+	if code != exitDenied {
+		fail(std, cmd, err)
+		return code
+	}
+	msg := oneLine(err)
+	msg = strings.TrimSuffix(msg, " ("+dlock.ErrDenied.Error()+")") // said by "access denied"
+	// rueidisconn words every failed connection "cannot reach redis at ADDR", a refused login
+	// too: that one reached the server.
+	msg = strings.Replace(msg, "cannot reach redis at ", "login to ", 1)
+	hint := "the user needs the ACL rule of docs/SECURITY.md (\"The minimal ACL rule\")"
+	if loginRefused(msg) {
+		hint = "check the user and password in the URL (--redis or $" + redisEnv + "); " + hint
+	}
+	fmt.Fprintf(std.err, "dlock %s: access denied: %s; %s\n", cmd, msg, hint)
+	return code
+}
+
+// loginRefused reports whether a denial is of the login (user or password) rather than of a
+// command or key.
+func loginRefused(msg string) bool {
+	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") ||
+		strings.Contains(msg, "invalid username-password")
+}
+
 // fail prints err as one line on stderr: "dlock <cmd>: <error>".
 func fail(std *stdio, cmd string, err error) {
+	fmt.Fprintf(std.err, "dlock %s: %s\n", cmd, oneLine(err))
+}
+
+// oneLine is err's message on one line, without the "dlock: " prefixes of the library.
+func oneLine(err error) string {
 	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 	for strings.HasPrefix(msg, "dlock: ") {
 		msg = strings.TrimPrefix(msg, "dlock: ")
 	}
-	fmt.Fprintf(std.err, "dlock %s: %s\n", cmd, msg)
+	return msg
 }
 
-// errCode is the exit code for an error from a library call after a successful dial: bad
-// input is a usage error, anything else comes from talking to the server.
+// errCode is the exit code for an error of the library, by its class: bad input (a bad URL
+// too) is a usage error (2), a refusal by the server's access rules 77, a lock that was not
+// held or an interrupted call 1, and anything else comes from the server: 69 when it cannot
+// be reached (ErrUnavailable), and also when it cannot be used (for example, it may evict
+// lock keys; the message says why).
 func errCode(err error) int {
 	switch {
 	case errors.Is(err, dlock.ErrInvalid):
 		return exitUsage
+	case errors.Is(err, dlock.ErrDenied):
+		return exitDenied
 	case errors.Is(err, dlock.ErrNotHeld), errors.Is(err, context.Canceled):
 		return exitFailure
 	}
@@ -130,6 +162,12 @@ func toJSON(i dlock.Info) jsonInfo {
 	return j
 }
 
+// serverExitHelp lists the exit codes of status, list and unlock when they cannot do their
+// work (run --help has its own, longer table).
+const serverExitHelp = `Exit codes: 2 bad command line or --redis URL; 69 the server cannot be reached (or used);
+77 access denied: the server refused the login or a command to the user (see "The minimal
+ACL rule" in docs/SECURITY.md).`
+
 const jsonFieldsHelp = `
 JSON fields (one object per lock):
   name        the lock name
@@ -150,12 +188,13 @@ func runStatus(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("status", "[flags] NAME", `
 Show whether the lock NAME is held and, if it is, by whom (host, pid, process start, label),
 its fencing token and when it was taken, its hold count, the remaining lease, and how many
-clients wait for it. The exit code is 0 whether the lock is held or free.
+clients wait for it. It exits 0 whether the lock is held or free.
 
 Examples:
   dlock status orders:42
   dlock status --json --redis redis://10.0.0.5:6379/0 nightly-report
-`+jsonFieldsHelp)
+
+`+serverExitHelp+"\n"+jsonFieldsHelp)
 	var sf serverFlags
 	sf.add(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object (fields below)")
@@ -173,8 +212,7 @@ Examples:
 	defer c.Close()
 	info, err := c.Inspect(ctx, pos[0])
 	if err != nil {
-		fail(std, "status", err)
-		return errCode(err)
+		return report(std, "status", err)
 	}
 	if *asJSON {
 		return printJSON(std, "status", toJSON(info))
@@ -254,7 +292,8 @@ appear. On Redis Cluster it lists the node it connects to only.
 Examples:
   dlock list
   dlock list --prefix orders: --json
-`+jsonFieldsHelp+`
+
+`+serverExitHelp+"\n"+jsonFieldsHelp+`
 With --json the output is one JSON array of such objects ([] when no lock is held).`)
 	var sf serverFlags
 	sf.add(fs)
@@ -270,8 +309,7 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 	defer c.Close()
 	infos, err := c.List(ctx, *prefix)
 	if err != nil {
-		fail(std, "list", err)
-		return errCode(err)
+		return report(std, "list", err)
 	}
 	if *asJSON {
 		out := make([]jsonInfo, len(infos))
@@ -307,7 +345,9 @@ a holder started with "dlock run" terminates its command and exits with 76. It p
 the lock. Exit code 1 when the lock was not held.
 
 Example:
-  dlock unlock --force orders:42`)
+  dlock unlock --force orders:42
+
+`+serverExitHelp)
 	var sf serverFlags
 	sf.add(fs)
 	force := fs.Bool("force", false, "required: confirms that the lock is to be taken from its holder")
@@ -329,8 +369,7 @@ Example:
 	defer c.Close()
 	info, err := c.ForceUnlock(ctx, pos[0])
 	if err != nil {
-		fail(std, "unlock", err)
-		return errCode(err)
+		return report(std, "unlock", err)
 	}
 	fmt.Fprintf(std.out, "released %s: it was held by %s (token %d, %d hold(s), %v of lease left); %d waiting client(s) woken\n",
 		info.Name, holderText(info.Holder), info.Token, info.Holds, info.TTL, info.Waiters)

@@ -73,9 +73,10 @@ const (
 	exitOK        = 0
 	exitFailure   = 1   // the command ran and reports a failure
 	exitUsage     = 2   // bad command line
-	exitNoServer  = 69  // the Redis server cannot be reached (EX_UNAVAILABLE)
+	exitNoServer  = 69  // the Redis server cannot be reached, or cannot be used (EX_UNAVAILABLE)
 	exitBusy      = 75  // run: the lock was busy and --wait ran out (EX_TEMPFAIL)
 	exitLost      = 76  // run: the lock was lost while the command ran; it was terminated
+	exitDenied    = 77  // the server refused the login or a command to the user (EX_NOPERM)
 	exitInterrupt = 130 // stopped by Ctrl-C or SIGTERM
 )
 
