@@ -64,19 +64,18 @@ func report(std *stdio, cmd string, err error) int {
 	// rueidisconn words every failed connection "cannot reach redis at ADDR", a refused login
 	// too: that one reached the server.
 	msg = strings.Replace(msg, "cannot reach redis at ", "login to ", 1)
-	hint := "the user needs the ACL rule of docs/SECURITY.md (\"The minimal ACL rule\")"
-	if loginRefused(msg) {
-		hint = "check the user and password in the URL (--redis or $" + redisEnv + "); " + hint
-	}
-	fmt.Fprintf(std.err, "dlock %s: access denied: %s; %s\n", cmd, msg, hint)
+	fmt.Fprintf(std.err, "dlock %s: access denied: %s; %s\n", cmd, msg, deniedHint(msg))
 	return code
 }
 
-// loginRefused reports whether a denial is of the login (user or password) rather than of a
-// command or key.
-func loginRefused(msg string) bool {
-	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") ||
-		strings.Contains(msg, "invalid username-password")
+// deniedHint is what to do about the denial msg: for a refused login (user or password), check
+// them; in any case, give the user the ACL rule dlock needs.
+func deniedHint(msg string) string {
+	hint := "the user needs the ACL rule of docs/SECURITY.md (\"The minimal ACL rule\")"
+	if strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid username-password") {
+		hint = "check the user and password in the URL (--redis or $" + redisEnv + "); " + hint
+	}
+	return hint
 }
 
 // fail prints err as one line on stderr: "dlock <cmd>: <error>".

@@ -174,3 +174,50 @@ func TestExit_ReadmeTableMatchesRunHelp(t *testing.T) {
 		}
 	}
 }
+
+// demo --redis exits with the same classes, and shows no password.
+func TestExit_DemoServer(t *testing.T) {
+	const user, pass, wrong = "demouser", "demo-pw", "wrong%zzpw"
+	s := redistest.Start(t, redistest.WithArgs(redistest.ACLUserArgs(user, pass, "allkeys", "+@all")...))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	for _, tc := range []struct {
+		url, want string
+		code      int
+	}{
+		{s.URLAs(user, "wrong-pw"), "access denied", exitDenied},
+		{"redis://" + user + ":wrong-pw@" + closed + "/0", closed, exitNoServer},
+		{"redis://" + user + ":" + wrong + "@127.0.0.1:notaport/0", "bad redis url", exitUsage},
+	} {
+		out, errOut, code := dlockCmd(t, "demo", "--redis", tc.url, "--mode", "nolock", "--stock", "5", "--procs", "1", "--goroutines", "1", "--pauses", "0")
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("demo --redis %s: exit %d, stderr %q; want %d and %q", tc.url, code, errOut, tc.code, tc.want)
+		}
+		for _, part := range []string{"wrong-pw", wrong, "%zz", "zzpw"} {
+			if strings.Contains(out+errOut, part) {
+				t.Errorf("demo --redis %s printed (part of) the password:\n%s%s", tc.url, out, errOut)
+			}
+		}
+	}
+}
+
+func TestURLPassword(t *testing.T) {
+	for url, want := range map[string]string{
+		"redis://u:p%zz@h:1/0":                   "p%zz",
+		"redis://u:p@ss@h:1/0":                   "p@ss",
+		"redis://:pw@h:1":                        "pw",
+		"redis://u@h:1/0":                        "",
+		"redis://h:1/0":                          "",
+		"u:pw@h:1":                               "pw",
+		"redis+sentinel://u:pw@s1:1,s2:2/master": "pw",
+		"unix:///tmp/redis.sock":                 "",
+	} {
+		if got := urlPassword(url); got != want {
+			t.Errorf("urlPassword(%q) = %q, want %q", url, got, want)
+		}
+	}
+}
