@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 )
@@ -161,6 +163,13 @@ func toJSON(i dlock.Info) jsonInfo {
 	return j
 }
 
+// textOutputHelp says how status and list print names, hosts and labels (see display).
+const textOutputHelp = `Text output: lock names, hosts and labels are printed as they are, unless they hold a
+character that is not printable (a newline, a tab, ESC or another control character, invalid
+UTF-8, a Unicode format character) or begin with a double quote: then they are printed
+Go-quoted, as strconv.Quote does ("orders\n42", "\x1b[31mx"). So one lock is one line, and
+a name cannot fake lines of output. --json prints them unchanged (JSON-escaped).`
+
 // serverExitHelp lists the exit codes of status, list and unlock when they cannot do their
 // work (run --help has its own, longer table).
 const serverExitHelp = `Exit codes: 2 bad command line or --redis URL; 69 the server cannot be reached (or used);
@@ -192,6 +201,9 @@ clients wait for it. It exits 0 whether the lock is held or free.
 Examples:
   dlock status orders:42
   dlock status --json --redis redis://10.0.0.5:6379/0 nightly-report
+
+`+textOutputHelp+`
+A label is always quoted in status.
 
 `+serverExitHelp+"\n"+jsonFieldsHelp)
 	var sf serverFlags
@@ -241,13 +253,13 @@ func printJSON(std *stdio, cmd string, v any) int {
 
 func printStatus(w io.Writer, i dlock.Info) {
 	if !i.Held {
-		fmt.Fprintf(w, "%s: free\n", i.Name)
+		fmt.Fprintf(w, "%s: free\n", display(i.Name))
 		if i.Token != 0 {
 			fmt.Fprintf(w, "  last token: %d (released within the last minute)\n", i.Token)
 		}
 		return
 	}
-	fmt.Fprintf(w, "%s: held\n", i.Name)
+	fmt.Fprintf(w, "%s: held\n", display(i.Name))
 	fmt.Fprintf(w, "  holder:   %s\n", holderText(i.Holder))
 	fmt.Fprintf(w, "  acquired: %s (server clock, from the token)\n", i.TokenTime().UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "  token:    %d\n", i.Token)
@@ -257,7 +269,7 @@ func printStatus(w io.Writer, i dlock.Info) {
 }
 
 func holderText(h dlock.Holder) string {
-	s := fmt.Sprintf("host %s, pid %d", orDash(h.Host), h.PID)
+	s := fmt.Sprintf("host %s, pid %d", orDash(display(h.Host)), h.PID)
 	if !h.Start.IsZero() {
 		s += ", process started " + h.Start.UTC().Format(time.RFC3339)
 	}
@@ -272,6 +284,24 @@ func waitersText(n int) string {
 		return "unknown"
 	}
 	return fmt.Sprint(n)
+}
+
+// display returns s (a lock name, a holder's host or label: anyone who may write the keys
+// chooses them) for text output: as it is when all of it is printable (strconv.IsPrint:
+// letters, marks, numbers, punctuation, symbols and the ASCII space) and it does not begin
+// with a double quote, else Go-quoted by strconv.Quote ("a\nb", "\x1b[2J", "\u202e"). So one
+// lock stays one line, a name cannot move the cursor or fake lines of output, and a quoted
+// name never reads as one printed as it is. textOutputHelp tells the user.
+func display(s string) string {
+	if strings.HasPrefix(s, `"`) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 func orDash(s string) string {
@@ -291,6 +321,8 @@ appear. On Redis Cluster it lists the node it connects to only.
 Examples:
   dlock list
   dlock list --prefix orders: --json
+
+`+textOutputHelp+`
 
 `+serverExitHelp+"\n"+jsonFieldsHelp+`
 With --json the output is one JSON array of such objects ([] when no lock is held).`)
@@ -324,11 +356,11 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 	tw := tabwriter.NewWriter(std.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tTOKEN\tHOLDS\tLEASE\tHOLDER\tSINCE\tWAITERS")
 	for _, i := range infos {
-		holder := fmt.Sprintf("%s:%d", orDash(i.Holder.Host), i.Holder.PID)
+		holder := fmt.Sprintf("%s:%d", orDash(display(i.Holder.Host)), i.Holder.PID)
 		if i.Holder.Label != "" {
-			holder += " (" + i.Holder.Label + ")"
+			holder += " (" + display(i.Holder.Label) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\n", i.Name, i.Token, i.Holds, i.TTL, holder,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\n", display(i.Name), i.Token, i.Holds, i.TTL, holder,
 			i.TokenTime().UTC().Format(time.RFC3339), waitersText(i.Waiters))
 	}
 	tw.Flush()
@@ -371,6 +403,6 @@ Example:
 		return report(std, "unlock", err)
 	}
 	fmt.Fprintf(std.out, "released %s: it was held by %s (token %d, %d hold(s), %v of lease left); %d waiting client(s) woken\n",
-		info.Name, holderText(info.Holder), info.Token, info.Holds, info.TTL, info.Waiters)
+		display(info.Name), holderText(info.Holder), info.Token, info.Holds, info.TTL, info.Waiters)
 	return exitOK
 }
