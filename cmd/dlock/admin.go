@@ -33,12 +33,23 @@ type serverFlags struct {
 }
 
 func (f *serverFlags) add(fs *flag.FlagSet) {
-	def := os.Getenv(redisEnv)
-	if def == "" {
-		def = defaultRedisURL
+	// No flag default: it would show the environment's URL, password included, in --help, and
+	// "(default ...)" a second time after the text below.
+	fs.StringVar(&f.url, "redis", "", "the Redis server's `URL`: redis://[user:password@]host:port[/db], rediss://..., "+
+		"redis+sentinel://... or unix://path (default: $"+redisEnv+" when set, else "+defaultRedisURL+")")
+	fs.StringVar(&f.keyPrefix, "key-prefix", dlock.DefaultPrefix, "the key `prefix` of the deployment, as its programs set it with "+
+		"dlock.WithPrefix: lock NAME is the key <key-prefix>{NAME}. Not a filter on lock names")
+}
+
+// serverURL is --redis, else $DLOCK_REDIS_URL, else defaultRedisURL.
+func (f *serverFlags) serverURL() string {
+	if f.url != "" {
+		return f.url
 	}
-	fs.StringVar(&f.url, "redis", def, "the Redis server's URL: redis://[user:password@]host:port[/db], rediss:// or unix://path (default: $"+redisEnv+", else "+defaultRedisURL+")")
-	fs.StringVar(&f.keyPrefix, "key-prefix", dlock.DefaultPrefix, "the prefix of dlock's keys, as set by dlock.WithPrefix")
+	if u := os.Getenv(redisEnv); u != "" {
+		return u
+	}
+	return defaultRedisURL
 }
 
 // dial connects; on failure it prints one line and returns the exit code (see errCode).
@@ -46,7 +57,7 @@ func (f *serverFlags) dial(ctx context.Context, std *stdio, cmd string, opts ...
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	opts = append([]dlock.Option{dlock.WithPrefix(f.keyPrefix)}, opts...)
-	c, err := dlock.Dial(dctx, f.url, opts...)
+	c, err := dlock.Dial(dctx, f.serverURL(), opts...)
 	if err != nil {
 		return nil, report(std, cmd, err)
 	}
@@ -313,14 +324,20 @@ func orDash(s string) string {
 
 func runList(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSet("list", `
-List every held lock (or those whose name starts with --prefix), sorted by name: name, token,
-holds, remaining lease, holder and waiting clients. It walks the keys with SCAN, never KEYS,
-so it does not block the server; locks taken or released during the walk may or may not
+List every held lock (or those whose name starts with --name-prefix), sorted by name: name,
+token, holds, remaining lease, holder and waiting clients. It walks the keys with SCAN, never
+KEYS, so it does not block the server; locks taken or released during the walk may or may not
 appear. On Redis Cluster it lists the node it connects to only.
+
+Two prefixes, not to be confused: --key-prefix is the deployment's, under which all of its
+lock keys are (dlock.WithPrefix; "dlock:" unless its programs chose another); --name-prefix
+filters the lock names. "dlock list --key-prefix billing: --name-prefix orders:" lists the
+locks orders:... of the programs that use dlock.WithPrefix("billing:"), whose keys are
+billing:{orders:...}.
 
 Examples:
   dlock list
-  dlock list --prefix orders: --json
+  dlock list --name-prefix orders: --json
 
 `+textOutputHelp+`
 
@@ -328,7 +345,8 @@ Examples:
 With --json the output is one JSON array of such objects ([] when no lock is held).`)
 	var sf serverFlags
 	sf.add(fs)
-	prefix := fs.String("prefix", "", "list only locks whose name starts with this")
+	prefix := fs.String("name-prefix", "", "list only the locks whose name starts with this `text` (a filter on names, formerly --prefix; not --key-prefix)")
+	addAlias(fs, "prefix", "name-prefix")
 	asJSON := fs.Bool("json", false, "print a JSON array (fields below)")
 	if done, code := parseFlags(fs, std, args, false); done {
 		return code
