@@ -143,14 +143,15 @@ func parseInterleaved(fs *flag.FlagSet, std *stdio, args []string) (positional [
 
 // jsonInfo is the JSON form of a lock in "dlock status --json" and "dlock list --json".
 type jsonInfo struct {
-	Name      string      `json:"name"`
-	Held      bool        `json:"held"`
-	Token     uint64      `json:"token"`
-	TokenTime string      `json:"token_time,omitempty"`
-	Holds     int         `json:"holds"`
-	TTLms     int64       `json:"ttl_ms"`
-	Holder    *jsonHolder `json:"holder,omitempty"`
-	Waiters   int         `json:"waiters"`
+	Name        string      `json:"name"`
+	Held        bool        `json:"held"`
+	Token       uint64      `json:"token"`
+	TokenTime   string      `json:"token_time,omitempty"`
+	Holds       int         `json:"holds"`
+	TTLms       int64       `json:"ttl_ms"`
+	Holder      *jsonHolder `json:"holder,omitempty"`
+	HolderAlive *bool       `json:"holder_alive"` // holderAlive's answer; null when unknown
+	Waiters     int         `json:"waiters"`
 }
 
 type jsonHolder struct {
@@ -170,6 +171,7 @@ func toJSON(i dlock.Info) jsonInfo {
 		if !i.Holder.Start.IsZero() {
 			j.Holder.Start = i.Holder.Start.UTC().Format(time.RFC3339)
 		}
+		j.HolderAlive, _ = holderAlive(i)
 	}
 	return j
 }
@@ -181,6 +183,15 @@ UTF-8, a Unicode format character) or begin with a double quote: then they are p
 Go-quoted, as strconv.Quote does ("orders\n42", "\x1b[31mx"). So one lock is one line, and
 a name cannot fake lines of output. --json prints them unchanged (JSON-escaped).`
 
+// holderAliveHelp says how status and list tell whether a holder's process still runs (see
+// holderAlive).
+const holderAliveHelp = `Holder process: for a holder on this host (its host name is this machine's), dlock checks
+that its process still runs: that a process has its pid (signal 0) and, on Linux, that this
+process did not start after the holder did (the start stored with the lock), so a reused pid
+does not pass for the holder. A holder in another PID namespace (a container) that has this
+host's name is judged by this host's processes, and may be called not running. A holder
+whose process is gone (it crashed or was killed) keeps the lock until its lease runs out.`
+
 // serverExitHelp lists the exit codes of status, list and unlock when they cannot do their
 // work (run --help has its own, longer table).
 const serverExitHelp = `Exit codes: 2 bad command line or --redis URL; 69 the server cannot be reached (or used);
@@ -189,19 +200,23 @@ ACL rule" in docs/SECURITY.md).`
 
 const jsonFieldsHelp = `
 JSON fields (one object per lock):
-  name        the lock name
-  held        true while someone holds it
-  token       the holder's fencing token; for a free lock the last token while the server
-              keeps it (one minute after a release), else 0
-  token_time  the server time the token encodes (RFC 3339, UTC): tokens are the server clock
-              in microseconds at acquisition unless that was behind the previous token, so this
-              is when the lock was acquired (docs/PROTOCOL.md); omitted when token is 0
-  holds       the holder's hold count (re-entries count); 0 when free
-  ttl_ms      the remaining lease in milliseconds; 0 when free
-  holder      when held: {"host", "pid", "start" (the holding process's start, RFC 3339),
-              "label" (omitted when empty)}, from the description stored with the lock
-  waiters     clients waiting for the lock (subscribers of its release channel; each client
-              counts once however many of its goroutines wait); -1 when unknown`
+  name          the lock name
+  held          true while someone holds it
+  token         the holder's fencing token; for a free lock the last token while the server
+                keeps it (one minute after a release), else 0
+  token_time    the server time the token encodes (RFC 3339, UTC): tokens are the server
+                clock in microseconds at acquisition unless that was behind the previous
+                token, so this is when the lock was acquired (docs/PROTOCOL.md); omitted when
+                token is 0
+  holds         the holder's hold count (re-entries count); 0 when free
+  ttl_ms        the remaining lease in milliseconds; 0 when free
+  holder        when held: {"host", "pid", "start" (the holding process's start, RFC 3339),
+                "label" (omitted when empty)}, from the description stored with the lock
+  holder_alive  whether the holder's process still runs, for a holder on this host (see
+                "Holder process" above): true or false; null when it cannot be told, for a
+                holder on another host, and for a free lock
+  waiters       clients waiting for the lock (subscribers of its release channel; each
+                client counts once however many of its goroutines wait); -1 when unknown`
 
 func runStatus(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("status", "[flags] NAME", `
@@ -212,6 +227,10 @@ clients wait for it. It exits 0 whether the lock is held or free.
 Examples:
   dlock status orders:42
   dlock status --json --redis redis://10.0.0.5:6379/0 nightly-report
+
+`+holderAliveHelp+`
+Then status prints "holder process not running; lock frees in <lease left>" under the holder,
+with the reason.
 
 `+textOutputHelp+`
 A label is always quoted in status.
@@ -272,11 +291,19 @@ func printStatus(w io.Writer, i dlock.Info) {
 	}
 	fmt.Fprintf(w, "%s: held\n", display(i.Name))
 	fmt.Fprintf(w, "  holder:   %s\n", holderText(i.Holder))
+	if alive, why := holderAlive(i); alive != nil && !*alive {
+		fmt.Fprintf(w, "            %s (%s)\n", notRunning(i), why)
+	}
 	fmt.Fprintf(w, "  acquired: %s (server clock, from the token)\n", i.TokenTime().UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "  token:    %d\n", i.Token)
 	fmt.Fprintf(w, "  holds:    %d\n", i.Holds)
 	fmt.Fprintf(w, "  lease:    %v left\n", i.TTL)
 	fmt.Fprintf(w, "  waiters:  %s\n", waitersText(i.Waiters))
+}
+
+// notRunning says that the holder of i is gone, and when the lock frees.
+func notRunning(i dlock.Info) string {
+	return fmt.Sprintf("holder process not running; lock frees in %v", i.TTL)
 }
 
 func holderText(h dlock.Holder) string {
@@ -339,6 +366,9 @@ Examples:
   dlock list
   dlock list --name-prefix orders: --json
 
+`+holderAliveHelp+`
+Then list marks the holder "[not running]".
+
 `+textOutputHelp+`
 
 `+serverExitHelp+"\n"+jsonFieldsHelp+`
@@ -377,6 +407,9 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 		holder := fmt.Sprintf("%s:%d", orDash(display(i.Holder.Host)), i.Holder.PID)
 		if i.Holder.Label != "" {
 			holder += " (" + display(i.Holder.Label) + ")"
+		}
+		if alive, _ := holderAlive(i); alive != nil && !*alive {
+			holder += " [not running]"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\n", display(i.Name), i.Token, i.Holds, i.TTL, holder,
 			i.TokenTime().UTC().Format(time.RFC3339), waitersText(i.Waiters))

@@ -193,6 +193,9 @@ func acquire(ctx context.Context, std *stdio, c *dlock.Client, name string, wait
 		cancel()
 		if ierr == nil && info.Held {
 			msg += fmt.Sprintf(": held by %s, token %d, %v of lease left", holderText(info.Holder), info.Token, info.TTL)
+			if alive, why := holderAlive(info); alive != nil && !*alive {
+				msg += fmt.Sprintf("; its process is not running (%s)", why)
+			}
 		}
 		fmt.Fprintf(std.err, "dlock run: %s\n", msg)
 		return nil, exitBusy
