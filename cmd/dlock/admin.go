@@ -73,7 +73,9 @@ func report(std *stdio, cmd string, err error) int {
 		return code
 	}
 	msg := oneLine(err)
-	msg = strings.TrimSuffix(msg, " ("+dlock.ErrDenied.Error()+")") // said by "access denied"
+	// Said by "access denied": the class, as a suffix "(dlock: permission denied)" or a prefix.
+	msg = strings.TrimSuffix(msg, " ("+dlock.ErrDenied.Error()+")")
+	msg = strings.TrimPrefix(msg, strings.TrimPrefix(dlock.ErrDenied.Error(), "dlock: ")+": ")
 	// rueidisconn words every failed connection "cannot reach redis at ADDR", a refused login
 	// too: that one reached the server.
 	msg = strings.Replace(msg, "cannot reach redis at ", "login to ", 1)
