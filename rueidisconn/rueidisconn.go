@@ -216,6 +216,9 @@ func DialOptions(ctx context.Context, opt rueidis.ClientOption) (conn.Conn, erro
 	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
+		if msg := err.Error(); strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "NOPERM") {
+			return nil, fmt.Errorf("login to redis at %s refused: %w", addr, err)
+		}
 		return nil, fmt.Errorf("cannot reach redis at %s: %w", addr, err)
 	}
 	return &adapter{c: c, addr: addr, own: true, cluster: c.Mode() == rueidis.ClientModeCluster}, nil

@@ -76,9 +76,6 @@ func report(std *stdio, cmd string, err error) int {
 	// Said by "access denied": the class, as a suffix "(dlock: permission denied)" or a prefix.
 	msg = strings.TrimSuffix(msg, " ("+dlock.ErrDenied.Error()+")")
 	msg = strings.TrimPrefix(msg, strings.TrimPrefix(dlock.ErrDenied.Error(), "dlock: ")+": ")
-	// rueidisconn words every failed connection "cannot reach redis at ADDR", a refused login
-	// too: that one reached the server.
-	msg = strings.Replace(msg, "cannot reach redis at ", "login to ", 1)
 	fmt.Fprintf(std.err, "dlock %s: access denied: %s; %s\n", cmd, msg, deniedHint(msg))
 	return code
 }
