@@ -47,8 +47,8 @@ type backend interface {
 
 // traits are what a deployment can do, for the parts that adapt to it.
 type traits struct {
-	// majority is how many servers must agree: 1 on one server.
-	majority int
+	// majority is how many servers must agree, of servers: 1 of 1 on one server.
+	majority, servers int
 	// localHandoffs: a lock may pass among one client's waiters without any command (the
 	// waiter takes over the holder's lease with the next token).
 	localHandoffs bool
@@ -102,6 +102,7 @@ type queued struct {
 type renewed struct {
 	ok  bool
 	err error
+	on  uint64 // quorum mode: the servers that renewed it
 }
 
 // round is one renewal round: background releases, lease renewals, queue entry refreshes.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
@@ -26,6 +28,8 @@ type quorum struct {
 
 	pmu     sync.Mutex
 	pending map[string]*pendingAcquire // owner -> its acquisition still running on some server
+
+	latency atomic.Int64 // ns: a moving average of the servers' answer times
 
 	bg      sync.WaitGroup  // calls still running on slow servers after a decision was reached
 	closing context.Context // cancelled by close: abandons those calls
@@ -50,7 +54,7 @@ func (q *quorum) traits() traits {
 	// released (the servers' stored tokens then follow the last local token, the release's
 	// floor), which grants it to the first client queued. Waiting clients queue on every
 	// server at the same place, so that the servers grant to the same one; no retry jitter.
-	return traits{majority: q.need, localHandoffs: true, queue: true}
+	return traits{majority: q.need, servers: len(q.nodes), localHandoffs: true, queue: true}
 }
 
 func (q *quorum) addr() string { return q.desc }
@@ -90,13 +94,20 @@ type pendingAcquire struct {
 // server's call first waits for that server's answer to it. Calls still running when fanOut
 // returns finish in the background (close waits for them).
 func (q *quorum) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, owner string, after *pendingAcquire, decide func(reply) bool) bool {
-	return q.fanOutAdapt(ctx, calls, limit, false, owner, after, decide)
+	return q.fanOutAdapt(ctx, calls, limit, false, owner, afterOf(after), decide)
+}
+
+func afterOf(p *pendingAcquire) []*pendingAcquire {
+	if p == nil {
+		return nil
+	}
+	return []*pendingAcquire{p}
 }
 
 // fanOutAdapt is fanOut; with adapt, the limit grows to four times the time the first answer
 // took, so that a machine or network slow for everyone (not a few servers frozen) does not
 // fail every call.
-func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.Duration, adapt bool, owner string, after *pendingAcquire, decide func(reply) bool) bool {
+func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.Duration, adapt bool, owner string, after []*pendingAcquire, decide func(reply) bool) bool {
 	start := time.Now()
 	var mine *pendingAcquire
 	if owner != "" {
@@ -134,15 +145,19 @@ func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.
 	for i, n := range q.nodes {
 		go func() {
 			defer left.Done()
-			if after != nil {
+			for _, p := range after {
 				select {
-				case <-after.done[i]:
+				case <-p.done[i]:
 				case <-cctx.Done():
 				}
 			}
+			sent := time.Now()
 			r := reply{i, n.EvalMulti(cctx, calls)}
 			if mine != nil {
 				close(mine.done[i])
+			}
+			if r.res[0].Err == nil {
+				q.observe(time.Since(sent))
 			}
 			ch <- r
 		}()
@@ -209,15 +224,18 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		pttls           []time.Duration
 		res             acquired
 		err             error
+		queuedOn        uint64
 	)
 	states := make([]ServerState, n)
 	for i, node := range q.nodes {
 		states[i] = ServerState{Addr: node.Addr(), State: "no answer"}
 	}
 	ttl := parseMS(a.ttl)
-	wait := quorumTimeout(ttl)
+	// On a machine or network slow for every server, wait longer: eight times the recent
+	// answer time, up to a third of the lease.
+	wait := max(quorumTimeout(ttl), min(8*time.Duration(q.latency.Load()), ttl/3))
 	// decide runs in this goroutine, one answer at a time, until it returns true.
-	decided := q.fanOutAdapt(ctx, []conn.Call{a.call()}, wait, true, a.owner, q.pendingOf(a.owner), func(r reply) bool {
+	decided := q.fanOutAdapt(ctx, []conn.Call{a.call()}, wait, true, a.owner, afterOf(q.pendingOf(a.owner)), func(r reply) bool {
 		x, rerr := readAcquire(r.res[0].Ints)
 		if r.res[0].Err != nil {
 			rerr = r.res[0].Err
@@ -234,6 +252,9 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		default:
 			no++
 			states[r.node].State = "held by another owner"
+			if a.queue {
+				queuedOn |= 1 << r.node
+			}
 			if x.pttl >= 0 && !x.notMine {
 				pttls = append(pttls, x.pttl)
 			}
@@ -273,6 +294,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		// so the lease has no time left. Give it back and count the attempt as failed.
 		res = acquired{}
 	}
+	res.queuedOn = queuedOn
 	if !a.reenterOnly && (err != nil || (!res.ok && (yes > 0 || !decided))) {
 		// Some servers may hold it for owner: give it back everywhere. (When every server
 		// refused there is nothing to give back, and owner, a queue entry's, stays usable.)
@@ -362,53 +384,67 @@ func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
 	return res, err
 }
 
-// renew: the releases one by one, then the renewals and the queue entries' refreshes, fanned
-// out together: a lease (an entry) is renewed when a majority renewed it, lost (gone) when a
-// majority says its owner no longer holds the lock (has no entry); otherwise (servers down or
-// slow) its outcome is an error and the renewal loop retries it. It waits no longer than a
-// third of the shortest lease or window in the round, so that a server that never answers
-// cannot hold up every other lease's renewal.
+// renew sends the whole round to every server at once, one pipeline each: the releases (each
+// decided when a majority answered it: the lock is then released, or was not held), the lease
+// renewals and the queue entries' refreshes (renewed when a majority renewed them, lost or gone
+// when a majority says so; otherwise an error, and the renewal loop retries). Each server's
+// pipeline waits for the acquisitions of the released owners still running on it, so that a
+// release never overtakes what it undoes. The round waits no longer than a third of the
+// shortest lease or window in it (answerWait when it only releases), so that a server that
+// never answers cannot hold up every other lease's renewal.
 func (q *quorum) renew(ctx context.Context, rd round) roundResult {
-	relErrs := make([]error, len(rd.releases))
-	for i, r := range rd.releases {
-		_, relErrs[i] = q.release(ctx, r)
-	}
-	items := len(rd.leases) + len(rd.entries)
-	res := roundResult{relErrs: relErrs, leases: make([]renewed, len(rd.leases)), entries: make([]renewed, len(rd.entries))}
+	nRel, nLease := len(rd.releases), len(rd.leases)
+	items := nRel + nLease + len(rd.entries)
+	res := roundResult{relErrs: make([]error, nRel), leases: make([]renewed, nLease), entries: make([]renewed, len(rd.entries))}
 	if items == 0 {
 		return res
 	}
 	n := len(q.nodes)
-	type span struct{ from, to int } // items of a call: leases first, then entries
+	type span struct {
+		from, to int
+		kind     int // 0 release, 1 lease, 2 entry
+	}
 	var calls []conn.Call
 	var spans []span
+	var after []*pendingAcquire
 	limit := time.Duration(-1)
 	shorter := func(d time.Duration) {
 		if limit < 0 || d < limit {
 			limit = d
 		}
 	}
-	for i := 0; i < len(rd.leases); i += renewBatch {
-		j := min(i+renewBatch, len(rd.leases))
+	for i, r := range rd.releases {
+		calls = append(calls, releaseArgs{keys: r.keys, owner: r.owner, retention: q.retention, channel: r.channel,
+			all: r.all, floor: r.floor, leave: r.leave}.call())
+		spans = append(spans, span{i, i + 1, 0})
+		if p := q.pendingOf(r.owner); p != nil {
+			after = append(after, p)
+		}
+	}
+	for i := 0; i < nLease; i += renewBatch {
+		j := min(i+renewBatch, nLease)
 		keys, owners, ttls := make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i)
 		for _, l := range rd.leases[i:j] {
 			keys, owners, ttls = append(keys, l.key), append(owners, l.owner), append(ttls, l.ttl)
 			shorter(parseMS(l.ttl) / 3)
 		}
-		calls, spans = append(calls, renewCall(keys, owners, ttls)), append(spans, span{i, j})
+		calls, spans = append(calls, renewCall(keys, owners, ttls)), append(spans, span{nRel + i, nRel + j, 1})
 	}
 	for i := 0; i < len(rd.entries); i += renewBatch {
 		j := min(i+renewBatch, len(rd.entries))
 		keys, ids, windows := make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i)
-		for _, q := range rd.entries[i:j] {
-			keys, ids, windows = append(keys, q.key), append(ids, q.id), append(windows, q.window)
-			shorter(parseMS(q.window) / 3)
+		for _, e := range rd.entries[i:j] {
+			keys, ids, windows = append(keys, e.key), append(ids, e.id), append(windows, e.window)
+			shorter(parseMS(e.window) / 3)
 		}
-		from := len(rd.leases)
-		calls, spans = append(calls, queueCall(keys, ids, windows)), append(spans, span{from + i, from + j})
+		calls, spans = append(calls, queueCall(keys, ids, windows)), append(spans, span{nRel + nLease + i, nRel + nLease + j, 2})
+	}
+	if limit < 0 {
+		limit = answerWait
 	}
 	yes, no := make([]int, items), make([]int, items)
-	failed := make([]int, len(calls)) // servers whose answer to call i is an error
+	on := make([]uint64, items)
+	failed := make([]int, len(calls)) // servers whose answer to call c is an error
 	callOf := make([]int, items)
 	for c, sp := range spans {
 		for k := sp.from; k < sp.to; k++ {
@@ -420,22 +456,33 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 	decided := func() bool {
 		for k := range items {
 			pending := n - yes[k] - no[k] - failed[callOf[k]]
+			if k < nRel { // a release is decided once a majority answered it either way
+				if yes[k]+no[k] < q.need && pending > 0 {
+					return false
+				}
+				continue
+			}
 			if yes[k] < q.need && yes[k]+pending >= q.need {
 				return false
 			}
 		}
 		return true
 	}
-	q.fanOut(ctx, calls, max(limit, 0), "", nil, func(r reply) bool {
+	q.fanOutAdapt(ctx, calls, limit, false, "", after, func(r reply) bool {
 		answers++
 		for c, x := range r.res {
 			sp := spans[c]
 			var oks []bool
 			err := x.Err
 			if err == nil {
-				if sp.from < len(rd.leases) {
+				switch sp.kind {
+				case 0:
+					var rel released
+					rel, err = readRelease(x.Ints)
+					oks = []bool{rel.owned}
+				case 1:
 					oks, err = readRenew(x.Ints, sp.to-sp.from)
-				} else {
+				default:
 					oks, err = readQueue(x.Ints, sp.to-sp.from)
 				}
 			}
@@ -447,6 +494,7 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 			for k, ok := range oks {
 				if ok {
 					yes[sp.from+k]++
+					on[sp.from+k] |= 1 << r.node
 				} else {
 					no[sp.from+k]++
 				}
@@ -454,18 +502,29 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 		}
 		return decided()
 	})
+	undecided := func() error {
+		return fmt.Errorf("undecided, %d of %d servers answered: %w", answers, n, joinErrors(errs...))
+	}
 	for k := range items {
-		out := &res.leases
-		idx := k
-		if k >= len(rd.leases) {
-			out, idx = &res.entries, k-len(rd.leases)
-		}
 		switch {
-		case yes[k] >= q.need:
-			(*out)[idx].ok = true
-		case no[k] >= n-q.need+1: // a majority refused: lost, or gone
+		case k < nRel:
+			if yes[k]+no[k] < q.need {
+				res.relErrs[k] = undecided()
+			}
 		default:
-			(*out)[idx].err = fmt.Errorf("renewal undecided, %d of %d servers answered: %w", answers, n, joinErrors(errs...))
+			out := &res.leases
+			idx := k - nRel
+			if k >= nRel+nLease {
+				out, idx = &res.entries, k-nRel-nLease
+			}
+			(*out)[idx].on = on[k]
+			switch {
+			case yes[k] >= q.need:
+				(*out)[idx].ok = true
+			case no[k] >= n-q.need+1: // a majority refused: lost, or gone
+			default:
+				(*out)[idx].err = undecided()
+			}
 		}
 	}
 	return res
@@ -615,7 +674,12 @@ func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, err
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ln, err := n.Listen(ctx, h)
+			// Announcements say which server made them (a grant counts per server).
+			nh := h
+			if h.Message != nil {
+				nh.Message = func(channel, payload string) { h.Message(channel, payload+serverTag+strconv.Itoa(i)) }
+			}
+			ln, err := n.Listen(ctx, nh)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -640,6 +704,10 @@ func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, err
 	go ql.watch(missing)
 	return ql, nil
 }
+
+// serverTag separates an announcement from the index of the server that made it, in quorum
+// mode (see listen).
+const serverTag = "\x00"
 
 // listenRetry is how long a quorum listener that could not reach every server waits before it
 // asks to be made again.
@@ -762,4 +830,18 @@ func (q *quorum) probe(ctx context.Context, keys []string, channel string) ([]st
 		}
 	}
 	return nil, "", nil
+}
+
+// observe takes one server's answer time into the moving average (weight 1/8).
+func (q *quorum) observe(d time.Duration) {
+	for {
+		old := q.latency.Load()
+		next := old + (int64(d)-old)/8
+		if old == 0 {
+			next = int64(d)
+		}
+		if q.latency.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }

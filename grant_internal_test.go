@@ -40,7 +40,7 @@ func TestGrant_MissedAnnouncementIsClaimed(t *testing.T) {
 	if ttl, err := lease.TTL(ctx); err != nil || ttl <= time.Second {
 		t.Fatalf("claimed lease TTL %v, %v: want the full 5 s lease, not the 1 s window", ttl, err)
 	}
-	e.granted(reg.id, st.token) // the announcement after all: ignored
+	e.granted(reg.id, st.token, 0) // the announcement after all: ignored
 	if e.renewer.h.Len() != 1 {
 		t.Fatalf("%d leases in the renewal loop, want 1", e.renewer.h.Len())
 	}
@@ -57,11 +57,11 @@ func TestGrant_EarlyAnnouncement(t *testing.T) {
 	m := c.Mutex("early")
 	e := c.e
 	reg := e.newRegistration(m.spec)
-	e.granted(reg.id, 12345) // not registered yet: kept
+	e.granted(reg.id, 12345, 0) // not registered yet: kept
 	if _, ok := e.waits.early[reg.id]; !ok {
 		t.Fatal("early grant not kept")
 	}
-	e.registered(reg, mono())
+	e.registered(reg, mono(), 1)
 	if reg.state.Load() != regDone {
 		t.Fatalf("registration state %d after its early grant, want done", reg.state.Load())
 	}

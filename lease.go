@@ -48,6 +48,9 @@ type leaseState struct {
 	parent   context.Context // the context given to Lock, for the values of ctx
 	ctx      *leaseCtx       // made on first use: most callers never ask for it
 	cause    error           // why the lease ended (nil: released), set once with state
+	// queued: the registration of the queue this lease's waiter left last; its entry is
+	// withdrawn with the lease's release (one script), or when the lease ends otherwise.
+	queued *registration
 
 	// owned by the renewer, under renewer.mu
 	idx int   // index in the renewer's heap, -1 when not in it
@@ -142,9 +145,14 @@ func (st *leaseState) end(how ending, cause error) bool {
 	}
 	st.cause = cause
 	ctx := st.ctx
+	queued := st.queued
+	st.queued = nil
 	st.mu.Unlock()
 	if ctx != nil {
 		ctx.cancel(cause)
+	}
+	if queued != nil {
+		st.e.unregister(queued)
 	}
 	st.e.renewer.remove(st)
 	if how != endPassedOn {

@@ -201,7 +201,11 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 			if res.dirty {
 				e.unregister(reg) // its owner may be released late on some server: never reuse it
 			} else {
-				e.registered(reg, sent)
+				mask := res.queuedOn
+				if e.traits.servers == 1 {
+					mask = 1
+				}
+				e.registered(reg, sent, mask)
 			}
 		}
 		return nil, holder{pttl: res.pttl, token: res.token}, nil

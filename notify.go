@@ -21,7 +21,7 @@ import (
 // have been missed meanwhile). Waiters themselves hold no connection.
 type notifier struct {
 	listen func(context.Context, conn.Handler) (conn.Listener, error) // the backend's
-	grant  func(id string, token uint64)                              // a grant announced (engine.granted)
+	grant  func(id string, token uint64, server int)                  // a grant announced (engine.granted)
 
 	mu   sync.Mutex
 	subs map[string]*queue // channel -> queue wanting its notices
@@ -48,7 +48,7 @@ type notifier struct {
 	active map[string]bool // channels subscribed on ln
 }
 
-func newNotifier(listen func(context.Context, conn.Handler) (conn.Listener, error), grant func(string, uint64)) *notifier {
+func newNotifier(listen func(context.Context, conn.Handler) (conn.Listener, error), grant func(string, uint64, int)) *notifier {
 	return &notifier{
 		listen:   listen,
 		grant:    grant,
@@ -123,6 +123,11 @@ func (n *notifier) lookup(channel string) *queue {
 // waits for a newer holder), "g <token> <registration id> <window ms>" for a grant (to this
 // client's registration: the lease; to another's: the head keeps waiting for its own).
 func (n *notifier) onMessage(channel, payload string) {
+	server := 0
+	if p, tag, ok := strings.Cut(payload, serverTag); ok { // quorum mode: which server said it
+		payload = p
+		server, _ = strconv.Atoi(tag)
+	}
 	if rest, ok := strings.CutPrefix(payload, "g "); ok {
 		tok, rest, _ := strings.Cut(rest, " ")
 		id, win, _ := strings.Cut(rest, " ")
@@ -134,7 +139,7 @@ func (n *notifier) onMessage(channel, payload string) {
 		if q := n.lookup(channel); q != nil {
 			q.heldBy(token, time.Duration(window)*time.Millisecond)
 		}
-		n.grant(id, token)
+		n.grant(id, token, server)
 		return
 	}
 	token, err := strconv.ParseUint(payload, 10, 64)

@@ -291,7 +291,11 @@ func (r *renewer) send() {
 func (r *renewer) sendRound(rd sendReq) sendRes {
 	var res sendRes
 	if rd.check {
-		res.risk, _ = r.check(r.ctx) // a server that cannot be read: its renewals tell
+		// Bounded: a frozen server must not hold up the renewals that follow. A server that
+		// cannot be read in time is left to its renewals to tell.
+		ctx, cancel := context.WithTimeout(r.ctx, evictionCheckEvery)
+		res.risk, _ = r.check(ctx)
+		cancel()
 	}
 	if len(rd.releases) > 0 || len(rd.leases) > 0 || len(rd.entries) > 0 {
 		res.roundResult = r.b.renew(r.ctx, rd.round)
@@ -494,7 +498,8 @@ func (r *renewer) addEntry(reg *registration) {
 	if r.stopped || reg.idx >= 0 {
 		return
 	}
-	reg.due = reg.sent.Load() + int64(reg.window/3)
+	from, _ := reg.validFrom(1<<len(reg.sentOn) - 1) // the least recently refreshed server
+	reg.due = max(from, mono()-int64(reg.window)) + int64(reg.window/3)
 	heap.Push(&r.entries, reg)
 	if reg.idx == 0 && (r.wakeAt < 0 || reg.due < r.wakeAt) {
 		r.poke()
@@ -527,15 +532,14 @@ func (r *renewer) refreshed(regs []*registration, outs []renewed, sentAt int64) 
 			}
 			r.mu.Unlock()
 		case out.ok:
-			for {
-				old := reg.sent.Load()
-				if sentAt <= old || reg.sent.CompareAndSwap(old, sentAt) {
-					break
-				}
+			mask := out.on
+			if len(reg.sentOn) == 1 {
+				mask = 1
 			}
+			reg.refreshedOn(mask, sentAt)
 			r.mu.Lock()
 			if reg.idx < 0 && reg.state.Load() == regQueued {
-				reg.due = reg.sent.Load() + int64(reg.window/3)
+				reg.due = sentAt + int64(reg.window/3)
 				heap.Push(&r.entries, reg)
 			}
 			r.mu.Unlock()

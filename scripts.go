@@ -89,6 +89,8 @@ type acquired struct {
 	// dirty (quorum mode): the attempt may have left owner holding the lock on some servers;
 	// they are being released in the background, so owner must not be used again.
 	dirty bool
+	// queuedOn (quorum mode, with a queue entry): the servers that queued or refreshed it.
+	queuedOn uint64
 }
 
 func readAcquire(r []int64) (acquired, error) {
@@ -220,7 +222,7 @@ type handoverArgs struct {
 	meta     string   // the waiter's holder description
 	streak   int      // handovers in a row so far within this client
 	checkAt  int      // from this many in a row on, refuse while other clients queue
-	client   string   // this client's id (its own queue entry is not another client)
+	client   string   // this client's id (its own queue entries are not another client)
 	holderTk uint64   // the holder's token (local handoffs put it above the stored one)
 }
 

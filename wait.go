@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -97,9 +98,12 @@ type registration struct {
 	winArg string
 	place  string // the entry's place in the queue on every server (quorum mode); "" for one server
 
-	sent   atomic.Int64 // mono ns: send time of the newest request that made or refreshed the entry
-	state  atomic.Int32 // regNew, regQueued, regDone
-	grants atomic.Int32 // quorum mode: grants announced for it so far
+	// sentOn[i]: mono ns, the send time of the newest request that made or refreshed the entry
+	// on server i and succeeded there (0: none yet). One server: sentOn[0].
+	sentOn    []atomic.Int64
+	state     atomic.Int32  // regNew, regQueued, regDone
+	grantedOn atomic.Uint64 // the servers that announced a grant to it
+	token     atomic.Uint64 // the largest token they announced
 
 	// guarded by the queue's shard mu
 	q       *queue
@@ -153,7 +157,7 @@ func (e *engine) newRegistration(spec *lockSpec) *registration {
 	w := acceptWindow(spec.ttl)
 	reg := &registration{
 		id: e.clientID + "." + strconv.FormatUint(e.seq.Add(1), 10), owner: e.newOwner(),
-		spec: spec, window: w, winArg: ms(w), idx: -1,
+		spec: spec, window: w, winArg: ms(w), idx: -1, sentOn: make([]atomic.Int64, e.traits.servers),
 	}
 	if e.traits.majority > 1 {
 		// The same place on every server: clients registered on them all are ordered the same
@@ -194,15 +198,46 @@ func waitThrough(h holder, err error) (holder, error) {
 	return h, err
 }
 
-// registered records that the server has reg (its attempt, sent at sent, was refused and
-// queued the client), so that a grant to it is recognised and the renewal loop keeps it alive.
-func (e *engine) registered(reg *registration, sent int64) {
-	for {
-		old := reg.sent.Load()
-		if sent <= old || reg.sent.CompareAndSwap(old, sent) {
-			break
+// refreshedOn records that the servers in mask (bit i: server i) made or refreshed reg's
+// entry at sent or later.
+func (reg *registration) refreshedOn(mask uint64, sent int64) {
+	for i := range reg.sentOn {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		for {
+			old := reg.sentOn[i].Load()
+			if sent <= old || reg.sentOn[i].CompareAndSwap(old, sent) {
+				break
+			}
 		}
 	}
+}
+
+// validFrom returns the earliest of the send times on the servers in mask: the lease a grant
+// from each of them started is valid from then (false: one of them has none).
+func (reg *registration) validFrom(mask uint64) (int64, bool) {
+	from := int64(-1)
+	for i := range reg.sentOn {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		t := reg.sentOn[i].Load()
+		if t == 0 {
+			return 0, false
+		}
+		if from < 0 || t < from {
+			from = t
+		}
+	}
+	return from, from >= 0
+}
+
+// registered records that the servers in mask have reg (its attempt, sent at sent, was refused
+// and queued the client), so that a grant to it is recognised and the renewal loop keeps it
+// alive.
+func (e *engine) registered(reg *registration, sent int64, mask uint64) {
+	reg.refreshedOn(mask, sent)
 	if !reg.state.CompareAndSwap(regNew, regQueued) {
 		return
 	}
@@ -213,7 +248,7 @@ func (e *engine) registered(reg *registration, sent int64) {
 	e.waits.regMu.Unlock()
 	e.renewer.addEntry(reg)
 	if early {
-		e.granted(reg.id, g.token)
+		e.granted(reg.id, g.token, 0)
 	}
 }
 
@@ -231,7 +266,12 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 			(&Lease{st: stray}).Unlock(context.WithoutCancel(ctx))
 		}
 		if left != nil {
-			e.unregister(left)
+			// The last waiter: its client no longer wants the lock once this lease ends. Its
+			// entry goes with the lease's release (before the release grants the lock), or
+			// now when it did not get the lock.
+			if got == nil || !got.keepQueued(left) {
+				e.unregister(left)
+			}
 		}
 	}()
 	if reg != nil {
@@ -524,6 +564,41 @@ func (qs *waitQueues) leave(q *queue, w *waiter, acquired *leaseState) (stray *l
 	return stray, nil
 }
 
+// keepQueued gives st the registration of the queue its waiter left last, to withdraw with the
+// lease's release; false when st has ended already.
+func (st *leaseState) keepQueued(reg *registration) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.state.Load() != stateHeld || st.queued != nil {
+		return false
+	}
+	st.queued = reg
+	return true
+}
+
+// takeQueued returns and forgets the registration st keeps, if any.
+func (st *leaseState) takeQueued() *registration {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	reg := st.queued
+	st.queued = nil
+	return reg
+}
+
+// withdrawn marks reg withdrawn by the caller's release (release.lua's leave argument); false
+// when it was not on the server or is done with already.
+func (e *engine) withdrawn(reg *registration) bool {
+	if !reg.state.CompareAndSwap(regQueued, regDone) {
+		reg.state.CompareAndSwap(regNew, regDone)
+		return false
+	}
+	e.waits.regMu.Lock()
+	delete(e.waits.regs, reg.id)
+	e.waits.regMu.Unlock()
+	e.renewer.removeEntry(reg)
+	return true
+}
+
 // unregister withdraws reg from the server, in the background: release.lua under its owner
 // drops the entry and gives back a grant made to it that nobody took. It reports false when
 // reg was not on the server (as far as this client knows).
@@ -595,35 +670,18 @@ func (q *queue) drain() {
 	}
 }
 
-// granted takes a grant announced for registration id with token: it makes the lease, which
-// the renewal loop renews at once (its first lease is only the acceptance window), and gives it
-// to the queue's head. A grant nobody waits for any more is released again. It runs in the
-// subscription's goroutine and does no I/O.
-func (e *engine) granted(id string, token uint64) {
+// granted takes a grant announced for registration id with token by server (0 on one server).
+// Once a majority of servers granted it (the one server, or in quorum mode a majority), it makes
+// the lease, which the renewal loop renews to its TTL, and gives it to the queue's head, with no
+// round trip: each granting server started its lease (the window) after it executed the request
+// that last refreshed the entry there, so the earliest of their send times bounds them all. A
+// grant nobody waits for any more is released again. It runs in the subscription's goroutine
+// and does no I/O.
+func (e *engine) granted(id string, token uint64, server int) {
 	qs := e.waits
-	if e.traits.majority > 1 {
-		// In quorum mode a grant is one server's. Once a majority announced theirs, the head
-		// claims them with one attempt (see attempt) and holds the lock; the first grant sets a
-		// short timer in case the others never come (the head then claims what it has, and
-		// gives it back if that is not a majority).
-		qs.regMu.Lock()
-		reg := qs.regs[id]
-		qs.regMu.Unlock()
-		if reg == nil {
-			return
-		}
-		switch n := int(reg.grants.Add(1)); {
-		case n == e.traits.majority:
-			qs.entryGone(reg)
-		case n == 1:
-			qs.pokeSoon(reg, quorumTimeout(reg.spec.ttl))
-		}
-		return
-	}
 	qs.regMu.Lock()
 	reg := qs.regs[id]
-	delete(qs.regs, id)
-	if reg == nil && strings.HasPrefix(id, e.clientID+".") {
+	if reg == nil && e.traits.servers == 1 && strings.HasPrefix(id, e.clientID+".") {
 		// This client's, and the reply to the attempt that registered it is still on its way:
 		// registered takes it from here. Entries older than a few windows are stale.
 		now := mono()
@@ -637,16 +695,41 @@ func (e *engine) granted(id string, token uint64) {
 		qs.early[id] = earlyGrant{token: token, at: now}
 	}
 	qs.regMu.Unlock()
-	if reg == nil || !reg.state.CompareAndSwap(regQueued, regDone) {
-		return // not this client's, or claimed by an attempt already
+	if reg == nil || server >= len(reg.sentOn) {
+		return // not this client's, or done with already
 	}
+	for {
+		old := reg.token.Load()
+		if token <= old || reg.token.CompareAndSwap(old, token) {
+			break
+		}
+	}
+	mask := reg.grantedOn.Or(1<<server) | 1<<server
+	if n := bits.OnesCount64(mask); n < e.traits.majority {
+		if n == 1 {
+			// In case the other servers' grants never come: the head then claims what it has
+			// with an attempt, and gives it back if that is not a majority.
+			qs.pokeSoon(reg, quorumTimeout(reg.spec.ttl))
+		}
+		return
+	}
+	from, known := reg.validFrom(mask)
+	if !known {
+		qs.entryGone(reg) // a server granted before this client knew it queued there: claim
+		return
+	}
+	if !reg.state.CompareAndSwap(regQueued, regDone) {
+		return // claimed by an attempt already, or made already
+	}
+	qs.regMu.Lock()
+	delete(qs.regs, id)
+	qs.regMu.Unlock()
 	e.renewer.removeEntry(reg)
-	// The server started the lease (the window) after it executed the request that last
-	// refreshed the entry, sent at reg.sent; the renewal loop renews it to the TTL before a
-	// third of the window has passed (at once for a fixed lease, which is not renewed later).
-	st := newLeaseState(e, reg.spec, context.Background(), reg.owner, token, reg.sent.Load())
+	// The renewal loop renews the lease to its TTL before a third of the window has passed (at
+	// once for a fixed lease, which is not renewed later).
+	st := newLeaseState(e, reg.spec, context.Background(), reg.owner, reg.token.Load(), from)
 	st.ttl.Store(int64(reg.window))
-	st.deadline.Store(reg.sent.Load() + int64(reg.window-drift(reg.window)))
+	st.deadline.Store(from + int64(reg.window-drift(reg.window)))
 	st.confirm.Store(true)
 	s := qs.shard(reg.spec.key)
 	s.mu.Lock()
@@ -671,7 +754,7 @@ func (e *engine) granted(id string, token uint64) {
 		if w != nil {
 			qs.settle(q, w, nil, false)
 		}
-		return // closing: the server's lease runs out within the window
+		return // closing: the servers' leases run out within the window
 	}
 	if q == nil {
 		return
@@ -754,14 +837,20 @@ func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 	if done, err := e.handOff(ctx, st); done {
 		return err
 	}
-	res, err := e.b.release(ctx, st.releaseReq(true))
+	req := st.releaseReq(true)
+	if reg := st.takeQueued(); reg != nil {
+		if e.withdrawn(reg) {
+			req.leave = reg.id
+		}
+	}
+	res, err := e.b.release(ctx, req)
 	switch {
 	case err != nil && !refused(err):
 		st.mu.Lock()
 		until := st.lastSent + st.ttl.Load()
 		st.mu.Unlock()
 		waits, key, token := e.waits, st.spec.key, st.token
-		e.renewer.retryRelease(st.releaseReq(true), until, func() { waits.leaseEnded(key, token) })
+		e.renewer.retryRelease(req, until, func() { waits.leaseEnded(key, token) })
 		st.end(endReleased, nil)
 		return fmt.Errorf("%w (retrying in the background until the lease would run out)", e.redisErr("unlock "+strconv.Quote(st.spec.name), err))
 	case err != nil:
@@ -799,7 +888,7 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 		return false, nil
 	}
 	qs := e.waits
-	q, w, streak, regID := qs.reserveHead(st.spec.key)
+	q, w, streak := qs.reserveHead(st.spec.key)
 	if w == nil {
 		return false, nil
 	}
@@ -829,7 +918,7 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 	sent := mono()
 	res, err := e.b.handover(ctx, handoverArgs{
 		keys: st.spec.keys, holder: st.owner, owner: owner, ttl: next.ttlArg, meta: next.meta,
-		streak: streak, checkAt: localHandoffs, client: regID, holderTk: st.token,
+		streak: streak, checkAt: localHandoffs, client: e.clientID, holderTk: st.token,
 	})
 	switch {
 	case err != nil:
@@ -876,26 +965,21 @@ func (st *leaseState) passOn(spec *lockSpec, parent context.Context) *leaseState
 }
 
 // reserveHead picks the head waiting for key, if any, as the target of a handoff, and returns
-// it with its queue, the number of handoffs in a row so far, and the id of the queue's
-// registration on the server ("" when none).
-func (qs *waitQueues) reserveHead(key string) (*queue, *waiter, int, string) {
+// it with its queue and the number of handoffs in a row so far.
+func (qs *waitQueues) reserveHead(key string) (*queue, *waiter, int) {
 	s := qs.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.m[key]
 	if q == nil || len(q.waiters) == 0 {
-		return nil, nil, 0, ""
+		return nil, nil, 0
 	}
 	w := q.waiters[0]
 	if w.reserved || w.abandoned || w.ctx.Err() != nil {
-		return nil, nil, 0, ""
+		return nil, nil, 0
 	}
 	w.reserved = true
-	regID := ""
-	if q.reg != nil {
-		regID = q.reg.id
-	}
-	return q, w, q.streak, regID
+	return q, w, q.streak
 }
 
 // settle ends giving the lock to w: when it succeeded (st != nil), st goes to w unless w left

@@ -22,7 +22,8 @@
 --          {0, pttl, token}      held by another owner: its remaining lease (ms) and its token
 --          {0, -2, 0}            re-entry asked for, but the lock is not the caller's
 -- A free lock goes to the first live entry of the queue, if any, ahead of the caller (a
--- grant, as release.lua makes), unless that entry is the caller's client's.
+-- grant, as release.lua makes), unless that entry is the caller's client's: the caller then
+-- takes it, and its client's entries leave the queue.
 -- A new token is max(last token + 16, server time in microseconds): the 15 tokens after a
 -- holder's are for the holders its client passes the lock to without the server (a local
 -- handoff, see handover.lua), and a ForceUnlock keeps only the server's token. The last token
@@ -107,7 +108,19 @@ if last and last + 16 > token then
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local id, e = first(now)
-  if id and id ~= ARGV[7] then
+  -- An entry id is "<client id>.<sequence>": an entry of the caller's own client (an older
+  -- registration it has withdrawn, or not yet) does not stand before the caller.
+  local mine = string.match(ARGV[7], '^[^.]*%.')
+  if id and mine and string.sub(id, 1, #mine) == mine then
+    for _, other in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+      if string.sub(other, 1, #mine) == mine then
+        redis.call('ZREM', KEYS[2], other)
+        redis.call('HDEL', KEYS[3], other)
+      end
+    end
+    id = nil
+  end
+  if id then
     -- A client queued before the caller: the lock is its, for the acceptance window.
     local win, owner, meta = string.match(e, '^%d+ (%d+) (%S+) (.*)$')
     redis.call('ZREM', KEYS[2], id)
@@ -118,10 +131,6 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
       enqueue(now)
     end
     return {0, tonumber(win), token}
-  end
-  if id then
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
   end
 end
 redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. string.format('%d', token) .. ' 1 ' .. ARGV[3], 'PX', ARGV[2])

@@ -8,7 +8,7 @@
 -- ARGV[4]  holder description for the waiter
 -- ARGV[5]  handovers in a row so far within this client
 -- ARGV[6]  from this many handovers in a row on, refuse while other clients queue
--- ARGV[7]  this client's id (its own queue entry does not count as another client)
+-- ARGV[7]  this client's id (its own queue entries do not count as another client)
 -- ARGV[8]  the holder's token, larger than the stored one when the lock passed among the
 --          client's waiters without the server (at most 15 past it)
 -- Reply    {1, token}  handed over: the waiter holds the lock with a new token
@@ -25,13 +25,13 @@ local o, t = string.match(v, '^(%S+) (%d+) ')
 if o ~= ARGV[1] then
   return {-1, 0}
 end
-if tonumber(ARGV[5]) >= tonumber(ARGV[6]) then
-  local others = redis.call('ZCARD', KEYS[2])
-  if others > 0 and redis.call('ZSCORE', KEYS[2], ARGV[7]) then
-    others = others - 1
-  end
-  if others > 0 then
-    return {0, 0}
+if tonumber(ARGV[5]) >= tonumber(ARGV[6]) and redis.call('ZCARD', KEYS[2]) > 0 then
+  -- Entry ids are "<client id>.<sequence>": this client's own entries are not other clients.
+  local mine = ARGV[7] .. '.'
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if string.sub(id, 1, #mine) ~= mine then
+      return {0, 0}
+    end
   end
 end
 local now = redis.call('TIME')
