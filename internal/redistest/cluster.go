@@ -403,7 +403,7 @@ func parseClusterNodes(text string) (*clusterView, error) {
 // every slot is served, every replica's link is up, and extra (if non-nil)
 // accepts the view.
 func (g *ClusterGroup) waitAgreed(ctx context.Context, extra func(*clusterView) error) error {
-	return poll(ctx, "cluster agrees", func(ctx context.Context) error {
+	return Poll(ctx, "cluster agrees", func(ctx context.Context) error {
 		var first *clusterView
 		for _, s := range g.nodes {
 			info, err := s.Do(ctx, "CLUSTER", "INFO")
