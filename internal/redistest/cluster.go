@@ -76,9 +76,10 @@ func StartCluster(opts ...Option) (g *ClusterGroup, err error) {
 		return nil, fmt.Errorf("redistest: redis-cli not found on PATH (it comes with the redis-server package): %w", err)
 	}
 	g = &ClusterGroup{ids: make(map[*Server]string)}
+	started := g // "return nil, err" below sets g to nil before this runs
 	defer func() {
 		if err != nil {
-			_ = g.Close()
+			_ = started.Close()
 			g = nil
 		}
 	}()

@@ -77,9 +77,10 @@ func StartSentinel(opts ...Option) (g *SentinelGroup, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), failoverWait)
 	defer cancel()
 	g = &SentinelGroup{name: sentinelMasterName, opts: opts}
+	started := g // "return nil, err" below sets g to nil before this runs
 	defer func() {
 		if err != nil {
-			_ = g.Close()
+			_ = started.Close()
 			g = nil
 		}
 	}()
