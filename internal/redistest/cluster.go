@@ -38,9 +38,11 @@ type ClusterGroup struct {
 
 // NewCluster starts a cluster like StartCluster and registers tb.Cleanup to
 // close it; it calls tb.Fatalf on failure. If the test failed, the nodes'
-// logs are logged at cleanup.
+// logs are logged at cleanup. Under -short it skips tb: six servers take
+// seconds to agree on a cluster.
 func NewCluster(tb testing.TB, opts ...Option) *ClusterGroup {
 	tb.Helper()
+	skipSlow(tb, "a Redis Cluster")
 	g, err := StartCluster(opts...)
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)

@@ -91,6 +91,7 @@ func TestStartDo(t *testing.T) {
 }
 
 func TestCloseRemovesEverything(t *testing.T) {
+	Require(t)
 	t.Parallel()
 	s, err := StartProcess()
 	if err != nil {
@@ -233,6 +234,7 @@ func TestRequirepass(t *testing.T) {
 }
 
 func TestBadArgsFailFast(t *testing.T) {
+	Require(t)
 	t.Parallel()
 	start := time.Now()
 	_, err := StartProcess(WithArgs("--no-such-option", "1"))
@@ -247,10 +249,11 @@ func TestBadArgsFailFast(t *testing.T) {
 	}
 }
 
-// fatalTB records Fatalf and stops the calling goroutine like testing.T does.
+// fatalTB records Fatalf and Skipf and stops the calling goroutine like testing.T does.
 type fatalTB struct {
 	testing.TB
-	msg string
+	msg     string
+	skipped bool
 }
 
 func (f *fatalTB) Helper() {}
@@ -258,7 +261,26 @@ func (f *fatalTB) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 	runtime.Goexit()
 }
+func (f *fatalTB) Skipf(format string, args ...any) {
+	f.msg, f.skipped = fmt.Sprintf(format, args...), true
+	runtime.Goexit()
+}
 
+// stopped runs f with a fatalTB on its own goroutine and returns the fatalTB once f has
+// returned or stopped.
+func stopped(t *testing.T, f func(tb testing.TB)) *fatalTB {
+	ftb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ftb)
+	}()
+	<-done
+	return ftb
+}
+
+// Without redis-server, Start fails the test with a hint at the fix; under -short it skips
+// it instead, and so does Require, which otherwise lets the test go on.
 func TestNotInstalled(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	_, err := StartProcess()
@@ -266,16 +288,19 @@ func TestNotInstalled(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNotFound", err)
 	}
 	const hint = "redis-server not found on PATH; install it with: apt-get install -y redis-server"
-	ftb := &fatalTB{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Start(ftb)
-		t.Error("Start returned without calling Fatalf")
-	}()
-	<-done
+	ftb := stopped(t, func(tb testing.TB) {
+		Start(tb)
+		t.Error("Start returned without calling Fatalf or Skipf")
+	})
 	if !strings.Contains(ftb.msg, hint) {
-		t.Errorf("Fatalf message %q lacks %q", ftb.msg, hint)
+		t.Errorf("Start's message %q lacks %q", ftb.msg, hint)
+	}
+	if ftb.skipped != testing.Short() {
+		t.Errorf("Start without redis-server: skipped = %v with -short %v; want a skip under -short only", ftb.skipped, testing.Short())
+	}
+	ftb = stopped(t, func(tb testing.TB) { Require(tb) })
+	if ftb.skipped != testing.Short() || (ftb.skipped && !strings.Contains(ftb.msg, hint)) {
+		t.Errorf("Require without redis-server: skipped = %v (%q) with -short %v; want a skip under -short only", ftb.skipped, ftb.msg, testing.Short())
 	}
 }
 
@@ -567,6 +592,7 @@ func TestManyParallel(t *testing.T) {
 // starts a server, then SIGKILLs the helper: Pdeathsig must take the server
 // down with it.
 func TestChildDiesWithTestBinary(t *testing.T) {
+	Require(t)
 	if os.Getenv("REDISTEST_HELPER") == "1" {
 		s, err := StartProcess()
 		if err != nil {

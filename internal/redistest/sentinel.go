@@ -45,9 +45,11 @@ type SentinelGroup struct {
 
 // NewSentinel starts a group like StartSentinel and registers tb.Cleanup to
 // close it; it calls tb.Fatalf on failure. If the test failed, the servers'
-// logs are logged at cleanup.
+// logs are logged at cleanup. Under -short it skips tb: six processes take
+// seconds to settle.
 func NewSentinel(tb testing.TB, opts ...Option) *SentinelGroup {
 	tb.Helper()
+	skipSlow(tb, "a Sentinel group")
 	g, err := StartSentinel(opts...)
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
