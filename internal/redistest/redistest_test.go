@@ -443,23 +443,26 @@ func TestProxyCutAll(t *testing.T) {
 	if err == nil || isTimeout(err) {
 		t.Fatalf("read after CutAll: err = %v, want connection closed", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.NumConns() != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := p.NumConns(); n != 0 {
-		t.Errorf("NumConns after CutAll = %d", n)
+	ctx := ctxTimeout(t, 5*time.Second)
+	err = Poll(ctx, "no proxied connections after CutAll", func(context.Context) error {
+		if n := p.NumConns(); n != 0 {
+			return fmt.Errorf("NumConns = %d", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 	// The server side was closed too (Redis notices asynchronously).
-	for {
+	err = Poll(ctx, "the server to drop the proxied clients", func(context.Context) error {
 		got := mustDo(t, s, "CLIENT", "LIST")
-		if len(strings.Split(strings.TrimSpace(got), "\n")) == 1 { // only CLIENT LIST's own conn
-			break
+		if len(strings.Split(strings.TrimSpace(got), "\n")) != 1 { // only CLIENT LIST's own conn
+			return fmt.Errorf("clients:\n%s", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server still has proxied clients:\n%s", got)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	// New connections still work.
 	if got := dial(t, p.Addr).roundTrip("PING"); got != "PONG" {
@@ -629,13 +632,15 @@ func TestChildDiesWithTestBinary(t *testing.T) {
 	}
 	_ = cmd.Wait()
 
-	deadline := time.Now().Add(5 * time.Second)
-	for processAlive(pid) {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("redis-server %d survived its parent", pid)
+	err = Poll(ctxTimeout(t, 5*time.Second), "redis-server to die with its parent", func(context.Context) error {
+		if processAlive(pid) {
+			return fmt.Errorf("redis-server %d alive", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatal(err)
 	}
 }
 
