@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -10,15 +11,14 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// waitFor polls cond every 10 ms until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
+// waiters is a check for waitFor: Inspect through c counts n waiters for name.
+func waiters(c *dlock.Client, name string, n int) func(context.Context) error {
+	return func(ctx context.Context) error {
+		info, err := c.Inspect(ctx, name)
+		if err == nil && info.Waiters != n {
+			err = fmt.Errorf("%d waiters", info.Waiters)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return err
 	}
 }
 
@@ -88,10 +88,7 @@ func TestInspect(t *testing.T) {
 
 		// A client waiting for the lock shows as a waiter.
 		waiting := lockAsync(ctx, other.Mutex(name))
-		waitFor(t, 5*time.Second, "one waiter", func() bool {
-			info, err := c.Inspect(ctx, name)
-			return err == nil && info.Waiters == 1
-		})
+		waitFor(t, 5*time.Second, "one waiter", waiters(c, name, 1))
 		if err := l2.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -223,10 +220,7 @@ func TestForceUnlock(t *testing.T) {
 			t.Fatal(err)
 		}
 		waiting := lockAsync(ctx, waiter.Mutex(name))
-		waitFor(t, 5*time.Second, "one waiter", func() bool {
-			info, err := admin.Inspect(ctx, name)
-			return err == nil && info.Waiters == 1
-		})
+		waitFor(t, 5*time.Second, "one waiter", waiters(admin, name, 1))
 
 		info, err := admin.ForceUnlock(ctx, name)
 		if err != nil {

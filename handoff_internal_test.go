@@ -53,7 +53,7 @@ func queueWaiters(t *testing.T, ctx context.Context, m *Mutex, n int, hold func(
 				t.Error(err)
 			}
 		}()
-		waitUntil(t, fmt.Sprintf("waiter %d to queue", i), func() bool { return queueLen(m.e, m.spec.key) == i+1 })
+		waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), haveQueued(m.e, m.spec.key, i+1))
 	}
 	return &wg
 }

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -102,9 +103,11 @@ func TestHandover_OtherClientNotStarved(t *testing.T) {
 			}()
 		}
 		// Let a's goroutines hand the lock among themselves, then ask from b.
-		waitFor(t, 5*time.Second, "a's goroutines take turns", func() bool {
-			v := redisDo(t, shared, "GET", keyOf(name))
-			return heldValue(v)
+		waitFor(t, 5*time.Second, "a's goroutines take turns", func(context.Context) error {
+			if v := redisDo(t, shared, "GET", keyOf(name)); !heldValue(v) {
+				return fmt.Errorf("value %q", v)
+			}
+			return nil
 		})
 		start := time.Now()
 		bctx, cancel := context.WithTimeout(ctx, 10*time.Second)

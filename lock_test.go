@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,12 +212,12 @@ func TestPausedHolder_LearnsLossBeforeSecondHolder(t *testing.T) {
 
 func waitForWrites(t *testing.T, name string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if got, _ := strconv.Atoi(redisDo(t, shared, "LLEN", name+":writes")); got >= n {
-			return
+	waitFor(t, 10*time.Second, fmt.Sprintf("the helper to write %d times", n), func(context.Context) error {
+		if got, _ := strconv.Atoi(redisDo(t, shared, "LLEN", name+":writes")); got < n {
+			return fmt.Errorf("%d writes", got)
 		}
-	}
-	t.Fatalf("helper did not write %d times", n)
+		return nil
+	})
 }
 
 // Row "waiters exhausting connections" and "no polling": a waiter is woken by the release,
@@ -265,12 +266,12 @@ func TestWaiting_WakesOnReleaseWithoutPolling(t *testing.T) {
 // waitSubscribed waits until some client subscribes to the lock's release channel.
 func waitSubscribed(t *testing.T, name string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		if out := redisDo(t, shared, "PUBSUB", "NUMSUB", keyOf(name)+":rel"); strings.HasSuffix(out, "\n1") {
-			return
+	waitFor(t, 10*time.Second, "a subscription to the release channel", func(context.Context) error {
+		if out := redisDo(t, shared, "PUBSUB", "NUMSUB", keyOf(name)+":rel"); !strings.HasSuffix(out, "\n1") {
+			return fmt.Errorf("PUBSUB NUMSUB: %q", out)
 		}
-	}
-	t.Fatal("no subscription to the release channel")
+		return nil
+	})
 }
 
 // evalCalls counts scripts run on the shared server so far.

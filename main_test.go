@@ -182,6 +182,17 @@ func redisDo(t testing.TB, s *redistest.Server, args ...string) string {
 	return out
 }
 
+// waitFor polls check with redistest.Poll until it returns nil, failing the test after within.
+// check says what it saw when it is not satisfied; the failure quotes its last complaint.
+func waitFor(t testing.TB, within time.Duration, what string, check func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := redistest.Poll(ctx, what, check); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)

@@ -152,7 +152,12 @@ func TestQuorum_LockUnlockWakeAndReentry(t *testing.T) {
 				errc <- err
 				got <- l2
 			}()
-			waitFor(t, 5*time.Second, "waiter subscribed", func() bool { return subscribers(t, srv[0], keyOf(name)+":rel") > 0 })
+			waitFor(t, 5*time.Second, "waiter subscribed", func(context.Context) error {
+				if subscribers(t, srv[0], keyOf(name)+":rel") == 0 {
+					return errors.New("no subscriber")
+				}
+				return nil
+			})
 			start := time.Now()
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatal(err)
@@ -171,7 +176,12 @@ func TestQuorum_LockUnlockWakeAndReentry(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Unlock returns once a majority released; the others follow.
-			waitFor(t, 5*time.Second, "released on every server", func() bool { return holders(t, srv, name) == 0 })
+			waitFor(t, 5*time.Second, "released on every server", func(context.Context) error {
+				if n := holders(t, srv, name); n != 0 {
+					return fmt.Errorf("held on %d servers", n)
+				}
+				return nil
+			})
 		})
 	}
 }

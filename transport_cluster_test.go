@@ -83,13 +83,12 @@ func TestCluster_WakeOnEveryShard(t *testing.T) {
 				got <- err
 			}()
 			// Release once the waiter's client is subscribed on the shard's master.
-			deadline := time.Now().Add(20 * time.Second)
-			for !strings.HasSuffix(redisDo(t, m, "PUBSUB", "SHARDNUMSUB", keyOf(name)+":rel"), "\n1") {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s shard %d: the waiter never subscribed on %s", tr, i, m.Addr)
+			waitFor(t, 20*time.Second, fmt.Sprintf("%s shard %d: the waiter to subscribe on %s", tr, i, m.Addr), func(context.Context) error {
+				if out := redisDo(t, m, "PUBSUB", "SHARDNUMSUB", keyOf(name)+":rel"); !strings.HasSuffix(out, "\n1") {
+					return fmt.Errorf("PUBSUB SHARDNUMSUB: %q", out)
 				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return nil
+			})
 			released := time.Now()
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatalf("%s shard %d: Unlock: %v", tr, i, err)

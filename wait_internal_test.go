@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,13 +23,34 @@ func queueLen(e *engine, key string) int {
 	return 0
 }
 
-// waitUntil polls cond every millisecond until it holds, failing the test after 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
+// waitFor polls check with redistest.Poll until it returns nil, failing the test after within.
+func waitFor(t *testing.T, within time.Duration, what string, check func(ctx context.Context) error) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := redistest.Poll(ctx, what, check); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// haveQueued is a check for waitFor: n callers of e wait in key's queue.
+func haveQueued(e *engine, key string, n int) func(context.Context) error {
+	return func(context.Context) error {
+		if got := queueLen(e, key); got != n {
+			return fmt.Errorf("%d queued", got)
 		}
+		return nil
+	}
+}
+
+// isLive is a check for waitFor: the server confirmed (live) or dropped (!live) e's
+// subscription to channel.
+func isLive(e *engine, channel string, live bool) func(context.Context) error {
+	return func(context.Context) error {
+		if got := e.notices.isLive(channel); got != live {
+			return fmt.Errorf("live = %v", got)
+		}
+		return nil
 	}
 }
 
@@ -80,9 +102,7 @@ func TestLocalQueue_FIFO(t *testing.T) {
 			mu.Unlock()
 			l.Unlock(ctx)
 		}()
-		for queueLen(c.e, m.spec.key) != i+1 { // wait until waiter i is queued before starting i+1
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), haveQueued(c.e, m.spec.key, i+1)) // before starting i+1
 	}
 	holder.Unlock(ctx)
 	wg.Wait()
@@ -121,12 +141,7 @@ func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
 		_, err := m.Lock(wctx)
 		waiter <- err
 	}()
-	live := func() bool {
-		c.e.notices.mu.Lock()
-		defer c.e.notices.mu.Unlock()
-		return c.e.notices.live[m.spec.channel]
-	}
-	waitUntil(t, "the waiter's subscription to be confirmed", live)
+	waitFor(t, 10*time.Second, "the waiter's subscription to be confirmed", isLive(c.e, m.spec.channel, true))
 	q2 := &queue{key: m.spec.key, channel: m.spec.channel, wake: make(chan struct{}, 1)}
 	c.e.notices.add(m.spec.channel, q2)
 	select {
@@ -143,7 +158,7 @@ func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
 
 	// Once the unsubscribe is decided the channel is no longer live: a new queue then waits
 	// for the confirmation of its own subscription.
-	waitUntil(t, "the channel to stop being live after its last queue left", func() bool { return !live() })
+	waitFor(t, 10*time.Second, "the channel to stop being live after its last queue left", isLive(c.e, m.spec.channel, false))
 }
 
 // A release that no other client heard lets this client's next waiter try at once; one that
@@ -164,14 +179,17 @@ func TestRelease_AloneSkipsHoldBack(t *testing.T) {
 	// subscribed waits until every server counts n subscribers on the lock's release channel.
 	subscribed := func(channel string, n int) {
 		t.Helper()
-		waitUntil(t, strconv.Itoa(n)+" subscribers on "+channel+" on every server", func() bool {
+		waitFor(t, 10*time.Second, strconv.Itoa(n)+" subscribers on "+channel+" on every server", func(ctx context.Context) error {
 			for _, s := range servers {
 				out, err := s.Do(ctx, "PUBSUB", "NUMSUB", channel)
-				if err != nil || !strings.HasSuffix(out, "\n"+strconv.Itoa(n)) {
-					return false
+				if err == nil && !strings.HasSuffix(out, "\n"+strconv.Itoa(n)) {
+					err = fmt.Errorf("%s: PUBSUB NUMSUB: %q", s.Addr, out)
+				}
+				if err != nil {
+					return err
 				}
 			}
-			return true
+			return nil
 		})
 	}
 	dialQ := func() *Client {
@@ -199,9 +217,9 @@ func TestRelease_AloneSkipsHoldBack(t *testing.T) {
 		}()
 	}
 	subscribed(m.spec.channel, 1)
-	waitUntil(t, "the waiters' subscription to be confirmed", func() bool { return c.e.notices.isLive(m.spec.channel) })
+	waitFor(t, 10*time.Second, "the waiters' subscription to be confirmed", isLive(c.e, m.spec.channel, true))
 	// Both waiters must be queued before the first handoff, or the queue would end with it.
-	waitUntil(t, "the two waiters to queue", func() bool { return queueLen(c.e, m.spec.key) == 2 })
+	waitFor(t, 10*time.Second, "the two waiters to queue", haveQueued(c.e, m.spec.key, 2))
 	sh := c.e.waits.shard(m.spec.key)
 	sh.mu.Lock()
 	q := sh.m[m.spec.key]
