@@ -8,7 +8,7 @@ SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 .PHONY: test deps vet fmt-check bench-go test-examples deps-examples
 
-# -p 1: one package's tests at a time. Several tests hold 200-300 ms leases on purpose (the issue's
+# -p 1: one package's tests at a time. Several tests hold 200-300 ms leases on purpose (as in
 # "renewal keeps a 200 ms lease through 2 s of work"); on two cores, packages racing each other
 # under -race can starve the renewal loop longer than that.
 test: deps fmt-check vet
@@ -48,7 +48,7 @@ fmt-check:
 bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 -benchtime 2s -timeout 20m . | tee bench.out
 
-# The peers comparison (issue 5): bench/ is its own module, so redsync, redislock, rueidislock and
+# The peers comparison: bench/ is its own module, so redsync, redislock, rueidislock and
 # the plotting library never enter the library's dependencies. It starts its own redis-servers on loopback.
 # bench: the full run (at most 6 minutes); writes the tables into docs/BENCHMARKS.md and the plot into docs/img/.
 # bench-quick: every scenario, shorter (at most a minute), printed only.
@@ -64,7 +64,7 @@ bench-quick: deps
 bench: deps
 	cd bench && $(GO) run . --write-docs --plot ../docs/img --via 'make bench'
 
-# The fault-injection checker (issue 6): check/ is its own module, so porcupine stays out of the
+# The fault-injection checker: check/ is its own module, so porcupine stays out of the
 # library's dependencies. It starts its own redis-servers (standalone, 5 for Redlock, a Sentinel
 # group), a resource server and 5 worker processes, all on loopback.
 # test-check: its unit and end-to-end tests, then every scenario in both modes, short (CI).

@@ -155,6 +155,18 @@
 // waiter reaches the server first after a release, which in the benchmarks (docs/BENCHMARKS.md)
 // spreads it evenly.
 //
+// # Do and outcomes
+//
+// A nil error from Do means fn ran to completion while the lock was held. The converse does
+// not hold: the lock can be lost, or its release fail, after fn did all its work, and Do then
+// returns an error wrapping ErrLost or the release error. Record the outcome of the work
+// itself (a committed transaction, say) rather than inferring it from Do. To bound only the
+// wait for the lock, not fn, take it with Mutex.Lock and a context of its own.
+//
+// When another goroutine of the same client waits for the lock, Unlock usually passes the
+// lock to it without asking the server (see Waiting): it then returns nil without learning
+// whether the server still had the lock, and the waiter's lease reports the loss instead.
+//
 // # Re-entry
 //
 // Lock, TryLock and Do re-enter a lock when their context carries a lease on the same name

@@ -281,16 +281,12 @@ var endedCtx = func() context.Context {
 	return ctx
 }()
 
-// Context returns a context that is cancelled when the lease ends: with cause ErrLost when the
-// lock was (or may have been) lost, before the server could have given it to anyone else;
-// with cause context.Canceled after the last Unlock; with cause ErrClosed when the client
-// closed. Do the protected work under this context, and check it before each step that must
-// not happen without the lock. It carries the values of the context passed to Lock but not
-// its cancellation: the lease outlives the call that took it. Passing it (or a context derived
-// from it) to Lock, TryLock or Do of the same name re-enters the lock. Its Err method checks
-// the lease deadline itself, so check Err before each protected step: Done is closed by the
-// renewal loop, which after a pause of the process runs a moment later than the holder's own
-// code. A nil lease returns an already cancelled context.
+// Context returns a context that is cancelled when the lease ends, with cause ErrLost (the lock
+// was or may be lost, before the server could give it to anyone else), context.Canceled (the
+// last Unlock) or ErrClosed. It carries the values of the context passed to Lock, not its
+// cancellation. Its Err checks the lease deadline itself: check Err before each protected step
+// (after a pause of the process, Done closes a moment later). Passing it to Lock, TryLock or Do
+// of the same name re-enters the lock. A nil lease returns an already cancelled context.
 func (l *Lease) Context() context.Context {
 	if l == nil {
 		return endedCtx
@@ -354,18 +350,14 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // deferred Unlock after a cancelled request frees the lock.
 const unlockTimeout = 5 * time.Second
 
-// Unlock gives up this hold. When it is the last hold of the lock, the lock is released on the
-// server (only if this lease still owns it), waiters are woken, and the lease context is
-// cancelled. Whatever the outcome, the hold is over when Unlock returns: the lease is no longer
-// renewed by this hold. It returns an error wrapping ErrNotHeld when this hold was already
-// unlocked (or l is nil), wrapping ErrLost when the lock was lost before the Unlock, and a
-// transport error when the server could not be told (the release is then retried in the
-// background until it succeeds or the lease runs out). A ctx that is already done does not stop
-// Unlock: it still asks the server, within 5 s, so that a deferred Unlock after a cancelled
-// request frees the lock. When another goroutine of the same client waits for the lock, Unlock
-// usually passes the lock to it without asking the server (see the package documentation,
-// Waiting): it then returns nil without learning whether the server still had the lock, and
-// the waiter's lease reports a loss instead.
+// Unlock gives up this hold; the hold is over when it returns, whatever the outcome. The last
+// hold releases the lock (if this lease still owns it) or passes it to a waiter of the same
+// client (see Waiting in the package documentation), and cancels the lease context. It returns
+// an error wrapping ErrNotHeld when this hold was already unlocked (or l is nil), wrapping
+// ErrLost when the lock was lost before, or a transport error when the server could not be told
+// (the release is then retried in the background until it succeeds or the lease runs out). A
+// done ctx still gets up to 5 s, so that a deferred Unlock after a cancelled request frees the
+// lock.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)

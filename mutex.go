@@ -195,15 +195,12 @@ func (spec *lockSpec) ctxErr(ctx context.Context) error {
 }
 
 // Do acquires the lock called name (waiting as Lock does), runs fn with a context that is
-// cancelled when ctx is or when the lock is lost (context.Cause then returns ErrLost), and
-// releases the lock when fn returns or panics. Passing fn's context to Lock, TryLock or Do of
-// the same name re-enters the lock. Do returns fn's error, joined with an error wrapping
-// ErrLost when the lock was lost before fn returned, or with the release error: a nil result
-// means fn ran to completion while the lock was held. The converse does not hold: an error
-// wrapping ErrLost or a release error can come after fn did all its work, so record the
-// outcome of the work itself (a committed transaction, say) rather than inferring it from Do.
-// ctx bounds both the wait for the lock and fn; to bound only the wait, take the lock with
-// Mutex.Lock and a context of its own.
+// cancelled when ctx is or when the lock is lost (cause ErrLost), and releases the lock when fn
+// returns or panics. It returns fn's error, joined with an error wrapping ErrLost when the lock
+// was lost before fn returned, or with the release error. A nil result means fn ran to
+// completion while the lock was held; the converse does not hold (see "Do and outcomes" in the
+// package documentation). ctx bounds both the wait and fn. Passing fn's context to Lock,
+// TryLock or Do of the same name re-enters the lock.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)

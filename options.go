@@ -179,13 +179,10 @@ func drift(ttl time.Duration) time.Duration {
 
 // WithUnsafeEviction lets Dial, New and their quorum forms use servers whose memory policy can
 // evict keys (maxmemory set, maxmemory-policy other than noeviction), which they otherwise
-// refuse with an error wrapping ErrEvictionPolicy. It is unsafe: a lock whose key the server
-// evicts can be taken by a second client while its holder still believes it holds it (the
-// holder learns of it at its next renewal, within a third of the TTL), so mutual exclusion
-// then rests on fencing tokens alone. The client logs a warning (WithLogger) when it finds
-// such a server, and again when one evicts keys while leases are held. Use it only where a
-// lost lock costs nothing a fenced resource does not catch. A Client option; the default is
-// to refuse.
+// refuse with an error wrapping ErrEvictionPolicy; it logs a warning instead (WithLogger). It
+// is unsafe: an evicted lock can be taken by a second client while its holder still believes it
+// holds it, so mutual exclusion then rests on fencing tokens alone (see the package
+// documentation). A Client option; the default is to refuse.
 func WithUnsafeEviction() Option {
 	return func(o *options) { o.evictOK = true }
 }
@@ -205,12 +202,10 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithTokenRetention sets how long a released lock keeps its last fencing token on the server
-// (as the value "- <token> 0", about 170 bytes of server memory per name: docs/PROTOCOL.md).
-// The next token of the name is larger than the kept one; once it has expired, the server's
-// clock alone makes the next token larger. So tokens keep increasing as long as the server's
-// clock never steps back by more than the retention (and, in quorum mode, the servers' clocks
-// differ by less than it). Shorter saves memory where many distinct names are locked once
-// each (per-order locks); longer tolerates larger clock steps. A Client option; the default is
+// (about 170 bytes per name: docs/PROTOCOL.md, "Memory"). Tokens keep increasing as long as
+// the server's clock never steps back by more than the retention (in quorum mode, and the
+// servers' clocks differ by less than it). Shorter saves memory where many distinct names are
+// locked once each; longer tolerates larger clock steps. A Client option; the default is
 // DefaultTokenRetention (1 minute), the minimum MinTokenRetention (1 second).
 func WithTokenRetention(d time.Duration) Option {
 	return func(o *options) {

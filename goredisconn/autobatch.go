@@ -13,9 +13,9 @@ import (
 
 // maxPipelines is how many calls or pipelines of batched calls may be on their way at once, each
 // on its own pooled connection. A call made while that many are out waits for the next
-// pipeline, together with every other call made meanwhile. Measured (BenchmarkUncontended/dlock-goredis, 64
-// goroutines, 2 cores): 1, 2 and 4 within noise of each other at 24 µs per pair, 8 slower
-// (28-38 µs), unbatched 84-93 µs; 2 keeps a second pipeline going while one is slow.
+// pipeline, together with every other call made meanwhile. Two keeps a second pipeline going
+// while one is slow; more only spreads the calls thinner (docs/BENCHMARKS.md, "go-redis
+// batching", gives the measurements).
 const maxPipelines = 2
 
 // autoBatch sends script calls of concurrent callers together, in pipelines of a go-redis

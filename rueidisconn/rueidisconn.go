@@ -125,7 +125,8 @@ func ParseURL(rawURL string) (rueidis.ClientOption, error) {
 func parseSentinelURL(scheme, rest string) (rueidis.ClientOption, error) {
 	var opt rueidis.ClientOption
 	bad := func(format string, args ...any) (rueidis.ClientOption, error) {
-		return opt, fmt.Errorf("bad redis url %s: %s", redact.URL(scheme+"://"+rest), fmt.Sprintf(format, args...))
+		raw := scheme + "://" + rest
+		return opt, fmt.Errorf("bad redis url %s: %s", redact.URL(raw), redact.Text(fmt.Sprintf(format, args...), password(raw)))
 	}
 	if strings.ContainsAny(rest, "?#") {
 		return bad("query parameters are not supported with Sentinel")

@@ -31,11 +31,30 @@ func URL(s string) string {
 	return scheme + user + ":" + Mask + rest[at:]
 }
 
-// Text returns msg with every occurrence of password replaced by Mask (for messages that may
-// quote a URL or a command line).
+// Text returns msg with every occurrence of password replaced by Mask, and every quoted part
+// of msg that is a piece of password too (a parser quoting the bad escape it found in it).
 func Text(msg, password string) string {
 	if password == "" {
 		return msg
 	}
-	return strings.ReplaceAll(msg, password, Mask)
+	msg = strings.ReplaceAll(msg, password, Mask)
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(msg, '"')
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(msg[i+1:], '"')
+		if j < 0 {
+			break
+		}
+		quoted := msg[i+1 : i+1+j]
+		b.WriteString(msg[:i+1])
+		if quoted != "" && strings.Contains(password, quoted) {
+			quoted = Mask
+		}
+		b.WriteString(quoted + `"`)
+		msg = msg[i+2+j:]
+	}
+	return b.String() + msg
 }

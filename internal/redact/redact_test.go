@@ -25,6 +25,12 @@ func TestText(t *testing.T) {
 	if got := Text("dial redis://u:pw1@h: refused", "pw1"); got != "dial redis://u:xxxxx@h: refused" {
 		t.Fatal(got)
 	}
+	if got := Text(`invalid URL escape "%zz"`, "sek%zzret"); got != `invalid URL escape "xxxxx"` {
+		t.Fatal(got)
+	}
+	if got := Text(`a "quoted" word`, "pw"); got != `a "quoted" word` {
+		t.Fatal(got)
+	}
 	if got := Text("no secret", ""); got != "no secret" {
 		t.Fatal(got)
 	}
