@@ -33,6 +33,7 @@ func TestACL_DocumentedRuleIsTheTestedOne(t *testing.T) {
 // A user whose keys do not cover the lock's, or who may not run the scripts, gets an error
 // that names the NOPERM denial, from Lock and at once.
 func TestACL_WithoutTheRuleLockSaysNOPERM(t *testing.T) {
+	needShared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	users := map[string][]string{
@@ -67,6 +68,7 @@ func TestACL_WithoutTheRuleLockSaysNOPERM(t *testing.T) {
 // the script's user may not run the command, after writing the released value (Redis does not
 // undo a script's earlier writes): Unlock reports the error although the lock is free.
 func TestACL_WithoutPublishUnlockFails(t *testing.T) {
+	needShared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var rule []string
@@ -100,6 +102,7 @@ func TestACL_WithoutPublishUnlockFails(t *testing.T) {
 // WithPrefix lets applications share a server: a user whose rule names its own prefix locks
 // under that prefix, and is refused the default one.
 func TestACL_PrefixPerApplication(t *testing.T) {
+	needShared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rule := make([]string, len(aclRule))

@@ -38,6 +38,7 @@ type lockResult struct {
 }
 
 func TestInspect(t *testing.T) {
+	needShared(t)
 	host, _ := os.Hostname()
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
@@ -113,6 +114,7 @@ func TestInspect(t *testing.T) {
 }
 
 func TestInspect_Errors(t *testing.T) {
+	needShared(t)
 	ctx := ctxT(t)
 	c := transports[0].dial(t, shared.URL())
 	if _, err := c.Inspect(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
@@ -139,6 +141,7 @@ func TestInspect_Errors(t *testing.T) {
 }
 
 func TestList(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		c := tr.dial(t, shared.URL(), dlock.WithTTL(5*time.Second))
@@ -204,6 +207,7 @@ func TestList(t *testing.T) {
 }
 
 func TestForceUnlock(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		holder := tr.dial(t, shared.URL(), dlock.WithTTL(600*time.Millisecond))

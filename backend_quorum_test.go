@@ -21,6 +21,7 @@ import (
 // startN starts n independent redis-servers.
 func startN(t *testing.T, n int) []*redistest.Server {
 	t.Helper()
+	redistest.Require(t)
 	srv := make([]*redistest.Server, n)
 	var wg sync.WaitGroup
 	errs := make([]error, n)

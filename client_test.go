@@ -48,6 +48,7 @@ func TestUnreachableServer(t *testing.T) {
 
 // Close releases what the client holds, ends waiting calls, and refuses new ones.
 func TestClose(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)

@@ -16,6 +16,7 @@ import (
 // Row "releasing someone else's lock": an expired holder's Unlock cannot free the next
 // holder's lock, and neither can any other owner.
 func TestForeignRelease_Impossible(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -50,6 +51,7 @@ func TestForeignRelease_Impossible(t *testing.T) {
 // Row "holder paused past its lease": a SIGSTOPped holder learns of the loss the moment it
 // runs again, before it can do one more protected step, and the next holder's token is larger.
 func TestPausedHolder_LearnsLossBeforeSecondHolder(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		const ttl = 300 * time.Millisecond
 		ctx := ctxT(t)
@@ -96,6 +98,7 @@ func waitForWrites(t *testing.T, name string, n int) {
 
 // Memory stays bounded: what a name leaves behind after release expires.
 func TestFencingToken_StateExpiresAfterRelease(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -117,6 +120,7 @@ func TestFencingToken_StateExpiresAfterRelease(t *testing.T) {
 
 // A deferred Unlock with the request's cancelled context still releases the lock.
 func TestUnlock_WithCancelledContextStillReleases(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		c := tr.dial(t, shared.URL())
 		name := uniqueName(t)
@@ -136,6 +140,7 @@ func TestUnlock_WithCancelledContextStillReleases(t *testing.T) {
 }
 
 func TestExtendAndTTL(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		c := tr.dial(t, shared.URL(), dlock.WithTTL(time.Second), dlock.WithoutRenewal())
@@ -158,6 +163,7 @@ func TestExtendAndTTL(t *testing.T) {
 }
 
 func TestTokenRetention(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		c := tr.dial(t, shared.URL(), dlock.WithTokenRetention(2*time.Second))

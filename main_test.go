@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -65,24 +67,34 @@ func TestMain(m *testing.M) {
 	default:
 		os.Exit(runHelper(role))
 	}
+	flag.Parse() // for testing.Short
 	s, err := redistest.StartProcess()
-	if err != nil {
+	switch {
+	case err == nil:
+		shared = s
+		if err := restrictShared(s); err != nil {
+			fmt.Fprintln(os.Stderr, "dlock tests:", err)
+			s.Close()
+			os.Exit(1)
+		}
+		exampleURL = s.URL()
+	case testing.Short() && errors.Is(err, redistest.ErrNotFound):
+		// go test -short on a machine without redis-server runs the tests that need none; the
+		// others skip (needShared, redistest.Start), and so do the Examples, which cannot.
+		fmt.Fprintln(os.Stderr, "dlock tests: -short without redis-server: tests that need a server skip, and Examples do not run:", err)
+		skipExamples()
+	default:
 		fmt.Fprintln(os.Stderr, "dlock tests:", err)
 		os.Exit(1)
 	}
-	shared = s
-	if err := restrictShared(s); err != nil {
-		fmt.Fprintln(os.Stderr, "dlock tests:", err)
-		s.Close()
-		os.Exit(1)
-	}
-	exampleURL = s.URL()
 	code := m.Run()
-	if os.Getenv("DLOCK_ACL_LOG") != "" {
-		out, _ := s.Do(context.Background(), "ACL", "LOG", "100")
-		fmt.Fprintln(os.Stderr, "ACL LOG:\n"+out)
+	if shared != nil {
+		if os.Getenv("DLOCK_ACL_LOG") != "" {
+			out, _ := s.Do(context.Background(), "ACL", "LOG", "100")
+			fmt.Fprintln(os.Stderr, "ACL LOG:\n"+out)
+		}
+		s.Close()
 	}
-	s.Close()
 	if code == 0 {
 		// rueidis closes the connections of nodes that left a cluster's topology 5 s later,
 		// from a goroutine of its own that outlives Client.Close.
@@ -92,6 +104,27 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// needShared skips t when the suite runs without the shared server. TestMain allows that only
+// under -short on a machine without redis-server; without -short a missing server fails the run.
+func needShared(t testing.TB) {
+	t.Helper()
+	if shared == nil {
+		t.Skip("no shared redis-server: -short, and redis-server is not on PATH")
+	}
+}
+
+// skipExamples adds the Examples to -test.skip: they print what they do against the shared
+// server, and an Example cannot skip itself. A -skip given with the command stays in force.
+func skipExamples() {
+	skip := "^Example"
+	if old := flag.Lookup("test.skip").Value.String(); old != "" {
+		skip = old + "|" + skip
+	}
+	if err := flag.Set("test.skip", skip); err != nil {
+		fmt.Fprintln(os.Stderr, "dlock tests:", err)
+	}
 }
 
 // transport makes Clients through one adapter.

@@ -14,6 +14,7 @@ import (
 
 // Row "mutual exclusion across processes": one holder per name, whichever client asks.
 func TestMutualExclusion(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -57,6 +58,7 @@ func TestMutualExclusion(t *testing.T) {
 
 // Row "crash → deadlock": a holder killed while holding frees the lock within its lease.
 func TestCrashedHolder_LockFreesWithinTTL(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		const ttl = 500 * time.Millisecond
 		name := uniqueName(t)
@@ -85,6 +87,7 @@ func TestCrashedHolder_LockFreesWithinTTL(t *testing.T) {
 
 // Row "SETNX+EXPIRE not atomic": the lock key never exists without an expiry.
 func TestAcquire_KeyHasExpiryFromTheStart(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		c := tr.dial(t, shared.URL(), dlock.WithTTL(3*time.Second))
 		name := uniqueName(t)
@@ -102,6 +105,7 @@ func TestAcquire_KeyHasExpiryFromTheStart(t *testing.T) {
 
 // Row "reentrancy (lockCount)": the same owner re-enters; released at the last Unlock.
 func TestReentrancy(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -178,6 +182,7 @@ func TestReentrancy(t *testing.T) {
 // Row "holder paused past its lease" (the token half): tokens strictly increase across
 // clients, releases, crashes (expiry) and the loss of all state for the name.
 func TestFencingToken_StrictlyIncreasing(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -221,6 +226,7 @@ func TestFencingToken_StrictlyIncreasing(t *testing.T) {
 
 // Do runs fn under the lock, releases it, and returns fn's error.
 func TestDo(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -247,6 +253,7 @@ func TestDo(t *testing.T) {
 
 // Lock gives up when its context does, with an error that wraps ctx.Err().
 func TestLock_ContextDeadline(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		name := uniqueName(t)
 		c := tr.dial(t, shared.URL())

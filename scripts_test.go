@@ -11,6 +11,7 @@ import (
 // The pinned script hashes are what the server computes, and a flushed script cache is
 // refilled transparently (NOSCRIPT fallback).
 func TestScripts_SHAAndNoScriptFallback(t *testing.T) {
+	needShared(t)
 	for _, s := range dlock.Scripts() {
 		if got := redisDo(t, shared, "SCRIPT", "LOAD", s.Src); got != s.SHA {
 			t.Errorf("%s: SCRIPT LOAD = %s, pinned %s", s.Name, got, s.SHA)

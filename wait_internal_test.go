@@ -122,45 +122,6 @@ func TestLocalQueue_FIFO(t *testing.T) {
 	}
 }
 
-// A queue registered on a channel whose subscription is still live (its previous queue just
-// left and the unsubscribe was not sent yet) gets no confirmation of its own: add must wake its
-// head, which made its attempt before registering and could otherwise sleep through a release
-// in between until the holder's lease ran out.
-func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
-	_, ctx, dial := privateServer(t)
-	c := dial()
-	other := dial()
-	m := c.Mutex("live")
-	held, err := other.Mutex("live").Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, stopWaiter := context.WithCancel(ctx)
-	waiter := make(chan error, 1)
-	go func() {
-		_, err := m.Lock(wctx)
-		waiter <- err
-	}()
-	waitFor(t, 10*time.Second, "the waiter's subscription to be confirmed", isLive(c.e, m.spec.channel, true))
-	q2 := &queue{key: m.spec.key, channel: m.spec.channel, wake: make(chan struct{}, 1)}
-	c.e.notices.add(m.spec.channel, q2)
-	select {
-	case <-q2.wake:
-	default:
-		t.Fatal("a queue registered on a live channel was not woken")
-	}
-	c.e.notices.remove(m.spec.channel, q2)
-	stopWaiter()
-	if err := <-waiter; !errors.Is(err, context.Canceled) {
-		t.Fatalf("waiter: %v, want context.Canceled", err)
-	}
-	held.Unlock(ctx)
-
-	// Once the unsubscribe is decided the channel is no longer live: a new queue then waits
-	// for the confirmation of its own subscription.
-	waitFor(t, 10*time.Second, "the channel to stop being live after its last queue left", isLive(c.e, m.spec.channel, false))
-}
-
 // A release that no other client heard lets this client's next waiter try at once; one that
 // another client's waiter heard makes it hold back (fairnessYield). Quorum mode, where every
 // handoff among one client's waiters goes through the servers.
@@ -255,5 +216,231 @@ func TestRelease_AloneSkipsHoldBack(t *testing.T) {
 	}
 	if err := <-otherDone; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// serverValue returns the owner and token stored under the lock key.
+func serverValue(t *testing.T, s *redistest.Server, key string) (owner string, token uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := s.Do(ctx, "GET", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(v)
+	if len(f) < 2 {
+		t.Fatalf("value %q: want owner and token", v)
+	}
+	n, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		t.Fatalf("value %q: %v", v, err)
+	}
+	return f[0], n
+}
+
+// queueWaiters starts n goroutines that each Lock m (in FIFO order: each starts once the
+// previous one is queued) and call hold with the lease before unlocking it. An Unlock error
+// fails the test unless hold returned false.
+func queueWaiters(t *testing.T, ctx context.Context, m *Mutex, n int, hold func(i int, l *Lease) bool) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := m.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			check := hold(i, l)
+			if err := l.Unlock(ctx); err != nil && check {
+				t.Error(err)
+			}
+		}()
+		waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), haveQueued(m.e, m.spec.key, i+1))
+	}
+	return &wg
+}
+
+// A lock passes among one client's waiters without the server localHandoffs times in a row:
+// the server's value (owner, token) stays, each holder gets the next token; the next handoff
+// goes through the server (new owner, a larger server token), and so on. The final release
+// stores the last local token, and the next acquisition's token is larger still.
+func TestLocalHandoff_TokensAndServerValue(t *testing.T) {
+	s, ctx, dial := privateServer(t)
+	c := dial()
+	m := c.Mutex("chain")
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner0, token0 := serverValue(t, s, m.spec.key)
+	if token0 != first.Token() {
+		t.Fatalf("server token %d, lease token %d", token0, first.Token())
+	}
+	const n = 2*localHandoffs + 4
+	type hold struct {
+		token  uint64
+		owner  string // on the server while held
+		stored uint64
+	}
+	holds := make([]hold, n)
+	wg := queueWaiters(t, ctx, m, n, func(i int, l *Lease) bool {
+		o, tok := serverValue(t, s, m.spec.key)
+		holds[i] = hold{l.Token(), o, tok}
+		return true
+	})
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	base, owner := token0, owner0
+	for i, h := range holds {
+		k := uint64(i+1) % (localHandoffs + 1) // local handoffs since the last server token
+		if k == 0 {
+			// A handoff through the server: new owner secret, a token past the local ones.
+			if h.owner == owner || h.token <= base+localHandoffs || h.stored != h.token {
+				t.Fatalf("handoff %d: owner changed %v, token %d (previous server token %d), stored %d: want a server handoff",
+					i+1, h.owner != owner, h.token, base, h.stored)
+			}
+			base, owner = h.token, h.owner
+			continue
+		}
+		if h.owner != owner || h.stored != base || h.token != base+k {
+			t.Fatalf("handoff %d: token %d, server value (same owner %v, token %d), want local: token %d over server token %d",
+				i+1, h.token, h.owner == owner, h.stored, base+k, base)
+		}
+	}
+	last := holds[n-1].token
+	if o, tok := serverValue(t, s, m.spec.key); o != "-" || tok != last {
+		t.Fatalf("after the last Unlock: owner %q token %d, want released with token %d", o, tok, last)
+	}
+	other := dial()
+	l, err := other.Mutex("chain").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() <= last {
+		t.Fatalf("next acquisition's token %d, not above the chain's last %d", l.Token(), last)
+	}
+	l.Unlock(ctx)
+}
+
+// A holder that got the lock by a local handoff has a lease like any other: renewed past its
+// TTL, and told (ErrLost) when the lock is taken from it. The next holder's token is larger.
+func TestLocalHandoff_RenewedAndLost(t *testing.T) {
+	_, ctx, dial := privateServer(t)
+	c := dial(WithTTL(300 * time.Millisecond))
+	m := c.Mutex("renewed")
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lease, 1)
+	release := make(chan struct{})
+	wg := queueWaiters(t, ctx, m, 1, func(_ int, l *Lease) bool {
+		got <- l
+		<-release
+		return false // lost: its Unlock says so
+	})
+	first.Unlock(ctx)
+	l := <-got
+	if l.Token() != first.Token()+1 {
+		t.Fatalf("token %d after %d: not a local handoff", l.Token(), first.Token())
+	}
+	// Several TTLs later the lease is still held and the server's value still has a lease.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("lease ended while held: %v", context.Cause(l.Context()))
+		}
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+		t.Fatalf("TTL = %v, %v", ttl, err)
+	}
+	admin := dial()
+	if _, err := admin.ForceUnlock(ctx, "renewed"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Context().Done():
+		if !errors.Is(context.Cause(l.Context()), ErrLost) {
+			t.Fatalf("cause %v, want ErrLost", context.Cause(l.Context()))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told that its lock was taken")
+	}
+	next, err := admin.Mutex("renewed").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token() <= l.Token() {
+		t.Fatalf("token %d after ForceUnlock, not above the local holder's %d", next.Token(), l.Token())
+	}
+	next.Unlock(ctx)
+	close(release)
+	wg.Wait()
+}
+
+// A waiter whose lease would differ (another TTL) gets the lock through the server.
+func TestLocalHandoff_DifferentLeaseGoesThroughServer(t *testing.T) {
+	s, ctx, dial := privateServer(t)
+	c := dial()
+	first, err := c.Mutex("ttl").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner0, _ := serverValue(t, s, first.st.spec.key)
+	m := c.Mutex("ttl", WithTTL(3*time.Second))
+	var owner string
+	var token uint64
+	wg := queueWaiters(t, ctx, m, 1, func(_ int, l *Lease) bool {
+		owner, _ = serverValue(t, s, m.spec.key)
+		token = l.Token()
+		return true
+	})
+	first.Unlock(ctx)
+	wg.Wait()
+	if owner == owner0 || token == first.Token()+1 {
+		t.Fatalf("owner unchanged %v, token %d after %d: want a handoff through the server", owner == owner0, token, first.Token())
+	}
+}
+
+// A lease received by local handoff can be re-entered: the server's value keeps the token of
+// the client's hold (below the lease's), which re-entry must accept.
+func TestLocalHandoff_Reentry(t *testing.T) {
+	_, ctx, dial := privateServer(t)
+	c := dial()
+	m := c.Mutex("reentry")
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inner error
+	var innerToken uint64
+	wg := queueWaiters(t, ctx, m, 1, func(_ int, l *Lease) bool {
+		r, err := m.Lock(l.Context())
+		if err != nil {
+			inner = err
+			return true
+		}
+		innerToken = r.Token()
+		inner = r.Unlock(ctx)
+		if err := l.Context().Err(); err != nil {
+			inner = fmt.Errorf("lease ended after the re-entry: %v", context.Cause(l.Context()))
+		}
+		return true
+	})
+	first.Unlock(ctx)
+	wg.Wait()
+	if inner != nil {
+		t.Fatalf("re-entering a locally handed-off lease: %v", inner)
+	}
+	if innerToken != first.Token()+1 {
+		t.Fatalf("re-entry token %d, want the lease's %d", innerToken, first.Token()+1)
 	}
 }

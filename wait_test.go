@@ -17,6 +17,7 @@ import (
 // Row "waiters exhausting connections" and "no polling": a waiter is woken by the release,
 // long before the holder's lease would run out, and sends no commands while it waits.
 func TestWaiting_WakesOnReleaseWithoutPolling(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -73,6 +74,7 @@ func evalCalls(t *testing.T) int { return scriptCalls(t, shared) }
 
 // Row "waiters exhausting connections": many waiters cost no connection each.
 func TestWaiting_HoldsNoConnection(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -134,6 +136,7 @@ func connectedClients(t *testing.T) int {
 // straight to it (handover.lua). Every hold still gets a new, larger token and holds never
 // overlap.
 func TestHandover_TokensAndExclusion(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		c := tr.dial(t, shared.URL())
 		name := uniqueName(t)
@@ -191,6 +194,7 @@ func TestHandover_TokensAndExclusion(t *testing.T) {
 // TestHandover_OtherClientNotStarved: a client whose goroutines always wait for a lock may pass
 // it among them only a few times in a row while another client waits; that client gets it.
 func TestHandover_OtherClientNotStarved(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		a := tr.dial(t, shared.URL())
 		b := tr.dial(t, shared.URL())
@@ -248,6 +252,7 @@ func TestHandover_OtherClientNotStarved(t *testing.T) {
 // TestHandover_WaitersGivingUp: waiters whose contexts end at random moments, some while the
 // lock is being handed to them, never leave the lock held by nobody.
 func TestHandover_WaitersGivingUp(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		c := tr.dial(t, shared.URL(), dlock.WithTTL(30*time.Second))
 		name := uniqueName(t)
