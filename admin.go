@@ -28,10 +28,11 @@ type Info struct {
 	TTL time.Duration
 	// Holder is the holder's description, stored with the lock by the library; zero when free.
 	Holder Holder
-	// Waiters is the number of clients subscribed to the lock's release channel (PUBSUB
-	// NUMSUB): each dlock Client subscribes once while any of its goroutines waits for the
-	// lock, so this counts waiting clients, not waiting goroutines. -1 when unknown. From
-	// ForceUnlock: the number of clients its release notice reached.
+	// Waiters is the number of clients waiting for the lock: the larger of the clients in its
+	// queue on the server (a client queues once however many of its goroutines wait; an entry
+	// that expired may count until it is cleared) and the clients subscribed to its release
+	// channel (PUBSUB NUMSUB; in quorum mode clients wait without queueing). -1 when unknown.
+	// From ForceUnlock: the number of clients its release notice reached.
 	Waiters int
 }
 
@@ -70,16 +71,17 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, c.e.redisErr("inspect "+strconv.Quote(name), err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 2 {
+	if !ok || len(arr) != 3 {
 		return Info{}, c.badReply("inspect", name, reply)
 	}
 	info, err := parseLock(name, arr[0], arr[1])
 	if err != nil {
 		return Info{}, err
 	}
+	queued, _ := arr[2].(int64)
 	info.Waiters = -1
 	if n, err := c.numSub(ctx, []string{releaseChannel(key)}); err == nil {
-		info.Waiters = n[0]
+		info.Waiters = max(n[0], int(queued))
 	}
 	return info, nil
 }
@@ -143,19 +145,22 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 		return nil, c.e.redisErr("list", err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 2*len(keys) {
+	if !ok || len(arr) != 3*len(keys) {
 		return nil, c.badReply("list", "", reply)
 	}
 	var held []Info
 	var channels []string
+	var queued []int
 	for i, key := range keys {
 		name, _ := nameOfKey(c.opts.prefix, key)
-		info, err := parseLock(name, arr[2*i], arr[2*i+1])
+		info, err := parseLock(name, arr[3*i], arr[3*i+1])
 		if err != nil || !info.Held {
 			continue // not a lock value (another application's key), or free
 		}
+		q, _ := arr[3*i+2].(int64)
 		held = append(held, info)
 		channels = append(channels, releaseChannel(key))
+		queued = append(queued, int(q))
 	}
 	if len(held) == 0 {
 		return nil, nil
@@ -164,7 +169,7 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 	for i := range held {
 		held[i].Waiters = -1
 		if err == nil {
-			held[i].Waiters = n[i]
+			held[i].Waiters = max(n[i], queued[i])
 		}
 	}
 	return held, nil

@@ -19,8 +19,9 @@ type backend interface {
 	// release runs release.lua.
 	release(ctx context.Context, r releaseReq) (released, error)
 	// renew sends one renewal round in one round trip where it can: the background releases
-	// first (one error per release), then the renewals (one outcome per lease).
-	renew(ctx context.Context, releases []releaseReq, leases []renewal) ([]error, []renewed)
+	// first (one error per release), then the renewals (one outcome per lease), then the
+	// refreshes of queue entries (one outcome per entry: ok, gone, or an error).
+	renew(ctx context.Context, r round) roundResult
 	// pttl runs pttl.lua: the remaining lease, and false when owner lost the lock.
 	pttl(ctx context.Context, keys []string, owner string) (time.Duration, bool, error)
 	// handover runs handover.lua; only where traits().handover.
@@ -53,6 +54,9 @@ type traits struct {
 	// retryJitter: a head woken by a release waits a random pause up to this long before its
 	// attempt, so that contenders who all heard the same release do not collide again.
 	retryJitter time.Duration
+	// queue: waiting clients queue on the server, and a release grants the lock to the first
+	// of them (docs/PROTOCOL.md, "The queue").
+	queue bool
 }
 
 // replicaAck asks that an acquisition or renewal count only once n replicas have it.
@@ -69,7 +73,7 @@ type releaseReq struct {
 	owner   string
 	all     bool   // every hold, not one
 	floor   uint64 // the lease's token: the least token the released value keeps
-	count   bool   // a final release says how many subscribers heard it
+	leave   string // a client id whose queue entry goes too
 }
 
 // renewal is one lease in a renewal round.
@@ -80,9 +84,30 @@ type renewal struct {
 	ack   replicaAck
 }
 
+// queued is one of a client's queue entries to keep alive.
+type queued struct {
+	key    string // the lock key
+	id     string // the entry's (its registration's)
+	window string // ms
+}
+
 // renewed is the outcome of one renewal: extended, lost (the owner no longer holds the
-// lock), or neither, with the error to retry after.
+// lock, or the entry is gone), or neither, with the error to retry after.
 type renewed struct {
 	ok  bool
 	err error
+}
+
+// round is one renewal round: background releases, lease renewals, queue entry refreshes.
+type round struct {
+	releases []releaseReq
+	leases   []renewal
+	entries  []queued
+}
+
+// roundResult answers a round: one error per release, one outcome per lease and per entry.
+type roundResult struct {
+	relErrs []error
+	leases  []renewed
+	entries []renewed
 }

@@ -281,11 +281,10 @@ func (q *quorum) releaseOwner(keys []string, owner string) {
 const answerWait = 2 * time.Second
 
 // release: the holds left as a majority counts them, or not owned when a majority says the
-// caller does not hold the lock. A counted release reports the most subscribers any answering
-// server had.
+// caller does not hold the lock.
 func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
 	c := releaseArgs{keys: r.keys, owner: r.owner, retention: q.retention, channel: r.channel,
-		all: r.all, floor: r.floor, count: r.count}.call()
+		all: r.all, floor: r.floor, leave: r.leave}.call()
 	var (
 		ok, notHeld, bad int
 		res              released
@@ -305,10 +304,6 @@ func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
 		case x.owned:
 			ok++
 			res.left = max(res.left, x.left)
-			if x.counted {
-				res.counted = true
-				res.heard = max(res.heard, x.heard)
-			}
 		default:
 			notHeld++
 		}
@@ -334,14 +329,19 @@ func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
 // otherwise (servers down or slow) its outcome is an error and the renewal loop retries it.
 // It waits no longer than a third of the shortest lease in the round, so that a server that
 // never answers cannot hold up every other lease's renewal.
-func (q *quorum) renew(ctx context.Context, releases []releaseReq, leases []renewal) ([]error, []renewed) {
+func (q *quorum) renew(ctx context.Context, rd round) roundResult {
+	releases, leases := rd.releases, rd.leases
 	relErrs := make([]error, len(releases))
 	for i, r := range releases {
 		_, relErrs[i] = q.release(ctx, r)
 	}
 	outs := make([]renewed, len(leases))
+	entries := make([]renewed, len(rd.entries))
+	for i := range entries {
+		entries[i].err = errNoQueue
+	}
 	if len(leases) == 0 {
-		return relErrs, outs
+		return roundResult{relErrs: relErrs, leases: outs, entries: entries}
 	}
 	n := len(q.nodes)
 	var calls []conn.Call
@@ -404,7 +404,7 @@ func (q *quorum) renew(ctx context.Context, releases []releaseReq, leases []rene
 			outs[k].err = fmt.Errorf("renewal undecided, %d of %d servers answered: %w", answers, n, errors.Join(errs...))
 		}
 	}
-	return relErrs, outs
+	return roundResult{relErrs: relErrs, leases: outs, entries: entries}
 }
 
 // pttl: the lease is held on a majority for at least the majority-th longest remaining lease;
@@ -450,7 +450,10 @@ func (q *quorum) pttl(ctx context.Context, keys []string, owner string) (time.Du
 	return res, held, err
 }
 
-var errNoHandover = errors.New("dlock: no handover in quorum mode")
+var (
+	errNoHandover = errors.New("dlock: no handover in quorum mode")
+	errNoQueue    = errors.New("dlock: no server-side queue in quorum mode")
+)
 
 func (q *quorum) handover(context.Context, handoverArgs) (handedOver, error) {
 	return handedOver{}, errNoHandover
@@ -509,7 +512,7 @@ func (q *quorum) first(ctx context.Context, f func(context.Context, conn.Conn) (
 
 func (q *quorum) inspect(ctx context.Context, keys []string) (any, error) {
 	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
-		return evalStrings(ctx, cn, scriptInspect, keys)
+		return evalStrings(ctx, cn, scriptInspect, inspectKeys(keys))
 	})
 }
 

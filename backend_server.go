@@ -35,7 +35,7 @@ func newOneServer(cn conn.Conn, retention time.Duration) *oneServer {
 }
 
 func (s *oneServer) traits() traits {
-	return traits{majority: 1, handover: true, replicaAck: true}
+	return traits{majority: 1, handover: true, replicaAck: true, queue: true}
 }
 
 func (s *oneServer) addr() string { return s.cn.Addr() }
@@ -47,6 +47,7 @@ func (s *oneServer) close() error {
 }
 
 func (s *oneServer) acquire(ctx context.Context, a acquireArgs, ack replicaAck) (acquired, int, error) {
+	a.sharded = s.cluster
 	c := a.call()
 	if ack.n == 0 {
 		r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
@@ -72,7 +73,7 @@ func (s *oneServer) acquire(ctx context.Context, a acquireArgs, ack replicaAck) 
 func (s *oneServer) releaseCall(r releaseReq) conn.Call {
 	return releaseArgs{
 		keys: r.keys, owner: r.owner, retention: s.retention, channel: r.channel,
-		all: r.all, sharded: s.cluster, floor: r.floor, count: r.count,
+		all: r.all, sharded: s.cluster, floor: r.floor, leave: r.leave,
 	}.call()
 }
 
@@ -91,48 +92,46 @@ const renewBatch = 256
 
 // renew sends the round in one pipeline: the releases, then renew.lua calls of up to
 // renewBatch keys (on a Cluster, of one slot each), then, if a lease asks for replica
-// acknowledgement, one WAIT that covers every renewal before it.
-func (s *oneServer) renew(ctx context.Context, releases []releaseReq, leases []renewal) ([]error, []renewed) {
-	calls := make([]conn.Call, 0, len(releases)+len(leases)/renewBatch+2)
-	for _, r := range releases {
+// acknowledgement, one WAIT that covers every renewal before it, then queue.lua calls for the
+// queue entries (cut the same way).
+func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
+	calls := make([]conn.Call, 0, len(rd.releases)+len(rd.leases)/renewBatch+len(rd.entries)/renewBatch+3)
+	for _, r := range rd.releases {
 		calls = append(calls, s.releaseCall(r))
 	}
-	order := make([]int, len(leases)) // leases in the order their keys go out
-	for i := range order {
-		order[i] = i
+	leaseKeys := make([]string, len(rd.leases))
+	for i, l := range rd.leases {
+		leaseKeys[i] = l.key
 	}
-	if s.cluster {
-		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(slot.Of(leases[a].key), slot.Of(leases[b].key)) })
-	}
-	type span struct{ from, to int } // in order
-	var spans []span
-	for i := 0; i < len(order); {
-		j := min(i+renewBatch, len(order))
-		if s.cluster {
-			sl := slot.Of(leases[order[i]].key)
-			j = i + 1
-			for j < len(order) && j-i < renewBatch && slot.Of(leases[order[j]].key) == sl {
-				j++
-			}
-		}
-		keys := make([]string, 0, j-i)
-		owners := make([]string, 0, j-i)
-		ttls := make([]string, 0, j-i)
-		for _, k := range order[i:j] {
-			keys = append(keys, leases[k].key)
-			owners = append(owners, leases[k].owner)
-			ttls = append(ttls, leases[k].ttl)
+	leaseChunks := s.chunks(leaseKeys)
+	for _, ch := range leaseChunks {
+		keys, owners, ttls := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
+		for k, idx := range ch {
+			keys[k], owners[k], ttls[k] = rd.leases[idx].key, rd.leases[idx].owner, rd.leases[idx].ttl
 		}
 		calls = append(calls, renewCall(keys, owners, ttls))
-		spans = append(spans, span{i, j})
-		i = j
 	}
 	var ack replicaAck
-	for _, l := range leases {
+	for _, l := range rd.leases {
 		ack.n, ack.wait = max(ack.n, l.ack.n), max(ack.wait, l.ack.wait)
 	}
+	waitAt := -1
 	if ack.n > 0 {
+		waitAt = len(calls)
 		calls = append(calls, conn.Call{WaitReplicas: ack.n, WaitTimeout: ack.wait})
+	}
+	entryKeys := make([]string, len(rd.entries))
+	for i, q := range rd.entries {
+		entryKeys[i] = q.key
+	}
+	entryChunks := s.chunks(entryKeys)
+	entryFrom := len(calls)
+	for _, ch := range entryChunks {
+		keys, ids, windows := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
+		for k, idx := range ch {
+			keys[k], ids[k], windows[k] = rd.entries[idx].key, rd.entries[idx].id, rd.entries[idx].window
+		}
+		calls = append(calls, queueCall(keys, ids, windows))
 	}
 	results := s.cn.EvalMulti(ctx, calls)
 	result := func(i int) conn.Result {
@@ -141,40 +140,83 @@ func (s *oneServer) renew(ctx context.Context, releases []releaseReq, leases []r
 		}
 		return conn.Result{Err: errShortReply}
 	}
-	relErrs := make([]error, len(releases))
-	for i := range releases {
+	var res roundResult
+	res.relErrs = make([]error, len(rd.releases))
+	for i := range rd.releases {
 		if r := result(i); r.Err != nil {
-			relErrs[i] = r.Err
+			res.relErrs[i] = r.Err
 		} else if _, err := readRelease(r.Ints); err != nil {
-			relErrs[i] = err
+			res.relErrs[i] = err
 		}
 	}
 	acked := -1
-	if ack.n > 0 {
-		if w := result(len(calls) - 1); w.Err == nil && len(w.Ints) == 1 {
+	if waitAt >= 0 {
+		if w := result(waitAt); w.Err == nil && len(w.Ints) == 1 {
 			acked = int(w.Ints[0])
 		}
 	}
-	outs := make([]renewed, len(leases))
-	for c, sp := range spans {
-		r := result(len(releases) + c)
-		var oks []bool
-		err := r.Err
+	res.leases = make([]renewed, len(rd.leases))
+	for c, ch := range leaseChunks {
+		r := result(len(rd.releases) + c)
+		oks, err := r.Ints, r.Err
+		var flags []bool
 		if err == nil {
-			oks, err = readRenew(r.Ints, sp.to-sp.from)
+			flags, err = readRenew(oks, len(ch))
 		}
-		for k, idx := range order[sp.from:sp.to] {
+		for k, idx := range ch {
 			switch {
 			case err != nil:
-				outs[idx].err = err
-			case oks[k] && leases[idx].ack.n > 0 && leases[idx].ack.n > acked:
-				outs[idx].err = errNotAcked // renewed on the master only: try again
+				res.leases[idx].err = err
+			case flags[k] && rd.leases[idx].ack.n > 0 && rd.leases[idx].ack.n > acked:
+				res.leases[idx].err = errNotAcked // renewed on the master only: try again
 			default:
-				outs[idx].ok = oks[k]
+				res.leases[idx].ok = flags[k]
 			}
 		}
 	}
-	return relErrs, outs
+	res.entries = make([]renewed, len(rd.entries))
+	for c, ch := range entryChunks {
+		r := result(entryFrom + c)
+		var flags []bool
+		err := r.Err
+		if err == nil {
+			flags, err = readQueue(r.Ints, len(ch))
+		}
+		for k, idx := range ch {
+			if err != nil {
+				res.entries[idx].err = err
+			} else {
+				res.entries[idx].ok = flags[k]
+			}
+		}
+	}
+	return res
+}
+
+// chunks cuts keys into the calls of a round: up to renewBatch each, and on a Cluster of one
+// slot each. It returns indexes into keys.
+func (s *oneServer) chunks(keys []string) [][]int {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	if s.cluster {
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(slot.Of(keys[a]), slot.Of(keys[b])) })
+	}
+	var out [][]int
+	for i := 0; i < len(order); {
+		j := min(i+renewBatch, len(order))
+		if s.cluster {
+			sl := slot.Of(keys[order[i]])
+			j = i + 1
+			for j < len(order) && j-i < renewBatch && slot.Of(keys[order[j]]) == sl {
+				j++
+			}
+		}
+		out = append(out, order[i:j])
+		i = j
+	}
+	return out
 }
 
 var (
@@ -192,7 +234,6 @@ func (s *oneServer) pttl(ctx context.Context, keys []string, owner string) (time
 }
 
 func (s *oneServer) handover(ctx context.Context, h handoverArgs) (handedOver, error) {
-	h.sharded = s.cluster
 	c := h.call()
 	r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
 	if err != nil {
@@ -205,8 +246,19 @@ func (s *oneServer) listen(ctx context.Context, h conn.Handler) (conn.Listener, 
 	return s.cn.Listen(ctx, h)
 }
 
+// inspect runs inspect.lua on the locks whose keys are given (with their queues).
 func (s *oneServer) inspect(ctx context.Context, keys []string) (any, error) {
-	return evalStrings(ctx, s.cn, scriptInspect, keys)
+	return evalStrings(ctx, s.cn, scriptInspect, inspectKeys(keys))
+}
+
+// inspectKeys pairs each lock key with its queue, as inspect.lua takes them.
+func inspectKeys(keys []string) []string {
+	out := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		q, _ := queueKeys(k)
+		out = append(out, k, q)
+	}
+	return out
 }
 
 func (s *oneServer) forceUnlock(ctx context.Context, key, channel string) (any, error) {

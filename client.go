@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,8 +54,9 @@ type engine struct {
 	notices *notifier
 	guard   *evictionGuard
 
-	ownerID string // 128 random bits; each lease's secret is ownerID + a sequence number
-	seq     atomic.Uint64
+	ownerID  string // 128 random bits; each lease's secret is ownerID + a sequence number
+	clientID string // 64 random bits, public: names this client's queue entries
+	seq      atomic.Uint64
 	closed  atomic.Bool
 	done    chan struct{} // closed by Close: waiters stop waiting
 }
@@ -124,7 +126,7 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	var secret [16]byte
+	var secret [24]byte
 	if _, err := rand.Read(secret[:]); err != nil {
 		return nil, fmt.Errorf("dlock: owner secret: %w", err)
 	}
@@ -132,12 +134,14 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 		b:       b,
 		traits:  tr,
 		guard:   guard,
-		ownerID: base64.RawURLEncoding.EncodeToString(secret[:]) + ":",
-		done:    make(chan struct{}),
+		ownerID:  base64.RawURLEncoding.EncodeToString(secret[:16]) + ":",
+		clientID: hex.EncodeToString(secret[16:]),
+		done:     make(chan struct{}),
 	}
 	e.renewer = newRenewer(b, guard.check)
-	e.notices = newNotifier(b.listen)
+	e.notices = newNotifier(b.listen, e.granted)
 	e.waits = newWaitQueues(e.notices)
+	e.renewer.entryGone = e.waits.entryGone
 	c := &Client{e: e, opts: o, meta: holderMeta(o.label)}
 	c.bg.Add(2)
 	go func() { defer c.bg.Done(); e.renewer.run() }()
@@ -170,14 +174,14 @@ func (c *Client) Close() error {
 func (e *engine) releaseAll() error {
 	held, releases := e.renewer.drain()
 	for _, st := range held {
-		releases = append(releases, st.releaseReq(true, false))
+		releases = append(releases, st.releaseReq(true))
 	}
 	if len(releases) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	errs, _ := e.b.renew(ctx, releases, nil)
+	errs := e.b.renew(ctx, round{releases: releases}).relErrs
 	var failed []error
 	for i, st := range held {
 		if err := errs[len(errs)-len(held)+i]; err != nil {

@@ -39,7 +39,7 @@ type evictionError struct {
 }
 
 func (e *evictionError) Error() string {
-	if e.evicted > 0 && e.policy == "noeviction" {
+	if e.evicted > 0 && (e.policy == "noeviction" || e.maxmemory == 0) {
 		return fmt.Sprintf("dlock: server %s evicted %d keys since it was last checked (its maxmemory-policy was changed and changed back?): locks it held may be gone",
 			e.addr, e.evicted)
 	}
@@ -147,12 +147,13 @@ func (g *evictionGuard) assess(mem map[string]serverMemory) error {
 	for addr, m := range mem {
 		prev, seen := g.evicted[addr]
 		g.evicted[addr] = m.evicted
+		var delta int64
+		if seen && m.evicted > prev { // a counter that went down belongs to a restarted server
+			delta = m.evicted - prev
+		}
 		var e *evictionError
-		switch {
-		case m.mayEvict():
-			e = &evictionError{addr: addr, maxmemory: m.maxmemory, policy: m.policy}
-		case seen && m.evicted > prev: // a counter that went down belongs to a restarted server
-			e = &evictionError{addr: addr, maxmemory: m.maxmemory, policy: m.policy, evicted: m.evicted - prev}
+		if m.mayEvict() || delta > 0 {
+			e = &evictionError{addr: addr, maxmemory: m.maxmemory, policy: m.policy, evicted: delta}
 		}
 		if e == nil {
 			if g.warned[addr] {
@@ -162,10 +163,12 @@ func (g *evictionGuard) assess(mem map[string]serverMemory) error {
 			continue
 		}
 		if g.allow {
+			// Once when the setting is found, and again at every reading that finds keys
+			// evicted (at most once per evictionCheckEvery while leases are held).
 			if !g.warned[addr] || e.evicted > 0 {
 				g.warned[addr] = true
 				g.logger.Warn("dlock: server may evict lock keys; going on as WithUnsafeEviction allows: a lock whose key is evicted can be taken by a second client before its holder learns it was lost",
-					"server", addr, "maxmemory", m.maxmemory, "maxmemory_policy", m.policy, "evicted_keys", e.evicted)
+					"server", addr, "maxmemory", m.maxmemory, "maxmemory_policy", m.policy, "evicted_since_last_check", e.evicted)
 			}
 			continue
 		}

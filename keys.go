@@ -7,6 +7,7 @@ import "strings"
 //
 //	key      <prefix>{<tag>}      tag = name, or "{" + name when name starts with '{' or '}'
 //	channel  <key>:rel
+//	queue    <key>:q, <key>:w     the clients waiting for it
 //
 // The braces make the tag the Redis Cluster hash tag, so that the key, the channel and any
 // later key of the same lock share one slot. Redis takes the tag from the first '{' to the
@@ -25,6 +26,10 @@ func lockKey(prefix, name string) string {
 
 // releaseChannel returns the channel on which releases of the lock with this key are announced.
 func releaseChannel(key string) string { return key + ":rel" }
+
+// queueKeys returns the keys of the lock's server-side queue: the sorted set of waiting
+// clients, and the hash of their entries (docs/PROTOCOL.md, "The queue").
+func queueKeys(key string) (queue, entries string) { return key + ":q", key + ":w" }
 
 // nameOfKey returns the lock name whose key under prefix is key, or false when key is not
 // the key of a lock.

@@ -40,6 +40,7 @@ type leaseState struct {
 	state    atomic.Int32
 	deadline atomic.Int64 // mono ns at which the lease counts as lost unless renewed first
 	ttl      atomic.Int64 // lease length in ns; Extend changes it
+	confirm  atomic.Bool  // granted by the server for the acceptance window: renew to ttl at once
 
 	mu       sync.Mutex      // guards lastSent, holds, parent, ctx, cause
 	lastSent int64           // mono ns when the newest successful acquire/renew was sent
@@ -98,9 +99,6 @@ type ending uint8
 const (
 	// endReleased: Unlock released the lock on the server; this client's waiters are woken.
 	endReleased ending = iota
-	// endReleasedUnheard: the same, and no other client heard the release: this client's
-	// head tries at once instead of holding back for others (see fairnessYield).
-	endReleasedUnheard
 	// endPassedOn: the lock went to a waiter of this client, who holds it now; nobody to wake.
 	endPassedOn
 	// endLost: the lock is, or may be, someone else's now (cause wraps ErrLost).
@@ -135,7 +133,7 @@ func (st *leaseState) end(how ending, cause error) bool {
 	}
 	st.e.renewer.remove(st)
 	if how != endPassedOn {
-		st.e.waits.leaseEnded(st.spec.key, st.token, how == endReleasedUnheard)
+		st.e.waits.leaseEnded(st.spec.key, st.token)
 	}
 	return true
 }
@@ -176,11 +174,10 @@ func (st *leaseState) lostAtUnlock() error {
 	return fmt.Errorf("%w: %q was lost before Unlock (%w)", ErrLost, st.spec.name, ErrNotHeld)
 }
 
-// releaseReq releases one hold of this lease, or all; count asks a final release how many
-// subscribers heard it. The floor is the lease's token: after local handoffs it is above the
-// stored one, and in quorum mode each server's may be below it.
-func (st *leaseState) releaseReq(all, count bool) releaseReq {
-	return releaseReq{keys: st.spec.keys, channel: st.spec.channel, owner: st.owner, all: all, floor: st.token, count: count}
+// releaseReq releases one hold of this lease, or all. The floor is the lease's token: after
+// local handoffs it is above the stored one, and in quorum mode each server's may be below it.
+func (st *leaseState) releaseReq(all bool) releaseReq {
+	return releaseReq{keys: st.spec.keys, channel: st.spec.channel, owner: st.owner, all: all, floor: st.token}
 }
 
 // leaseCtx is the context of a lease: cancelled when the lease ends. Err and Value check the
@@ -309,7 +306,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return st.endedErr()
 	}
 	sent := mono()
-	_, outs := st.e.b.renew(ctx, nil, []renewal{{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack}})
+	outs := st.e.b.renew(ctx, round{leases: []renewal{{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack}}}).leases
 	switch {
 	case outs[0].err == errNotAcked:
 		return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.spec.name)
@@ -385,7 +382,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	// An inner hold: drop it on the server. Or a lease already lost: clear what the server may
 	// still hold of it, and tell the caller.
-	res, err := st.e.b.release(ctx, st.releaseReq(last, false))
+	res, err := st.e.b.release(ctx, st.releaseReq(last))
 	switch {
 	case state == stateLost:
 		return st.lostAtUnlock() // whatever the server said: the loss is what the caller must know

@@ -22,7 +22,7 @@ type Mutex struct {
 type lockSpec struct {
 	name    string
 	key     string   // lockKey: the name is the cluster hash tag
-	keys    []string // {key}, for script calls
+	keys    []string // key and its queue keys, for script calls
 	channel string   // where releases are announced
 	ttl     time.Duration
 	ttlArg  string // ttl in ms, as the scripts take it
@@ -49,8 +49,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 		m.err = err
 	}
 	key := lockKey(o.prefix, name)
+	qkey, wkey := queueKeys(key)
 	m.spec = &lockSpec{
-		name: name, key: key, keys: []string{key}, channel: releaseChannel(key),
+		name: name, key: key, keys: []string{key, qkey, wkey}, channel: releaseChannel(key),
 		ttl: o.ttl, ttlArg: ms(o.ttl), renew: o.renew, meta: c.meta,
 		ack: replicaAck{n: o.ackN, wait: o.ackWait},
 	}
@@ -96,9 +97,9 @@ func (m *Mutex) lock(ctx context.Context, wait bool) (*Lease, error) {
 	if st := heldIn(ctx, e, spec.key); st != nil {
 		return e.reenter(ctx, st)
 	}
-	attempt := func(ctx context.Context) (*leaseState, holder, error) { return e.attempt(ctx, spec) }
+	attempt := func(ctx context.Context, reg *registration) (*leaseState, holder, error) { return e.attempt(ctx, spec, reg) }
 	if !wait {
-		st, h, err := attempt(ctx)
+		st, h, err := attempt(ctx, nil)
 		if err != nil || st != nil {
 			return leaseOf(st), err
 		}
@@ -114,26 +115,45 @@ type holder struct {
 	token uint64        // its token
 }
 
-// attempt runs acquire.lua once for spec with a new owner secret. It returns the lease, or
-// the holder that refused it, or an error.
-func (e *engine) attempt(ctx context.Context, spec *lockSpec) (*leaseState, holder, error) {
+// attempt runs acquire.lua once for spec: with a new owner secret, or, with a registration,
+// with its owner, queueing the client on the server under it if the lock is held. It returns
+// the lease, or the holder that refused it, or an error.
+func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration) (*leaseState, holder, error) {
 	if err := e.guard.refusal(ctx); err != nil {
 		return nil, holder{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
 	}
-	owner := e.newOwner()
+	a := acquireArgs{keys: spec.keys, owner: "", ttl: spec.ttlArg, meta: spec.meta, channel: spec.channel, client: ""}
+	if reg != nil {
+		a.owner, a.queue, a.client, a.window = reg.owner, true, reg.id, reg.winArg
+	} else {
+		a.owner = e.newOwner()
+	}
+	owner := a.owner
 	sent := mono()
-	res, acked, err := e.b.acquire(ctx, acquireArgs{keys: spec.keys, owner: owner, ttl: spec.ttlArg, meta: spec.meta}, spec.ack)
+	res, acked, err := e.b.acquire(ctx, a, spec.ack)
 	if err != nil {
 		// The script may have run all the same (the reply was lost, or the caller gave up
-		// waiting for it): release under this owner secret, so that no lease nobody holds lingers.
-		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
+		// waiting for it): release under this owner secret, so that no lease nobody holds
+		// lingers. A registration is withdrawn the same way, with its entry, and a grant to it
+		// announced later is ignored.
+		if reg == nil || !e.unregister(reg) {
+			e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
+		}
 		if ctx.Err() != nil {
 			return nil, holder{}, spec.ctxErr(ctx)
 		}
 		return nil, holder{}, e.redisErr("lock "+strconv.Quote(spec.name), err)
 	}
 	if !res.ok {
+		if reg != nil {
+			e.registered(reg, sent)
+		}
 		return nil, holder{pttl: res.pttl, token: res.token}, nil
+	}
+	if reg != nil && !e.claimed(reg) {
+		// Granted to reg, and the announcement got there first: the lease is on its way to
+		// the head. Wait for it.
+		return nil, holder{pttl: -1, token: res.token}, nil
 	}
 	if spec.ack.n > 0 && acked < spec.ack.n {
 		// Roll back: a failover now could hand the lock to a replica that never saw it.

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,18 +12,27 @@ import (
 
 // notifier is the one pub/sub subscription of a Client. Queues whose head waits for a lock
 // register the lock's release channel; the notifier keeps the server-side subscriptions equal
-// to that set and routes each release notice to its queue. It opens its connection on first
-// need and, when the connection drops, reopens it, subscribes again and wakes every head
-// (a notice may have been missed meanwhile). Waiters themselves hold no connection.
+// to that set, plus the channels whose last queue left less than linger ago (a client that
+// locks a hot name again and again keeps its subscription), and routes each announcement to
+// its queue, or, for a grant, to the engine. It opens its connection on first need and, when
+// the connection drops, reopens it, subscribes again and wakes every head (an announcement may
+// have been missed meanwhile). Waiters themselves hold no connection.
 type notifier struct {
 	listen func(context.Context, conn.Handler) (conn.Listener, error) // the backend's
+	grant  func(id string, token uint64)                              // a grant announced (engine.granted)
 
 	mu   sync.Mutex
 	subs map[string]*queue // channel -> queue wanting its notices
 	// live: channels whose subscription the server confirmed and that no unsubscribe has been
 	// decided for since. A queue registered on a live channel hears every later notice but
-	// gets no confirmation of its own, so add wakes it instead.
+	// gets no confirmation of its own.
 	live map[string]bool
+	// idle: channels no queue wants, kept subscribed since (mono ns) for linger; released:
+	// the newest token a release announced on each of them meanwhile. A queue registered on
+	// such a channel is woken if a release it may have missed (of the holder it waits for, or
+	// later) was announced.
+	idle     map[string]int64
+	released map[string]uint64
 
 	dirty chan struct{} // capacity 1: subs changed
 	quit  chan struct{}
@@ -32,37 +42,57 @@ type notifier struct {
 	active map[string]bool // channels subscribed on ln
 }
 
-func newNotifier(listen func(context.Context, conn.Handler) (conn.Listener, error)) *notifier {
+func newNotifier(listen func(context.Context, conn.Handler) (conn.Listener, error), grant func(string, uint64)) *notifier {
 	return &notifier{
 		listen: listen,
+		grant:  grant,
 		subs:   make(map[string]*queue),
-		live:   make(map[string]bool),
-		dirty:  make(chan struct{}, 1),
+		live:     make(map[string]bool),
+		idle:     make(map[string]int64),
+		released: make(map[string]uint64),
+		dirty:    make(chan struct{}, 1),
 		quit:   make(chan struct{}),
 		active: make(map[string]bool),
 	}
 }
 
+// linger is how long a channel stays subscribed after its last queue left, and maxIdle how
+// many channels may linger at once.
+const (
+	linger  = time.Second
+	maxIdle = 1024
+)
+
 // add routes channel's notices to q. Its head made an attempt before this call, and a release
 // between that attempt and now sent a notice nobody routed to q: the head must try again once
 // notices reach it. On a new subscription the server's confirmation wakes it (onSubscribed);
-// on a channel still live from a queue that just left, add wakes it at once.
+// on a channel still subscribed since a queue left, add wakes it if a release of the holder it
+// waits for (or a later one) was announced meanwhile.
 func (n *notifier) add(channel string, q *queue) {
 	n.mu.Lock()
 	n.subs[channel] = q
+	_, lingering := n.idle[channel]
+	delete(n.idle, channel)
 	live := n.live[channel]
+	missed := n.released[channel] >= q.blockedOn.Load()
+	delete(n.released, channel)
 	n.mu.Unlock()
-	n.markDirty()
-	if live {
+	if !lingering {
+		n.markDirty()
+	}
+	if live && (!lingering || missed) {
 		q.wakeHead(anyToken)
 	}
 }
 
-// remove stops routing channel to q (a newer queue for the same lock may have taken its place).
+// remove stops routing channel to q (a newer queue for the same lock may have taken its place);
+// the channel lingers.
 func (n *notifier) remove(channel string, q *queue) {
 	n.mu.Lock()
 	if n.subs[channel] == q {
 		delete(n.subs, channel)
+		n.idle[channel] = mono()
+		delete(n.released, channel)
 	}
 	n.mu.Unlock()
 	n.markDirty()
@@ -77,13 +107,6 @@ func (n *notifier) markDirty() {
 
 func (n *notifier) stop() { close(n.quit) }
 
-// isLive reports whether the server confirmed this client's subscription to channel (so a
-// release there counts this client among the subscribers that heard it).
-func (n *notifier) isLive(channel string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.live[channel]
-}
 
 func (n *notifier) lookup(channel string) *queue {
 	n.mu.Lock()
@@ -91,12 +114,34 @@ func (n *notifier) lookup(channel string) *queue {
 	return n.subs[channel]
 }
 
+// onMessage takes an announcement: "<token>" for a release (the head tries again unless it
+// waits for a newer holder), "g <token> <registration id> <window ms>" for a grant (to this
+// client's registration: the lease; to another's: the head keeps waiting for its own).
 func (n *notifier) onMessage(channel, payload string) {
-	if q := n.lookup(channel); q != nil {
-		token, err := strconv.ParseUint(payload, 10, 64)
+	if rest, ok := strings.CutPrefix(payload, "g "); ok {
+		tok, rest, _ := strings.Cut(rest, " ")
+		id, _, _ := strings.Cut(rest, " ")
+		token, err := strconv.ParseUint(tok, 10, 64)
 		if err != nil {
-			token = anyToken
+			return
 		}
+		if q := n.lookup(channel); q != nil {
+			q.heldBy(token)
+		}
+		n.grant(id, token)
+		return
+	}
+	token, err := strconv.ParseUint(payload, 10, 64)
+	if err != nil {
+		token = anyToken
+	}
+	n.mu.Lock()
+	q := n.subs[channel]
+	if _, ok := n.idle[channel]; ok && q == nil && token > n.released[channel] {
+		n.released[channel] = token
+	}
+	n.mu.Unlock()
+	if q != nil {
 		q.wakeHead(token)
 	}
 }
@@ -126,6 +171,9 @@ func (n *notifier) run() {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	expire := time.NewTimer(time.Hour) // the next lingering channel to let go
+	expire.Stop()
+	defer expire.Stop()
 	for {
 		var lost <-chan error
 		if n.ln != nil {
@@ -136,9 +184,13 @@ func (n *notifier) run() {
 			return
 		case <-n.dirty:
 		case <-retry.C:
+		case <-expire.C:
 		case <-lost:
 			n.closeListener()
 			n.wakeEveryHead()
+		}
+		if d := n.nextExpiry(); d >= 0 {
+			expire.Reset(d)
 		}
 		if err := n.syncSubscriptions(); err != nil {
 			// Heads fall back on their holders' lease times until the subscription is back.
@@ -152,9 +204,43 @@ func (n *notifier) run() {
 	}
 }
 
-// syncSubscriptions makes the server-side subscriptions equal to subs.
+// nextExpiry returns when the oldest lingering channel is due to go (-1: none).
+func (n *notifier) nextExpiry() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	oldest := int64(-1)
+	for _, since := range n.idle {
+		if oldest < 0 || since < oldest {
+			oldest = since
+		}
+	}
+	if oldest < 0 {
+		return -1
+	}
+	return max(time.Duration(oldest+int64(linger)-mono()), 0)
+}
+
+// syncSubscriptions makes the server-side subscriptions equal to subs and the channels still
+// lingering.
 func (n *notifier) syncSubscriptions() error {
 	n.mu.Lock()
+	now := mono()
+	for len(n.idle) > maxIdle {
+		var oldestCh string
+		oldest := int64(-1)
+		for ch, since := range n.idle {
+			if oldest < 0 || since < oldest {
+				oldestCh, oldest = ch, since
+			}
+		}
+		delete(n.idle, oldestCh)
+	}
+	for ch, since := range n.idle {
+		if now-since >= int64(linger) {
+			delete(n.idle, ch)
+			delete(n.released, ch)
+		}
+	}
 	var sub, unsub []string
 	for ch := range n.subs {
 		if !n.active[ch] {
@@ -162,7 +248,7 @@ func (n *notifier) syncSubscriptions() error {
 		}
 	}
 	for ch := range n.active {
-		if n.subs[ch] == nil {
+		if _, lingering := n.idle[ch]; n.subs[ch] == nil && !lingering {
 			unsub = append(unsub, ch)
 			delete(n.live, ch) // a queue added from now on waits for the next confirmation
 		}
@@ -206,6 +292,8 @@ func (n *notifier) syncSubscriptions() error {
 func (n *notifier) closeListener() {
 	n.mu.Lock()
 	clear(n.live)
+	clear(n.idle)
+	clear(n.released)
 	n.mu.Unlock()
 	if n.ln != nil {
 		n.ln.Close()

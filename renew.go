@@ -21,13 +21,16 @@ import (
 // carry the background releases (an acquisition whose caller gave up mid-call, an Unlock whose
 // release failed) and, every evictionCheckEvery while leases are held, the eviction check.
 type renewer struct {
-	b     backend
-	check func(context.Context) (risk, err error) // the eviction check (evict.go)
+	b         backend
+	check     func(context.Context) (risk, err error) // the eviction check (evict.go)
+	entryGone func(*registration)                     // a queue entry the server no longer has (wait.go)
 
 	mu       sync.Mutex
 	h        leaseHeap     // leases not yet due
 	pending  []*leaseState // due, waiting for the round in flight to come back
 	flying   []*leaseState // in the round in flight
+	entries  entryHeap     // queue registrations, by when their entry is next refreshed
+	refresh  []*registration // those in the round in flight
 	releases []release     // background releases not yet sent
 	sending  []release     // those in the round in flight
 	sentAt   int64         // mono ns when the round in flight was handed to the sender
@@ -38,24 +41,22 @@ type renewer struct {
 
 	kick   chan struct{} // capacity 1: the earliest due time changed, or there is a release
 	quit   chan struct{}
-	rounds chan round       // to the sender
-	done   chan roundResult // from the sender
+	rounds chan sendReq // to the sender
+	done   chan sendRes // from the sender
 	ctx    context.Context  // cancelled by stop, to abandon a round in flight
 	halt   context.CancelFunc
 }
 
-// round is what the loop hands the sender.
-type round struct {
-	releases []releaseReq
-	leases   []renewal
-	check    bool // run the eviction check first
+// sendReq is what the loop hands the sender: a round, and whether to run the eviction check.
+type sendReq struct {
+	round
+	check bool
 }
 
-// roundResult is the sender's answer: one error per release, one outcome per lease.
-type roundResult struct {
-	relErrs []error
-	outs    []renewed
-	risk    error // the check found a server that may evict lock keys
+// sendRes is the sender's answer.
+type sendRes struct {
+	roundResult
+	risk error // the check found a server that may evict lock keys
 }
 
 // orphanRecheck is when an orphan release is sent a second time. The transports spread calls
@@ -87,7 +88,7 @@ func newRenewer(b backend, check func(context.Context) (error, error)) *renewer 
 		b: b, check: check,
 		wakeAt: -1, checkDue: mono() + int64(evictionCheckEvery),
 		kick: make(chan struct{}, 1), quit: make(chan struct{}),
-		rounds: make(chan round, 1), done: make(chan roundResult, 1),
+		rounds: make(chan sendReq, 1), done: make(chan sendRes, 1),
 		ctx: ctx, halt: cancel,
 	}
 }
@@ -112,6 +113,9 @@ func (r *renewer) add(st *leaseState) bool {
 
 // dueAfter returns when st must next be renewed after a successful request sent at sent.
 func dueAfter(st *leaseState, sent int64) int64 {
+	if st.confirm.Load() {
+		return mono() // granted for the acceptance window only: renew to its TTL at once
+	}
 	if !st.spec.renew {
 		return st.deadline.Load()
 	}
@@ -177,7 +181,7 @@ func (r *renewer) background(rs ...release) {
 	if stopped {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		r.b.renew(ctx, []releaseReq{rs[0].req}, nil)
+		r.b.renew(ctx, round{releases: []releaseReq{rs[0].req}})
 		return
 	}
 	r.poke()
@@ -248,7 +252,7 @@ func (r *renewer) run() {
 				case res := <-r.done:
 					r.apply(res)
 				case <-senderDone:
-					r.apply(roundResult{})
+					r.apply(sendRes{})
 				}
 			}
 			<-senderDone
@@ -284,13 +288,13 @@ func (r *renewer) send() {
 // deadlines itself, and abandoning a pipeline mid-flight can break a shared connection under
 // other callers' commands (rueidis closes a connection whose synchronous call timed out).
 // Close cancels it.
-func (r *renewer) sendRound(rd round) roundResult {
-	var res roundResult
+func (r *renewer) sendRound(rd sendReq) sendRes {
+	var res sendRes
 	if rd.check {
 		res.risk, _ = r.check(r.ctx) // a server that cannot be read: its renewals tell
 	}
-	if len(rd.releases) > 0 || len(rd.leases) > 0 {
-		res.relErrs, res.outs = r.b.renew(r.ctx, rd.releases, rd.leases)
+	if len(rd.releases) > 0 || len(rd.leases) > 0 || len(rd.entries) > 0 {
+		res.roundResult = r.b.renew(r.ctx, rd.round)
 	}
 	return res
 }
@@ -310,6 +314,9 @@ func (r *renewer) nextWake() time.Duration {
 	}
 	if len(r.h) > 0 {
 		earliest(r.h[0].due)
+	}
+	if len(r.entries) > 0 && !r.inFlight {
+		earliest(r.entries[0].due)
 	}
 	if r.inFlight {
 		for _, st := range r.pending {
@@ -349,7 +356,7 @@ func (r *renewer) next() {
 	for _, st := range r.pending {
 		switch {
 		case st.state.Load() != stateHeld:
-		case now >= st.deadline.Load() || !st.spec.renew:
+		case now >= st.deadline.Load() || (!st.spec.renew && !st.confirm.Load()):
 			lost = append(lost, st)
 		default:
 			keep = append(keep, st)
@@ -362,9 +369,16 @@ func (r *renewer) next() {
 			lost = append(lost, st)
 		}
 	}
-	var rd round
+	var rd sendReq
 	send := false
 	if !r.inFlight {
+		for len(r.entries) > 0 && r.entries[0].due-int64(r.entries[0].window/6) <= now {
+			reg := heap.Pop(&r.entries).(*registration)
+			if reg.state.Load() == regQueued {
+				r.refresh = append(r.refresh, reg)
+				rd.entries = append(rd.entries, queued{key: reg.spec.key, id: reg.id, window: reg.winArg})
+			}
+		}
 		keep := r.releases[:0]
 		for _, rel := range r.releases {
 			if rel.at <= now {
@@ -380,13 +394,17 @@ func (r *renewer) next() {
 		if rd.check {
 			r.checkDue = now + int64(evictionCheckEvery)
 		}
-		if len(r.pending) > 0 || len(rd.releases) > 0 || rd.check {
+		if len(r.pending) > 0 || len(rd.releases) > 0 || len(rd.entries) > 0 || rd.check {
 			send = true
 			r.inFlight = true
 			r.flying, r.pending = r.pending, nil
 			rd.leases = make([]renewal, len(r.flying))
 			for i, st := range r.flying {
-				rd.leases[i] = renewal{key: st.spec.key, owner: st.owner, ttl: ms(st.currentTTL()), ack: st.spec.ack}
+				ttl := st.currentTTL()
+				if st.confirm.Load() {
+					ttl = st.spec.ttl
+				}
+				rd.leases[i] = renewal{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack}
 			}
 			r.sentAt = mono()
 		}
@@ -401,23 +419,29 @@ func (r *renewer) next() {
 }
 
 // apply takes in the answers to the round in flight.
-func (r *renewer) apply(res roundResult) {
+func (r *renewer) apply(res sendRes) {
 	r.mu.Lock()
-	flying, sending, sentAt := r.flying, r.sending, r.sentAt
-	r.flying, r.sending, r.inFlight = nil, nil, false
+	flying, sending, refresh, sentAt := r.flying, r.sending, r.refresh, r.sentAt
+	r.flying, r.sending, r.refresh, r.inFlight = nil, nil, nil, false
 	r.mu.Unlock()
 	r.released(sending, res.relErrs)
+	r.refreshed(refresh, res.entries, sentAt)
 	for i, st := range flying {
 		out := renewed{err: errShortReply}
-		if i < len(res.outs) {
-			out = res.outs[i]
+		if i < len(res.leases) {
+			out = res.leases[i]
 		}
 		switch {
 		case st.state.Load() != stateHeld:
 		case out.err != nil:
 			r.retry(st)
 		case out.ok:
-			st.renewed(sentAt, st.currentTTL())
+			ttl := st.currentTTL()
+			if st.confirm.Load() {
+				ttl = st.spec.ttl
+				st.confirm.Store(false)
+			}
+			st.renewed(sentAt, ttl)
 			st.mu.Lock()
 			last := st.lastSent // an Extend may have answered a later request
 			st.mu.Unlock()
@@ -457,6 +481,67 @@ func (r *renewer) released(sent []release, errs []error) {
 		r.mu.Lock()
 		r.releases = append(r.releases, again...)
 		r.mu.Unlock()
+	}
+}
+
+// addEntry keeps reg's queue entry alive from now on, a third of its window after its last
+// refresh.
+func (r *renewer) addEntry(reg *registration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped || reg.idx >= 0 {
+		return
+	}
+	reg.due = reg.sent.Load() + int64(reg.window/3)
+	heap.Push(&r.entries, reg)
+	if reg.idx == 0 && (r.wakeAt < 0 || reg.due < r.wakeAt) {
+		r.poke()
+	}
+}
+
+func (r *renewer) removeEntry(reg *registration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if reg.idx >= 0 {
+		heap.Remove(&r.entries, reg.idx)
+	}
+}
+
+// refreshed takes in the answers to a round's queue entry refreshes. An entry the server no
+// longer has was granted or has expired: its queue's head is woken (see entryGone).
+func (r *renewer) refreshed(regs []*registration, outs []renewed, sentAt int64) {
+	for i, reg := range regs {
+		out := renewed{err: errShortReply}
+		if i < len(outs) {
+			out = outs[i]
+		}
+		switch {
+		case reg.state.Load() != regQueued:
+		case out.err != nil:
+			r.mu.Lock()
+			if reg.idx < 0 {
+				reg.due = mono() + int64(reg.window/10)
+				heap.Push(&r.entries, reg)
+			}
+			r.mu.Unlock()
+		case out.ok:
+			for {
+				old := reg.sent.Load()
+				if sentAt <= old || reg.sent.CompareAndSwap(old, sentAt) {
+					break
+				}
+			}
+			r.mu.Lock()
+			if reg.idx < 0 && reg.state.Load() == regQueued {
+				reg.due = reg.sent.Load() + int64(reg.window/3)
+				heap.Push(&r.entries, reg)
+			}
+			r.mu.Unlock()
+		default:
+			if r.entryGone != nil {
+				r.entryGone(reg)
+			}
+		}
 	}
 }
 
@@ -513,4 +598,28 @@ func (h *leaseHeap) Pop() any {
 	st.idx = -1
 	*h = old[:len(old)-1]
 	return st
+}
+
+// entryHeap orders registrations by when their queue entry is next refreshed.
+type entryHeap []*registration
+
+func (h entryHeap) Len() int           { return len(h) }
+func (h entryHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h entryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx = i
+	h[j].idx = j
+}
+func (h *entryHeap) Push(x any) {
+	reg := x.(*registration)
+	reg.idx = len(*h)
+	*h = append(*h, reg)
+}
+func (h *entryHeap) Pop() any {
+	old := *h
+	reg := old[len(old)-1]
+	old[len(old)-1] = nil
+	reg.idx = -1
+	*h = old[:len(old)-1]
+	return reg
 }

@@ -30,6 +30,7 @@ var (
 	scriptRenew       = mustScript("renew.lua")
 	scriptPTTL        = mustScript("pttl.lua")
 	scriptHandover    = mustScript("handover.lua")
+	scriptQueue       = mustScript("queue.lua")
 	scriptInspect     = mustScript("inspect.lua")
 	scriptForceUnlock = mustScript("forceunlock.lua")
 )
@@ -37,27 +38,39 @@ var (
 // Scripts returns the Lua scripts dlock runs, for inspection and for loading them ahead of time
 // (SCRIPT LOAD) on servers that restrict EVAL.
 func Scripts() []*conn.Script {
-	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptInspect, scriptForceUnlock}
+	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptQueue, scriptInspect, scriptForceUnlock}
 }
 
 // ms is a duration as the scripts take it: whole milliseconds, in decimal.
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
-// acquireArgs: acquire.lua takes the lock for owner, or re-enters it when owner holds it.
+// acquireArgs: acquire.lua takes the lock for owner, re-enters it when owner holds it, or,
+// when it is held, queues the caller's client for it.
 type acquireArgs struct {
-	keys        []string // {the lock key}
-	owner       string   // a secret unique to this acquisition
+	keys        []string // the lock key and its queue keys (lockSpec.keys)
+	owner       string   // a secret unique to this acquisition (or to the queue entry)
 	ttl         string   // the lease, ms
 	meta        string   // the holder description stored with the lock
 	reenterOnly bool     // never take a free lock: only add a hold to owner's
+	queue       bool     // when held, queue the caller's client, with owner for a grant
+	channel     string   // where a grant is announced
+	sharded     bool     // announce with SPUBLISH (Redis Cluster)
+	client      string   // the caller's client id: its queue entry
+	window      string   // queue: the acceptance window, ms
 }
 
 func (a acquireArgs) call() conn.Call {
-	args := []string{a.owner, a.ttl, a.meta}
-	if a.reenterOnly {
-		args = append(args, "r")
+	mode, pub := "", "p"
+	switch {
+	case a.reenterOnly:
+		mode = "r"
+	case a.queue:
+		mode = "q"
 	}
-	return conn.Call{Script: scriptAcquire, Keys: a.keys, Args: args}
+	if a.sharded {
+		pub = "s"
+	}
+	return conn.Call{Script: scriptAcquire, Keys: a.keys, Args: []string{a.owner, a.ttl, a.meta, mode, a.channel, pub, a.client, a.window}}
 }
 
 // acquired is acquire.lua's answer.
@@ -81,47 +94,38 @@ func readAcquire(r []int64) (acquired, error) {
 	return acquired{pttl: time.Duration(r[1]) * time.Millisecond, token: uint64(r[2])}, nil
 }
 
-// releaseArgs: release.lua gives up one of owner's holds, or all of them, and announces a
-// final release on the lock's channel.
+// releaseArgs: release.lua gives up one of owner's holds, or all of them; a final release
+// grants the lock to the first client in its queue, or announces that it is free.
 type releaseArgs struct {
-	keys      []string
+	keys      []string // the lock key and its queue keys
 	owner     string
 	retention string // how long the released value keeps the last token, ms
 	channel   string // the lock's release channel
 	all       bool   // drop every hold, not one
 	sharded   bool   // announce with SPUBLISH (Redis Cluster)
 	floor     uint64 // the least token to keep (the lease's, which may be above the stored one); 0: none
-	count     bool   // a final release says how many subscribers heard it
+	leave     string // a client id whose queue entry goes too (its waiters all left)
 }
 
 func (a releaseArgs) call() conn.Call {
-	all := "0"
+	all, pub := "0", "p"
 	if a.all {
 		all = "1"
 	}
-	pub := "p"
 	if a.sharded {
 		pub = "s"
 	}
-	args := make([]string, 0, 7)
-	args = append(args, a.owner, a.retention, a.channel, all)
-	switch {
-	case a.count:
-		args = append(args, pub, strconv.FormatUint(a.floor, 10), "c")
-	case a.floor != 0:
-		args = append(args, pub, strconv.FormatUint(a.floor, 10))
-	case a.sharded:
-		args = append(args, pub)
+	args := []string{a.owner, a.retention, a.channel, all, pub, strconv.FormatUint(a.floor, 10)}
+	if a.leave != "" {
+		args = append(args, a.leave)
 	}
 	return conn.Call{Script: scriptRelease, Keys: a.keys, Args: args}
 }
 
 // released is release.lua's answer.
 type released struct {
-	owned   bool // false: owner did not hold the lock (it was lost); nothing changed
-	left    int  // holds left; 0: released and announced
-	counted bool // count was asked and the release was final
-	heard   int  // counted: subscribers that received the announcement
+	owned bool // false: owner did not hold the lock (it was lost); nothing changed
+	left  int  // holds left; 0: released (and granted or announced)
 }
 
 func readRelease(r []int64) (released, error) {
@@ -130,8 +134,6 @@ func readRelease(r []int64) (released, error) {
 		return released{}, nil
 	case len(r) == 1:
 		return released{owned: true, left: int(r[0])}, nil
-	case len(r) == 2 && r[0] >= 0:
-		return released{owned: true, left: int(r[0]), counted: true, heard: int(r[1])}, nil
 	}
 	return released{}, fmt.Errorf("release.lua: unexpected reply %v", r)
 }
@@ -160,7 +162,32 @@ func readRenew(r []int64, n int) ([]bool, error) {
 
 // pttlCall: pttl.lua reads the remaining lease, for its owner only.
 func pttlCall(keys []string, owner string) conn.Call {
-	return conn.Call{Script: scriptPTTL, Keys: keys, Args: []string{owner}}
+	return conn.Call{Script: scriptPTTL, Keys: keys[:1], Args: []string{owner}}
+}
+
+// queueCall: queue.lua keeps queue entries alive: entry ids[i] of the lock at lockKeys[i],
+// for windows[i]. Keys must share a slot on a Cluster.
+func queueCall(lockKeys, ids, windows []string) conn.Call {
+	keys := make([]string, 0, 2*len(lockKeys))
+	args := make([]string, 0, 2*len(lockKeys))
+	for i, k := range lockKeys {
+		q, w := queueKeys(k)
+		keys = append(keys, q, w)
+		args = append(args, ids[i], windows[i])
+	}
+	return conn.Call{Script: scriptQueue, Keys: keys, Args: args}
+}
+
+// readQueue returns, per lock of the call, whether the client's entry was kept alive.
+func readQueue(r []int64, n int) ([]bool, error) {
+	if len(r) != n {
+		return nil, fmt.Errorf("queue.lua: %d answers for %d locks", len(r), n)
+	}
+	out := make([]bool, n)
+	for i, v := range r {
+		out[i] = v == 1
+	}
+	return out, nil
 }
 
 // readPTTL returns the remaining lease, and false when owner no longer holds the lock.
@@ -175,32 +202,23 @@ func readPTTL(r []int64) (time.Duration, bool, error) {
 }
 
 // handoverArgs: handover.lua passes a lock from its holder straight to a waiter of the same
-// client under a new owner, unless other clients wait and the client had its turn.
+// client under a new owner, unless other clients queue and the client had its turn.
 type handoverArgs struct {
-	keys     []string
-	holder   string // the holder's owner secret
-	owner    string // the waiter's new owner secret
-	ttl      string // the waiter's lease, ms
-	meta     string // the waiter's holder description
-	streak   int    // handovers in a row so far within this client
-	checkAt  int    // from this many in a row on, refuse while other clients wait
-	channel  string
-	mine     bool   // this client's subscription to channel is counted by the server
-	sharded  bool   // count sharded subscribers (Redis Cluster)
-	holderTk uint64 // the holder's token (local handoffs put it above the stored one)
+	keys     []string // the lock key and its queue
+	holder   string   // the holder's owner secret
+	owner    string   // the waiter's new owner secret
+	ttl      string   // the waiter's lease, ms
+	meta     string   // the waiter's holder description
+	streak   int      // handovers in a row so far within this client
+	checkAt  int      // from this many in a row on, refuse while other clients queue
+	client   string   // this client's id (its own queue entry is not another client)
+	holderTk uint64   // the holder's token (local handoffs put it above the stored one)
 }
 
 func (a handoverArgs) call() conn.Call {
-	mine, shard := "0", ""
-	if a.mine {
-		mine = "1"
-	}
-	if a.sharded {
-		shard = "s"
-	}
-	return conn.Call{Script: scriptHandover, Keys: a.keys, Args: []string{
+	return conn.Call{Script: scriptHandover, Keys: a.keys[:2], Args: []string{
 		a.holder, a.owner, a.ttl, a.meta, strconv.Itoa(a.streak), strconv.Itoa(a.checkAt),
-		a.channel, mine, shard, strconv.FormatUint(a.holderTk, 10),
+		a.client, strconv.FormatUint(a.holderTk, 10),
 	}}
 }
 

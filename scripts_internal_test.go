@@ -10,9 +10,10 @@ import (
 	"github.com/dlock-go/dlock/conn"
 )
 
-// The calls and replies of the scripts, as docs/PROTOCOL.md lays them out, checked without a
-// server: each builder puts its arguments where the script reads them, and each reader maps
-// every documented reply (and nothing else) to its meaning.
+// The calls and replies of the scripts, as the header of each script in scripts/ lays them out
+// (the reference docs/PROTOCOL.md explains), checked without a server: each builder puts its
+// keys and arguments where the script reads them, and each reader maps every documented reply
+// (and nothing else) to its meaning.
 
 // checkCall fails t unless c runs script on keys with args.
 func checkCall(t *testing.T, what string, c conn.Call, script *conn.Script, keys, args []string) {
@@ -51,13 +52,19 @@ func TestScripts_ListsEveryEmbeddedScript(t *testing.T) {
 	}
 }
 
-// acquire.lua: ARGV = owner, lease ms, description, and "r" to re-enter only.
+// acquire.lua: KEYS = the lock key and its queue keys; ARGV = owner, lease ms, description,
+// mode ("r": re-enter only, "q": queue when held, "": neither), channel, "s" (SPUBLISH) or "p",
+// the client id and, for "q", the acceptance window ms.
 func TestAcquireArgs_Call(t *testing.T) {
-	keys := []string{"dlock:{n}"}
-	a := acquireArgs{keys: keys, owner: "secret:1", ttl: "3000", meta: `{"host":"h","pid":1}`}
-	checkCall(t, "acquire", a.call(), scriptAcquire, keys, []string{"secret:1", "3000", `{"host":"h","pid":1}`})
-	a.reenterOnly = true
-	checkCall(t, "re-enter only", a.call(), scriptAcquire, keys, []string{"secret:1", "3000", `{"host":"h","pid":1}`, "r"})
+	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w"}
+	a := acquireArgs{keys: keys, owner: "secret:1", ttl: "3000", meta: "{}", channel: "dlock:{n}:rel", client: "c1"}
+	checkCall(t, "acquire", a.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "", "dlock:{n}:rel", "p", "c1", ""})
+	r := a
+	r.reenterOnly = true
+	checkCall(t, "re-enter only", r.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "r", "dlock:{n}:rel", "p", "c1", ""})
+	q := a
+	q.queue, q.sharded, q.window = true, true, "900"
+	checkCall(t, "queue, sharded", q.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "q", "dlock:{n}:rel", "s", "c1", "900"})
 }
 
 func TestReadAcquire(t *testing.T) {
@@ -83,24 +90,23 @@ func TestReadAcquire(t *testing.T) {
 	}
 }
 
-// release.lua: ARGV = owner, retention ms, channel, "1" (all holds) or "0" (one), then
-// optionally "s" (SPUBLISH; anything else is PUBLISH), a token floor ("0": none) and "c" (count
-// who heard it); a later optional argument needs the earlier ones.
+// release.lua: KEYS = the lock key and its queue keys; ARGV = owner, retention ms, channel,
+// "1" (all holds) or "0" (one), "s" (SPUBLISH) or "p", the token floor ("0": none), and
+// optionally a client id whose queue entry goes too.
 func TestReleaseArgs_Call(t *testing.T) {
-	keys := []string{"dlock:{n}"}
+	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w"}
 	base := releaseArgs{keys: keys, owner: "secret:1", retention: "60000", channel: "dlock:{n}:rel"}
 	for _, tc := range []struct {
 		what string
 		edit func(*releaseArgs)
 		tail []string
 	}{
-		{"one hold", func(*releaseArgs) {}, []string{"0"}},
-		{"all holds", func(a *releaseArgs) { a.all = true }, []string{"1"}},
-		{"sharded", func(a *releaseArgs) { a.sharded = true }, []string{"0", "s"}},
+		{"one hold", func(*releaseArgs) {}, []string{"0", "p", "0"}},
+		{"all holds", func(a *releaseArgs) { a.all = true }, []string{"1", "p", "0"}},
+		{"sharded", func(a *releaseArgs) { a.sharded = true }, []string{"0", "s", "0"}},
 		{"floor", func(a *releaseArgs) { a.floor = 42 }, []string{"0", "p", "42"}},
-		{"sharded floor", func(a *releaseArgs) { a.floor, a.sharded = 42, true }, []string{"0", "s", "42"}},
-		{"count", func(a *releaseArgs) { a.count, a.all = true, true }, []string{"1", "p", "0", "c"}},
-		{"everything", func(a *releaseArgs) { a.all, a.sharded, a.floor, a.count = true, true, 7, true }, []string{"1", "s", "7", "c"}},
+		{"leaving client", func(a *releaseArgs) { a.all, a.leave = true, "c1" }, []string{"1", "p", "0", "c1"}},
+		{"everything", func(a *releaseArgs) { a.all, a.sharded, a.floor, a.leave = true, true, 7, "c1" }, []string{"1", "s", "7", "c1"}},
 	} {
 		a := base
 		tc.edit(&a)
@@ -113,18 +119,16 @@ func TestReadRelease(t *testing.T) {
 		reply []int64
 		want  released
 	}{
-		{[]int64{-1}, released{}},                                       // not the owner's
-		{[]int64{0}, released{owned: true}},                             // released
-		{[]int64{2}, released{owned: true, left: 2}},                    // holds left
-		{[]int64{0, 3}, released{owned: true, counted: true, heard: 3}}, // released, counted
-		{[]int64{0, 0}, released{owned: true, counted: true}},           // nobody heard it
+		{[]int64{-1}, released{}},                    // not the owner's
+		{[]int64{0}, released{owned: true}},          // released (granted or announced)
+		{[]int64{2}, released{owned: true, left: 2}}, // holds left
 	} {
 		got, err := readRelease(tc.reply)
 		if err != nil || got != tc.want {
 			t.Errorf("readRelease(%v) = %+v, %v; want %+v", tc.reply, got, err, tc.want)
 		}
 	}
-	for _, bad := range [][]int64{nil, {-1, 0}, {0, 1, 2}} {
+	for _, bad := range [][]int64{nil, {0, 3}, {-1, 0}} {
 		if got, err := readRelease(bad); err == nil {
 			t.Errorf("readRelease(%v) = %+v, want an error", bad, got)
 		}
@@ -144,10 +148,11 @@ func TestRenewCall(t *testing.T) {
 	}
 }
 
-// pttl.lua: ARGV = owner; the reply is the key's PTTL, or -2 when owner does not hold it.
+// pttl.lua: KEYS[1] = the lock key (of the lock's keys); ARGV = owner; the reply is the key's
+// PTTL, or -2 when owner does not hold it.
 func TestPTTLCall(t *testing.T) {
-	keys := []string{"dlock:{n}"}
-	checkCall(t, "pttl", pttlCall(keys, "secret:1"), scriptPTTL, keys, []string{"secret:1"})
+	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w"}
+	checkCall(t, "pttl", pttlCall(keys, "secret:1"), scriptPTTL, keys[:1], []string{"secret:1"})
 	if d, ok, err := readPTTL([]int64{1500}); d != 1500*time.Millisecond || !ok || err != nil {
 		t.Errorf("readPTTL({1500}) = %v, %v, %v", d, ok, err)
 	}
@@ -161,18 +166,29 @@ func TestPTTLCall(t *testing.T) {
 	}
 }
 
-// handover.lua: ARGV = holder's owner, the waiter's owner, lease ms, description, handovers in a
-// row, the count from which to check, channel, own subscriptions ("0"/"1"), "s" or "", and the
-// holder's token.
+// queue.lua: KEYS = the queue keys of each lock, in pairs; ARGV = the entry id and window ms of
+// each, in turn. Reply: 1 per entry kept alive, 0 per entry gone.
+func TestQueueCall(t *testing.T) {
+	c := queueCall([]string{"dlock:{a}", "dlock:{b}"}, []string{"ida", "idb"}, []string{"900", "1200"})
+	checkCall(t, "queue", c, scriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{b}:q", "dlock:{b}:w"},
+		[]string{"ida", "900", "idb", "1200"})
+	got, err := readQueue([]int64{0, 1}, 2)
+	if err != nil || !slices.Equal(got, []bool{false, true}) {
+		t.Errorf("readQueue({0, 1}) = %v, %v", got, err)
+	}
+	if got, err := readQueue([]int64{1, 1}, 1); err == nil {
+		t.Errorf("readQueue: two answers for one lock = %v, want an error", got)
+	}
+}
+
+// handover.lua: KEYS = the lock key and its queue (not the entries); ARGV = holder's owner, the
+// waiter's owner, lease ms, description, handovers in a row, the count from which to check,
+// this client's id and the holder's token.
 func TestHandoverArgs_Call(t *testing.T) {
-	keys := []string{"dlock:{n}"}
+	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w"}
 	h := handoverArgs{keys: keys, holder: "old:1", owner: "new:2", ttl: "3000", meta: "{}", streak: 3, checkAt: 15,
-		channel: "dlock:{n}:rel", holderTk: 77}
-	checkCall(t, "handover", h.call(), scriptHandover, keys,
-		[]string{"old:1", "new:2", "3000", "{}", "3", "15", "dlock:{n}:rel", "0", "", "77"})
-	h.mine, h.sharded = true, true
-	checkCall(t, "handover, own subscription, sharded", h.call(), scriptHandover, keys,
-		[]string{"old:1", "new:2", "3000", "{}", "3", "15", "dlock:{n}:rel", "1", "s", "77"})
+		client: "c1", holderTk: 77}
+	checkCall(t, "handover", h.call(), scriptHandover, keys[:2], []string{"old:1", "new:2", "3000", "{}", "3", "15", "c1", "77"})
 }
 
 func TestReadHandover(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,23 +17,39 @@ import (
 //
 //   - queue: this client's callers waiting for one lock, first-in first-out. Only its head
 //     talks to Redis; the others wait their turn.
-//   - woken: the head is told to try again (a release notice, a subscription confirmation, a
-//     lease of this client ending).
-//   - hold back: a woken head pauses before its attempt so that other clients get their turn
-//     (fairnessYield).
+//   - registration: the queue's entry in the lock's queue on the server (acquire.lua "q"), made
+//     by the head's attempt when the lock is held, kept alive by the renewal loop. Clients are
+//     served in the order they registered.
+//   - grant: a release (or an acquisition that finds the lock free) gives the lock to the first
+//     live registration on the server, under the owner secret it registered, and announces it;
+//     the registration's client makes the lease from the announcement, with no round trip.
+//   - woken: the head is told to try again (a release announced with no grant, a subscription
+//     confirmation, a lease of this client ending, its registration gone).
 //   - local handoff: at Unlock the lock passes to this client's head without any command.
 //   - server handover: the same through handover.lua, with a new owner and token, which the
-//     server refuses while other clients wait and this client had its turn.
+//     server refuses while other clients are registered and this client had its turn.
 //   - pass on: either of the two handoffs (endPassedOn).
 //
-// The acquiring end is acquireWaiting (a caller that may wait), the releasing end letGo (the
-// last Unlock of a lease).
+// The acquiring end is acquireWaiting (a caller that may wait) and granted (a grant
+// announced); the releasing end is letGo (the last Unlock of a lease).
 
-// waitQueues holds, per lock key, the callers of one client that wait for that lock.
+// waitQueues holds, per lock key, the callers of one client that wait for that lock, and the
+// client's registrations by id.
 type waitQueues struct {
 	notices *notifier
 	seed    maphash.Seed
 	shards  [64]qshard
+
+	regMu sync.Mutex
+	regs  map[string]*registration // live registrations by id, for grants
+	early map[string]earlyGrant    // grants announced for a registration not yet known to be on the server
+}
+
+// earlyGrant is a grant announced before the reply to the attempt that registered: the
+// announcement and the reply travel on different connections.
+type earlyGrant struct {
+	token uint64
+	at    int64 // mono ns
 }
 
 type qshard struct {
@@ -45,23 +62,22 @@ type queue struct {
 	channel string
 
 	// guarded by the shard's mu
-	waiters    []*waiter // waiters[0] is the head
-	subscribed bool      // the notifier routes release notices for channel to this queue
-	streak     int       // passed on in a row within this client (see handOff)
+	waiters    []*waiter     // waiters[0] is the head
+	subscribed bool          // the notifier routes release notices for channel to this queue
+	streak     int           // passed on in a row within this client (see handOff)
+	reg        *registration // the queue's registration on the server, if any
 
 	wake      chan struct{} // capacity 1: the head is woken
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
-	lastEnd   atomic.Int64  // mono ns when this client's last lease on the lock ended (0: none, or no other client heard its release)
-	unheard   atomic.Bool   // no other client heard this client's last release: the head tries at once
 }
 
 type waiter struct {
 	turn   chan struct{} // capacity 1: receives when this waiter becomes the head
 	holder *holder       // set before turn when the previous head acquired: wait for its release
 
-	// A handoff makes the lease from the waiter's spec and context and sends it on grant.
-	// Under the shard's mu: reserved while an Unlock passes the lock to this waiter,
-	// abandoned when it left meanwhile.
+	// A handoff or a grant makes the lease from the waiter's spec and context and sends it on
+	// grant. Under the shard's mu: reserved while it is being given one, abandoned when it left
+	// meanwhile.
 	spec      *lockSpec
 	ctx       context.Context
 	grant     chan *leaseState // capacity 1
@@ -69,8 +85,39 @@ type waiter struct {
 	abandoned bool
 }
 
+// registration is one entry of this client in a lock's queue on the server.
+type registration struct {
+	id     string // public: announced with a grant
+	owner  string // secret: the holder a grant installs
+	spec   *lockSpec
+	window time.Duration // acceptance window: the entry's life unless refreshed, a grant's first lease
+	winArg string
+
+	sent  atomic.Int64 // mono ns: send time of the newest request that made or refreshed the entry
+	state atomic.Int32 // regNew, regQueued, regDone
+
+	// guarded by the queue's shard mu
+	q       *queue
+	pending *leaseState // granted before the registration had a queue to go to
+
+	// owned by the renewer, under renewer.mu
+	idx int
+	due int64
+}
+
+const (
+	regNew    int32 = iota // made for an attempt, not yet on the server
+	regQueued              // on the server (as far as this client knows)
+	regDone                // granted, claimed or left: nothing more to do for it
+)
+
+// acceptWindow is the acceptance window of a registration for a lease of ttl: a client that
+// crashed while queued delays the others by at most this much, and a grant's lease lasts this
+// long before its client renews it to ttl. Its entry is refreshed every third of it.
+func acceptWindow(ttl time.Duration) time.Duration { return min(ttl, time.Second) }
+
 func newWaitQueues(n *notifier) *waitQueues {
-	qs := &waitQueues{notices: n, seed: maphash.MakeSeed()}
+	qs := &waitQueues{notices: n, seed: maphash.MakeSeed(), regs: make(map[string]*registration), early: make(map[string]earlyGrant)}
 	for i := range qs.shards {
 		qs.shards[i].m = make(map[string]*queue)
 	}
@@ -92,40 +139,88 @@ func (qs *waitQueues) queued(key string) bool {
 
 // ---- The acquiring end ----
 
-// attemptFunc makes one attempt to take a lock: the lease, or the holder that refused it.
-type attemptFunc func(ctx context.Context) (*leaseState, holder, error)
+// attemptFunc makes one attempt to take a lock: the lease, or the holder that refused it. With
+// a registration it queues the client on the server under it when the lock is held.
+type attemptFunc func(ctx context.Context, reg *registration) (*leaseState, holder, error)
+
+// newRegistration makes a registration for the lock of spec, not yet on the server.
+func (e *engine) newRegistration(spec *lockSpec) *registration {
+	w := acceptWindow(spec.ttl)
+	return &registration{
+		id: e.clientID + "." + strconv.FormatUint(e.seq.Add(1), 10), owner: e.newOwner(),
+		spec: spec, window: w, winArg: ms(w), idx: -1,
+	}
+}
 
 // acquireWaiting takes spec's lock for a caller that may wait. With callers of this client
 // already queued for it, it joins the queue at once (its attempt could only fail); else it
-// tries, and queues if the lock is held.
+// tries, registering on the server if the lock is held, and queues.
 func (e *engine) acquireWaiting(ctx context.Context, spec *lockSpec, attempt attemptFunc) (*leaseState, error) {
 	if e.waits.queued(spec.key) {
-		return e.waitInQueue(ctx, spec, nil, attempt)
+		return e.waitInQueue(ctx, spec, nil, nil, attempt)
 	}
-	st, h, err := attempt(ctx)
+	var reg *registration
+	if e.traits.queue {
+		reg = e.newRegistration(spec)
+	}
+	st, h, err := attempt(ctx, reg)
 	if err != nil || st != nil {
 		return st, err
 	}
-	return e.waitInQueue(ctx, spec, &h, attempt)
+	return e.waitInQueue(ctx, spec, &h, reg, attempt)
+}
+
+// registered records that the server has reg (its attempt, sent at sent, was refused and
+// queued the client), so that a grant to it is recognised and the renewal loop keeps it alive.
+func (e *engine) registered(reg *registration, sent int64) {
+	for {
+		old := reg.sent.Load()
+		if sent <= old || reg.sent.CompareAndSwap(old, sent) {
+			break
+		}
+	}
+	if !reg.state.CompareAndSwap(regNew, regQueued) {
+		return
+	}
+	e.waits.regMu.Lock()
+	e.waits.regs[reg.id] = reg
+	g, early := e.waits.early[reg.id]
+	delete(e.waits.early, reg.id)
+	e.waits.regMu.Unlock()
+	e.renewer.addEntry(reg)
+	if early {
+		e.granted(reg.id, g.token)
+	}
 }
 
 // waitInQueue queues behind this client's other waiters for the lock, then, as the head,
-// alternates attempts with waiting to be woken or for the holder's lease to run out. known,
-// when set, is the answer of an attempt made just before.
-func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder, attempt attemptFunc) (*leaseState, error) {
+// alternates attempts with waiting for a grant, to be woken, or for the holder's lease to run
+// out. known, when set, is the answer of an attempt made just before, with reg the
+// registration it used.
+func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder, reg *registration, attempt attemptFunc) (*leaseState, error) {
 	qs := e.waits
 	q, w, head := qs.join(spec, ctx)
 	var got *leaseState // when set, the next head waits for this lease to end
 	defer func() {
-		if stray := qs.leave(q, w, got); stray != nil {
+		stray, left := qs.leave(q, w, got)
+		if stray != nil {
 			(&Lease{st: stray}).Unlock(context.WithoutCancel(ctx))
 		}
+		if left != nil {
+			e.unregister(left)
+		}
 	}()
+	if reg != nil {
+		if st := e.adopt(q, reg, ctx); st != nil {
+			got = st
+			return e.confirmed(ctx, st)
+		}
+	}
 	if !head {
 		select {
 		case <-w.turn:
 		case got = <-w.grant:
-			return got, nil
+			return e.confirmed(ctx, got)
 		case <-ctx.Done():
 			return nil, spec.ctxErr(ctx)
 		case <-e.done:
@@ -138,35 +233,27 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 	first := true // the first attempt of a new head goes at once
 	for {
 		select {
-		case got = <-w.grant: // the holder passed the lock on
-			return got, nil
+		case got = <-w.grant: // passed on by this client's holder, or granted by the server
+			return e.confirmed(ctx, got)
 		default:
 		}
-		unheard := q.unheard.Swap(false) // this client's last release reached no other client
-		if j := e.traits.retryJitter; j > 0 && known == nil && !first && !unheard {
+		if j := e.traits.retryJitter; j > 0 && known == nil && !first {
 			// Every contender heard the same release at once: spread their attempts.
 			if st, err := e.pause(ctx, w, timer, nil, time.Duration(rand.Int64N(int64(j)))); st != nil || err != nil {
 				got = st
-				return st, err
+				return e.confirmedOrErr(ctx, st, err)
 			}
 		}
 		first = false
-		if d := holdBack(q.lastEnd.Load()); known == nil && d > 0 {
-			// This client held the lock a moment ago: give the other clients' heads a head start.
-			if st, err := e.pause(ctx, w, timer, nil, d); st != nil || err != nil {
-				got = st
-				return st, err
-			}
-		}
 		var h holder
 		if known != nil {
 			h, known = *known, nil
 		} else {
 			q.drain()
-			st, hh, err := attempt(ctx)
+			st, hh, err := attempt(ctx, e.headRegistration(q, spec))
 			if err != nil || st != nil {
 				got = st
-				return st, err
+				return e.confirmedOrErr(ctx, st, err)
 			}
 			h = hh
 		}
@@ -179,13 +266,43 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 		}
 		if st, err := e.pause(ctx, w, timer, q.wake, d); st != nil || err != nil {
 			got = st
-			return st, err
+			return e.confirmedOrErr(ctx, st, err)
 		}
 	}
 }
 
+func (e *engine) confirmedOrErr(ctx context.Context, st *leaseState, err error) (*leaseState, error) {
+	if err != nil {
+		return nil, err
+	}
+	return e.confirmed(ctx, st)
+}
+
+// confirmed returns st, a lease just taken, once it counts: a lease granted by the server for a
+// lock with WithReplicaAck is renewed at once and counts only once enough replicas have it
+// (else it is released again, as an acquisition is). Every other lease counts as it is.
+func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, error) {
+	if st == nil || st.spec.ack.n == 0 || !st.confirm.Load() {
+		return st, nil
+	}
+	sent := mono()
+	res := e.b.renew(ctx, round{leases: []renewal{{key: st.spec.key, owner: st.owner, ttl: st.spec.ttlArg, ack: st.spec.ack}}})
+	out := res.leases[0]
+	if out.ok && st.renewed(sent, st.spec.ttl) {
+		st.confirm.Store(false)
+		e.renewer.reschedule(st)
+		return st, nil
+	}
+	(&Lease{st: st}).Unlock(context.WithoutCancel(ctx))
+	if out.err == nil || out.err == errNotAcked {
+		return nil, fmt.Errorf("%w: lock %q: granted, but fewer than %d replicas acknowledged it within %v; released again",
+			ErrReplicaAck, st.spec.name, st.spec.ack.n, st.spec.ack.wait)
+	}
+	return nil, e.redisErr("lock "+strconv.Quote(st.spec.name), out.err)
+}
+
 // pause waits, as the head of a queue, for d to pass, to be woken (when wake is not nil), or
-// for a lease passed on to w. It returns that lease, or an error when ctx ends or the client
+// for a lease given to w. It returns that lease, or an error when ctx ends or the client
 // closes.
 func (e *engine) pause(ctx context.Context, w *waiter, timer *time.Timer, wake <-chan struct{}, d time.Duration) (*leaseState, error) {
 	timer.Reset(d)
@@ -201,32 +318,6 @@ func (e *engine) pause(ctx context.Context, w *waiter, timer *time.Timer, wake <
 		return nil, ErrClosed
 	}
 	return nil, nil
-}
-
-// fairnessYield and fairnessWindow: a client's head woken by a release notice (or by its
-// timer) holds back its attempt by up to fairnessYield, the more the more recently its own
-// client's last lease on the lock ended: fairnessYield right after that, nothing once
-// fairnessWindow has passed. The client that just released (woken locally at once) would
-// otherwise win nearly every race against the other clients' heads, which learn of the
-// release over the network; and among those, the clients that held the lock least recently
-// tend to go first. The window is wide enough to order by recency the clients that missed a
-// turn too; docs/BENCHMARKS.md gives the fairness and throughput this buys.
-const (
-	fairnessYield  = 2 * time.Millisecond
-	fairnessWindow = 8 * time.Millisecond
-)
-
-// holdBack is how long a head holds back its attempt when its client's last lease on the
-// lock ended at lastEnd (mono ns; 0: no hold-back).
-func holdBack(lastEnd int64) time.Duration {
-	if lastEnd == 0 {
-		return 0
-	}
-	since := time.Duration(mono() - lastEnd)
-	if since >= fairnessWindow {
-		return 0
-	}
-	return fairnessYield * (fairnessWindow - since) / fairnessWindow
 }
 
 // join appends a waiter to key's queue, making the queue if needed, and reports whether the
@@ -245,11 +336,76 @@ func (qs *waitQueues) join(spec *lockSpec, ctx context.Context) (*queue, *waiter
 	return q, w, len(q.waiters) == 1
 }
 
+// adopt makes reg, registered by an attempt made before its caller (context ctx) queued, the
+// registration of q, unless q has one already (reg is then withdrawn). It returns the lease of
+// a grant to reg that came meanwhile.
+func (e *engine) adopt(q *queue, reg *registration, ctx context.Context) *leaseState {
+	s := e.waits.shard(q.key)
+	s.mu.Lock()
+	reg.q = q // from now on a grant goes to q's head
+	if st := reg.pending; st != nil {
+		reg.pending = nil
+		s.mu.Unlock()
+		st.mu.Lock()
+		if st.ctx == nil {
+			st.parent = ctx
+		}
+		st.mu.Unlock()
+		return st
+	}
+	redundant := false
+	switch {
+	case reg.state.Load() != regQueued:
+	case q.reg == nil:
+		q.reg = reg
+	default:
+		redundant = true
+	}
+	s.mu.Unlock()
+	if redundant {
+		e.unregister(reg)
+	}
+	return nil
+}
+
+// headRegistration returns the registration the head of q attempts with: q's, or a new one. A
+// registration made for a lease other than spec asks (TTL, label, renewal) is dropped for a
+// new one.
+func (e *engine) headRegistration(q *queue, spec *lockSpec) *registration {
+	if !e.traits.queue {
+		return nil
+	}
+	s := e.waits.shard(q.key)
+	s.mu.Lock()
+	reg := q.reg
+	if reg != nil && (reg.state.Load() == regDone || !sameLease(reg.spec, spec)) {
+		q.reg = nil
+		if reg.state.Load() != regDone {
+			defer e.unregister(reg)
+		}
+		reg = nil
+	}
+	if reg == nil {
+		reg = e.newRegistration(spec)
+		reg.q = q
+		q.reg = reg
+	}
+	s.mu.Unlock()
+	return reg
+}
+
+// sameLease reports whether a lock taken for a asks for the same lease as one for b: a lease
+// made for one can serve the other.
+func sameLease(a, b *lockSpec) bool {
+	return a.ttl == b.ttl && a.renew == b.renew && a.meta == b.meta && a.ack == b.ack
+}
+
 // leave removes w from q. If w was the head, the next waiter becomes the head; when w leaves
 // because it acquired the lock (acquired != nil), the next head is told so and waits for that
-// lease to end instead of making an attempt that must fail. It returns a lease passed on to w
-// just as it gave up, for the caller to release.
-func (qs *waitQueues) leave(q *queue, w *waiter, acquired *leaseState) (stray *leaseState) {
+// lease to end instead of making an attempt that must fail. It returns a lease given to w
+// just as it gave up, for the caller to release, and the queue's registration when the queue
+// ended with it, for the caller to withdraw.
+func (qs *waitQueues) leave(q *queue, w *waiter, acquired *leaseState) (stray *leaseState, reg *registration) {
 	s := qs.shard(q.key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -264,10 +420,10 @@ func (qs *waitQueues) leave(q *queue, w *waiter, acquired *leaseState) (stray *l
 		i++
 	}
 	if i == len(q.waiters) {
-		return stray
+		return stray, nil
 	}
 	if w.reserved {
-		w.abandoned = true // the Unlock passing the lock to w releases it instead
+		w.abandoned = true // the Unlock (or grant) giving w the lock releases it instead
 	}
 	q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 	if len(q.waiters) == 0 {
@@ -275,10 +431,11 @@ func (qs *waitQueues) leave(q *queue, w *waiter, acquired *leaseState) (stray *l
 		if q.subscribed {
 			qs.notices.remove(q.channel, q)
 		}
-		return stray
+		reg, q.reg = q.reg, nil
+		return stray, reg
 	}
 	if i != 0 {
-		return stray
+		return stray, nil
 	}
 	next := q.waiters[0]
 	if acquired != nil {
@@ -287,12 +444,30 @@ func (qs *waitQueues) leave(q *queue, w *waiter, acquired *leaseState) (stray *l
 		next.holder = &holder{pttl: acquired.currentTTL(), token: acquired.token}
 	}
 	next.turn <- struct{}{}
-	return stray
+	return stray, nil
+}
+
+// unregister withdraws reg from the server, in the background: release.lua under its owner
+// drops the entry and gives back a grant made to it that nobody took. It reports false when
+// reg was not on the server (as far as this client knows).
+func (e *engine) unregister(reg *registration) bool {
+	if !reg.state.CompareAndSwap(regQueued, regDone) {
+		reg.state.CompareAndSwap(regNew, regDone)
+		return false
+	}
+	e.waits.regMu.Lock()
+	delete(e.waits.regs, reg.id)
+	e.waits.regMu.Unlock()
+	e.renewer.removeEntry(reg)
+	req := reg.spec.releaseReq(reg.owner)
+	req.leave = reg.id
+	e.renewer.background(release{req: req, at: mono(), until: mono() + 2*int64(reg.window)})
+	return true
 }
 
 // block records the holder the head now waits for and makes sure release notices for the
 // lock reach the queue. The first subscription's confirmation wakes the head, which then
-// tries again: a release between its attempt and the subscription is not missed.
+// tries again: a release (or grant) between its attempt and the subscription is not missed.
 func (qs *waitQueues) block(q *queue, token uint64) {
 	q.blockedOn.Store(token)
 	s := qs.shard(q.key)
@@ -319,6 +494,17 @@ func (q *queue) wakeHead(token uint64) {
 	}
 }
 
+// heldBy records that the lock was granted to another registration with token: release
+// notices older than it are stale. The head keeps waiting for its own grant.
+func (q *queue) heldBy(token uint64) {
+	for {
+		old := q.blockedOn.Load()
+		if token <= old || q.blockedOn.CompareAndSwap(old, token) {
+			return
+		}
+	}
+}
+
 func (q *queue) drain() {
 	select {
 	case <-q.wake:
@@ -326,55 +512,134 @@ func (q *queue) drain() {
 	}
 }
 
+// granted takes a grant announced for registration id with token: it makes the lease, which
+// the renewal loop renews at once (its first lease is only the acceptance window), and gives it
+// to the queue's head. A grant nobody waits for any more is released again. It runs in the
+// subscription's goroutine and does no I/O.
+func (e *engine) granted(id string, token uint64) {
+	qs := e.waits
+	qs.regMu.Lock()
+	reg := qs.regs[id]
+	delete(qs.regs, id)
+	if reg == nil && strings.HasPrefix(id, e.clientID+".") {
+		// This client's, and the reply to the attempt that registered it is still on its way:
+		// registered takes it from here. Entries older than a few windows are stale.
+		now := mono()
+		if len(qs.early) >= 64 {
+			for k, g := range qs.early {
+				if now-g.at > int64(10*time.Second) {
+					delete(qs.early, k)
+				}
+			}
+		}
+		qs.early[id] = earlyGrant{token: token, at: now}
+	}
+	qs.regMu.Unlock()
+	if reg == nil || !reg.state.CompareAndSwap(regQueued, regDone) {
+		return // not this client's, or claimed by an attempt already
+	}
+	e.renewer.removeEntry(reg)
+	st := newLeaseState(e, reg.spec, context.Background(), reg.owner, token, reg.sent.Load())
+	st.deadline.Store(reg.sent.Load() + int64(reg.window-drift(reg.window)))
+	st.confirm.Store(true)
+	s := qs.shard(reg.spec.key)
+	s.mu.Lock()
+	q := reg.q
+	var w *waiter
+	if q != nil {
+		if q.reg == reg {
+			q.reg = nil
+		}
+		if len(q.waiters) > 0 && !q.waiters[0].reserved && !q.waiters[0].abandoned {
+			w = q.waiters[0]
+			w.reserved = true
+		}
+	} else {
+		reg.pending = st // the attempt that registered it has not queued yet: adopt hands it over
+	}
+	s.mu.Unlock()
+	if w != nil {
+		st.parent = w.ctx
+	}
+	if !e.renewer.add(st) {
+		if w != nil {
+			qs.settle(q, w, nil, false)
+		}
+		return // closing: the server's lease runs out within the window
+	}
+	if q == nil {
+		return
+	}
+	if w == nil || !qs.settle(q, w, st, true) {
+		// Nobody to give it to: give it back, which grants it to the next client.
+		st.end(endReleased, nil)
+		e.renewer.background(release{req: st.releaseReq(true), at: mono(), until: mono() + int64(reg.window)})
+	}
+}
+
+// claimed records that an attempt under reg found the lock granted to it (the announcement
+// was missed, or has not arrived): it reports false when the announcement came first and the
+// lease is already on its way to the head.
+func (e *engine) claimed(reg *registration) bool {
+	if !reg.state.CompareAndSwap(regQueued, regDone) && !reg.state.CompareAndSwap(regNew, regDone) {
+		return false
+	}
+	e.waits.regMu.Lock()
+	delete(e.waits.regs, reg.id)
+	e.waits.regMu.Unlock()
+	e.renewer.removeEntry(reg)
+	s := e.waits.shard(reg.spec.key)
+	s.mu.Lock()
+	if q := reg.q; q != nil && q.reg == reg {
+		q.reg = nil
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// entryGone is told by the renewal loop that reg's entry is no longer on the server: granted
+// (the announcement is on its way, or was missed) or expired. The head tries again: it claims
+// the grant, or registers anew.
+func (qs *waitQueues) entryGone(reg *registration) {
+	s := qs.shard(reg.spec.key)
+	s.mu.Lock()
+	q := reg.q
+	s.mu.Unlock()
+	if q != nil {
+		q.wakeHead(anyToken)
+	}
+}
+
 // ---- The releasing end ----
 
 // leaseEnded wakes the head waiting for key when a lease of this client on it ended (released,
-// lost or closed). unheard says that no other client heard the release.
-func (qs *waitQueues) leaseEnded(key string, token uint64, unheard bool) {
+// lost or closed).
+func (qs *waitQueues) leaseEnded(key string, token uint64) {
 	s := qs.shard(key)
 	s.mu.Lock()
 	q := s.m[key]
 	s.mu.Unlock()
-	if q == nil {
-		return
+	if q != nil {
+		q.wakeHead(token)
 	}
-	if unheard {
-		q.lastEnd.Store(0)
-	} else {
-		q.lastEnd.Store(mono())
-	}
-	q.unheard.Store(unheard)
-	q.wakeHead(token)
 }
 
 // letGo ends the last hold of st: it passes the lock to this client's first waiter for it
-// (handOff), or releases it on the server, which wakes every client's waiters. A release that
-// fails on the network is retried in the background until it succeeds or the lease would have
-// run out anyway.
+// (handOff), or releases it on the server, which grants it to the first client registered
+// for it or announces it free. A release that fails on the network is retried in the
+// background until it succeeds or the lease would have run out anyway.
 func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 	if done, err := e.handOff(ctx, st); done {
 		return err
 	}
-	// With waiters of this client queued, the release reports how many subscribers heard it:
-	// when no other client's did, nobody else waits, and the local head need not hold back.
-	// Without the count, every handoff among this client's waiters that goes through the
-	// server (quorum mode, replica acknowledgement, a waiter asking for another lease) would
-	// idle the lock for the hold-back.
-	count, own := false, 0
-	if e.waits.queued(st.spec.key) {
-		count = true
-		if e.notices.isLive(st.spec.channel) {
-			own = 1 // this client's own subscription hears it too
-		}
-	}
-	res, err := e.b.release(ctx, st.releaseReq(true, count))
+	res, err := e.b.release(ctx, st.releaseReq(true))
 	switch {
 	case err != nil && !refused(err):
 		st.mu.Lock()
 		until := st.lastSent + st.ttl.Load()
 		st.mu.Unlock()
 		waits, key, token := e.waits, st.spec.key, st.token
-		e.renewer.retryRelease(st.releaseReq(true, false), until, func() { waits.leaseEnded(key, token, false) })
+		e.renewer.retryRelease(st.releaseReq(true), until, func() { waits.leaseEnded(key, token) })
 		st.end(endReleased, nil)
 		return fmt.Errorf("%w (retrying in the background until the lease would run out)", e.redisErr("unlock "+strconv.Quote(st.spec.name), err))
 	case err != nil:
@@ -384,20 +649,16 @@ func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 		st.end(endLost, ErrLost)
 		return st.lostAtUnlock()
 	}
-	how := endReleased
-	if res.counted && res.heard <= own {
-		how = endReleasedUnheard
-	}
-	st.end(how, nil)
+	st.end(endReleased, nil)
 	return nil
 }
 
 // localHandoffs is how many times in a row a lock passes among one client's waiters without
 // asking the server (see handOff); the next handoff asks, by handover.lua, and the server
-// refuses it when other clients wait. So while other clients wait, a client holds a lock at most
-// localHandoffs+1 times in a row. acquire.lua keeps the tokens it issues at least
-// localHandoffs+1 (16) apart, so that the tokens T+1 … T+localHandoffs given out locally after a
-// server token T stay below every later server token.
+// refuses it while other clients are registered for the lock. So while other clients wait, a
+// client holds a lock at most localHandoffs+1 times in a row. acquire.lua keeps the tokens it
+// issues at least localHandoffs+1 (16) apart, so that the tokens T+1 … T+localHandoffs given
+// out locally after a server token T stay below every later server token.
 const localHandoffs = 15
 
 // handOff passes the lock, at its last Unlock, straight to the first waiter of this client for
@@ -416,7 +677,7 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 		return false, nil
 	}
 	qs := e.waits
-	q, w, streak := qs.reserveHead(st.spec.key)
+	q, w, streak, regID := qs.reserveHead(st.spec.key)
 	if w == nil {
 		return false, nil
 	}
@@ -442,9 +703,7 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 	sent := mono()
 	res, err := e.b.handover(ctx, handoverArgs{
 		keys: st.spec.keys, holder: st.owner, owner: owner, ttl: next.ttlArg, meta: next.meta,
-		streak: streak, checkAt: localHandoffs, channel: st.spec.channel,
-		mine:     e.notices.isLive(st.spec.channel), // counted by the server, as for a counted release
-		holderTk: st.token,
+		streak: streak, checkAt: localHandoffs, client: regID, holderTk: st.token,
 	})
 	switch {
 	case err != nil:
@@ -453,7 +712,7 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 		e.renewer.orphan(next.releaseReq(owner), next.ttl)
 		return false, nil // the caller's release reports the transport error, or succeeds
 	case res.refused:
-		qs.settle(q, w, nil, false) // the release that follows sets q.lastEnd: see fairnessYield
+		qs.settle(q, w, nil, false) // the release that follows grants it to the first client queued
 		return false, nil
 	case !res.ok:
 		qs.settle(q, w, nil, false)
@@ -467,7 +726,7 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 		st.end(endReleased, nil)
 		return true, nil
 	}
-	// The server checked for other clients' waiters (and found none) once the streak reached
+	// The server checked for other clients (and found none) once the streak reached
 	// localHandoffs: the next localHandoffs handoffs go without asking again.
 	given := qs.settle(q, w, nst, streak >= localHandoffs)
 	st.end(endPassedOn, nil)
@@ -491,24 +750,29 @@ func (st *leaseState) passOn(spec *lockSpec, parent context.Context) *leaseState
 }
 
 // reserveHead picks the head waiting for key, if any, as the target of a handoff, and returns
-// it with its queue and the number of handoffs in a row so far.
-func (qs *waitQueues) reserveHead(key string) (*queue, *waiter, int) {
+// it with its queue, the number of handoffs in a row so far, and the id of the queue's
+// registration on the server ("" when none).
+func (qs *waitQueues) reserveHead(key string) (*queue, *waiter, int, string) {
 	s := qs.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.m[key]
 	if q == nil || len(q.waiters) == 0 {
-		return nil, nil, 0
+		return nil, nil, 0, ""
 	}
 	w := q.waiters[0]
 	if w.reserved || w.abandoned || w.ctx.Err() != nil {
-		return nil, nil, 0
+		return nil, nil, 0, ""
 	}
 	w.reserved = true
-	return q, w, q.streak
+	regID := ""
+	if q.reg != nil {
+		regID = q.reg.id
+	}
+	return q, w, q.streak, regID
 }
 
-// settle ends a handoff to w: when it succeeded (st != nil), st goes to w unless w left
+// settle ends giving the lock to w: when it succeeded (st != nil), st goes to w unless w left
 // meanwhile, in which case settle returns false and the caller releases st. The streak of
 // handoffs in a row grows on success and restarts otherwise, or when restart is set (the
 // server just checked that no other client waits).

@@ -43,11 +43,14 @@ func haveQueued(e *engine, key string, n int) func(context.Context) error {
 	}
 }
 
-// isLive is a check for waitFor: the server confirmed (live) or dropped (!live) e's
-// subscription to channel.
+// isLive is a check for waitFor: e's subscription to channel is live (the server confirmed it
+// and no unsubscribe was decided since), or, with !live, it is not.
 func isLive(e *engine, channel string, live bool) func(context.Context) error {
 	return func(context.Context) error {
-		if got := e.notices.isLive(channel); got != live {
+		e.notices.mu.Lock()
+		got := e.notices.live[channel]
+		e.notices.mu.Unlock()
+		if got != live {
 			return fmt.Errorf("live = %v", got)
 		}
 		return nil
@@ -119,103 +122,6 @@ func TestLocalQueue_FIFO(t *testing.T) {
 	c.e.notices.mu.Unlock()
 	if subs != 0 {
 		t.Fatalf("%d release channels still routed after every waiter left", subs)
-	}
-}
-
-// A release that no other client heard lets this client's next waiter try at once; one that
-// another client's waiter heard makes it hold back (fairnessYield). Quorum mode, where every
-// handoff among one client's waiters goes through the servers.
-func TestRelease_AloneSkipsHoldBack(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var (
-		urls    []string
-		servers []*redistest.Server
-	)
-	for range 3 {
-		s := redistest.Start(t)
-		servers = append(servers, s)
-		urls = append(urls, s.URL())
-	}
-	// subscribed waits until every server counts n subscribers on the lock's release channel.
-	subscribed := func(channel string, n int) {
-		t.Helper()
-		waitFor(t, 10*time.Second, strconv.Itoa(n)+" subscribers on "+channel+" on every server", func(ctx context.Context) error {
-			for _, s := range servers {
-				out, err := s.Do(ctx, "PUBSUB", "NUMSUB", channel)
-				if err == nil && !strings.HasSuffix(out, "\n"+strconv.Itoa(n)) {
-					err = fmt.Errorf("%s: PUBSUB NUMSUB: %q", s.Addr, out)
-				}
-				if err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	dialQ := func() *Client {
-		c, err := DialQuorum(ctx, urls)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	c, other := dialQ(), dialQ()
-	m := c.Mutex("alone")
-	first, err := m.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *Lease, 2)
-	for range 2 { // the head, then one queued behind it: the queue outlives the first handoff
-		go func() {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-	}
-	subscribed(m.spec.channel, 1)
-	waitFor(t, 10*time.Second, "the waiters' subscription to be confirmed", isLive(c.e, m.spec.channel, true))
-	// Both waiters must be queued before the first handoff, or the queue would end with it.
-	waitFor(t, 10*time.Second, "the two waiters to queue", haveQueued(c.e, m.spec.key, 2))
-	sh := c.e.waits.shard(m.spec.key)
-	sh.mu.Lock()
-	q := sh.m[m.spec.key]
-	sh.mu.Unlock()
-	q.lastEnd.Store(mono()) // as if this client had just released it after another client's hold
-	if err := first.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if last := q.lastEnd.Load(); last != 0 {
-		t.Fatalf("after a release no other client heard, lastEnd = %d, want 0 (no holding back)", last)
-	}
-	second := <-got
-
-	// Now another client waits too: the next release is heard by it, so this client's head holds back.
-	otherDone := make(chan error, 1)
-	go func() {
-		l, err := other.Mutex("alone").Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		otherDone <- err
-	}()
-	subscribed(m.spec.channel, 2)
-	if err := second.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if q.lastEnd.Load() == 0 {
-		t.Fatal("after a release another client heard, lastEnd = 0: the head would not hold back")
-	}
-	third := <-got
-	if err := third.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-otherDone; err != nil {
-		t.Fatal(err)
 	}
 }
 

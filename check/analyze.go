@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -46,6 +48,20 @@ type findings struct {
 	Linearizable   porcupine.CheckResult
 	TokenOrderBugs int
 
+	// Memory pressure, in the scenarios with a memory limit.
+	Dials             int   // workers' Dials
+	DialsRefused      int   // ...refused with the error the scenario expects (dialRefused)
+	EvictedKeys       int64 // the server's evicted_keys at the end of the run
+	LockEvictions     int   // evictions of the lock's key
+	LockEvictionsHeld int   // ...while a lease on it was held
+	Warnings          int   // warnings the clients logged (WithLogger)
+	OOMRefused        int   // acquisitions refused with an error wrapping ErrOutOfMemory
+	OOMGrants         int   // acquisitions the server granted while out of memory
+	OOMReleases       int   // Unlocks that overlapped an out-of-memory period and returned nil
+	OOMReleased       int   // ...after which the key read as released (or was gone)
+	OOMPassedOn       int   // ...as held still, by the sibling the lock was passed to locally
+	OOMTakenAgain     int   // ...as held by a later grant
+
 	Failures []string // claimed guarantees broken, each naming the operations involved
 	Notes    []string
 }
@@ -74,6 +90,7 @@ type cycleKey struct {
 // the failures and notes in the report.
 func analyze(d *runData, linTimeout time.Duration) *findings {
 	a := newAnalysis(d)
+	a.checkDials()
 	a.countRegisterOps()
 	a.measureOverlaps()
 	a.collectAcquisitions()
@@ -82,6 +99,8 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	a.checkHitHoldersTold(signalled)
 	a.checkLeaseContexts()
 	a.checkRecovery()
+	a.checkEvictions()
+	a.checkOutOfMemory()
 	a.checkRegister(linTimeout)
 	return a.f
 }
@@ -131,6 +150,63 @@ func (a *analysis) failIfClaimed(claimed bool, msg string) {
 	} else {
 		a.note("not a claimed guarantee here: %s", msg)
 	}
+}
+
+// checkDials counts the workers' Dials and, where the scenario expects them refused
+// (dialRefused), checks that every worker process's Dial was, with an error wrapping the
+// expected one, and that no operation ran. Elsewhere a refused Dial is noted (and fails the
+// run where the workers opted in to the server's setting: checkEvictions).
+func (a *analysis) checkDials() {
+	f := a.f
+	want := a.sc.dialRefused
+	procs, dialled := map[who]bool{}, map[who]bool{}
+	var wrong, failed []string
+	for _, e := range a.d.events {
+		switch e.K {
+		case "start":
+			procs[e.who()] = true
+		case "dial":
+			f.Dials++
+			dialled[e.who()] = true
+			switch {
+			case want != "" && e.is(want):
+				f.DialsRefused++
+			case want != "":
+				wrong = append(wrong, fmt.Sprintf("worker %d.%d: Dial %s", e.Slot, e.Inc, dialOutcome(e)))
+			case e.Res != "ok":
+				failed = append(failed, fmt.Sprintf("worker %d.%d: %s", e.Slot, e.Inc, e.Res))
+			}
+		}
+	}
+	if len(failed) > 0 {
+		a.note("Dial failed: %s", joinN(failed, 3))
+	}
+	if want == "" {
+		return
+	}
+	if len(wrong) > 0 {
+		a.fail("%d of %d Dials not refused with an error wrapping %s: %s", len(wrong), f.Dials, errName(want), joinN(wrong, 3))
+	}
+	if n := len(procs) - len(dialled); n > 0 || len(procs) < a.d.conf.Workers {
+		a.fail("%d worker processes started, %d logged a Dial; want %d, all refused", len(procs), len(dialled), a.d.conf.Workers)
+	}
+	acqs := 0
+	for _, e := range a.d.events {
+		if e.K == "acq" {
+			acqs++
+		}
+	}
+	if acqs > 0 || len(a.d.ops) > 0 {
+		a.fail("the Dial was to be refused, yet %d acquisitions were attempted and %d register operations ran", acqs, len(a.d.ops))
+	}
+}
+
+// dialOutcome says how a Dial ended, for a failure message.
+func dialOutcome(e event) string {
+	if e.Res == "ok" {
+		return "succeeded"
+	}
+	return "failed otherwise: " + e.Res
 }
 
 // countRegisterOps reads the resource's own record: operations, stale ones (refused by the
@@ -343,24 +419,244 @@ func (a *analysis) checkLeaseContexts() {
 // checkRecovery measures, for every fault, the time from its start to the next successful
 // acquisition by anyone, and checks that there was one: a fault must not leave the lock out
 // of reach for good. Where the scenario bounds it (boundedRecovery: the holder died and its
-// lease just runs out), it must come within TTL + killRecoverySlack.
+// lease just runs out), it must come within TTL + killRecoverySlack. Where the fault puts the
+// server out of memory (outOfMemory), the lock can pass between goroutines of one process all
+// through it, without the server: there recovery runs from the fault's end (memory back) to
+// the next grant by the server.
 func (a *analysis) checkRecovery() {
-	byR := slices.Clone(a.acqs)
+	var byR []acq
+	for _, q := range a.acqs {
+		if !a.sc.outOfMemory || !q.local {
+			byR = append(byR, q)
+		}
+	}
 	sort.Slice(byR, func(i, j int) bool { return byR[i].r < byR[j].r })
 	bound := a.d.conf.TTL + killRecoverySlack
 	for _, flt := range a.d.faults {
-		i := sort.Search(len(byR), func(i int) bool { return byR[i].r > flt.Start })
+		from, what := flt.Start, "no acquisition followed it"
+		if a.sc.outOfMemory {
+			from, what = flt.End, "the server granted the lock to no one after memory was back"
+		}
+		i := sort.Search(len(byR), func(i int) bool { return byR[i].r > from })
 		if i == len(byR) {
-			a.fail("%s fault at %s (%s): no acquisition followed it", flt.Kind, ts(flt.Start, a.d.start), flt.who())
+			a.fail("%s fault at %s (%s): %s", flt.Kind, ts(flt.Start, a.d.start), flt.who(), what)
 			continue
 		}
-		rec := time.Duration(byR[i].r - flt.Start)
+		rec := time.Duration(byR[i].r - from)
 		a.f.Recovery = append(a.f.Recovery, rec)
 		if a.sc.boundedRecovery && rec > bound {
 			a.fail("%s: %s (token %d) killed at %s; next acquisition (%s, token %d) %v later, over TTL + %d ms = %v",
 				flt.Kind, flt.who(), flt.Token, ts(flt.Start, a.d.start), byR[i].w, byR[i].tok, rec.Round(time.Millisecond), killRecoverySlack.Milliseconds(), bound)
 		}
 	}
+}
+
+// checkEvictions measures, where a filler loads the server as a cache (memory.filler), how
+// many keys the server evicted, how often the lock's key among them, and how often while a
+// lease on it was held (from the acquisition's return to the Unlock's call). Where the
+// scenario needs the lock's key evicted under a holder (evictsLocks), a run without one proves
+// nothing and fails. Where the workers opted in (unsafeEviction), the client must have used
+// the server, warned about it, and done no more than warn: a refused Dial, a lease ended or an
+// acquisition refused for the eviction policy fail the run.
+func (a *analysis) checkEvictions() {
+	f := a.f
+	if !a.sc.memory.filler {
+		return
+	}
+	f.EvictedKeys = a.d.mem.EvictedKeys
+	var evictions []int64 // the lock's key, until the workers stopped (the filler writes on a little longer)
+	for _, t := range a.d.mem.LockEvictions {
+		if t <= a.d.end {
+			evictions = append(evictions, t)
+		}
+	}
+	f.LockEvictions = len(evictions)
+	warned := map[who]bool{}
+	type lease struct {
+		w   who
+		tok uint64
+	}
+	released := map[lease]int64{}
+	for _, e := range a.d.events {
+		switch e.K {
+		case "log":
+			if strings.Contains(e.Res, "level=WARN") {
+				f.Warnings++
+				warned[e.who()] = true
+			}
+		case "unl":
+			released[lease{e.who(), e.Tok}] = e.S
+		}
+	}
+	for _, t := range evictions {
+		for _, q := range a.acqs {
+			end, ok := released[lease{q.w, q.tok}]
+			if !ok {
+				end = a.d.end // never unlocked: its process was stopped or killed
+			}
+			if q.r <= t && t <= end {
+				f.LockEvictionsHeld++
+				break
+			}
+		}
+	}
+	a.note("the server evicted %d keys (INFO evicted_keys; the filler wrote %d): the lock's key %d times, %d of them while a lease on it was held; the clients logged %d warnings",
+		f.EvictedKeys, a.d.mem.FillerKeys, f.LockEvictions, f.LockEvictionsHeld, f.Warnings)
+	if a.sc.unsafeEviction && f.LockEvictionsHeld > 0 && f.Warnings <= f.Dials {
+		// Noted, not failed: a log line guards nothing, but an operator who opted in may
+		// expect to hear of the evictions that cost locks.
+		a.note("the clients warned when they dialled and never again, although the server evicted the lock's key %d times while a lease on it was held", f.LockEvictionsHeld)
+	}
+	if a.sc.evictsLocks && f.LockEvictionsHeld == 0 {
+		a.fail("the lock's key was never evicted while a lease on it was held (evicted_keys %d, the lock's key %d times): the run proves nothing", f.EvictedKeys, f.LockEvictions)
+	}
+	if !a.sc.unsafeEviction {
+		return
+	}
+	var refused, ended []string
+	for _, e := range a.d.events {
+		switch {
+		case e.K == "dial" && e.Res != "ok":
+			a.fail("WithUnsafeEviction: worker %d.%d: Dial failed: %s", e.Slot, e.Inc, e.Res)
+		case e.K == "dial" && !warned[e.who()]:
+			a.fail("WithUnsafeEviction: worker %d.%d's client logged no warning, though its server may evict lock keys", e.Slot, e.Inc)
+		case e.K == "acq" && e.is(errKindEvictionPolicy):
+			refused = append(refused, fmt.Sprintf("%s at %s: %s", e.who(), ts(e.R, a.d.start), e.Res))
+		case e.K == "sig" && e.is(errKindEvictionPolicy):
+			ended = append(ended, fmt.Sprintf("%s token %d at %s", e.who(), e.Tok, ts(e.S, a.d.start)))
+		}
+	}
+	if len(refused) > 0 {
+		a.fail("WithUnsafeEviction: %d acquisitions refused for the eviction policy (the client should only warn): %s", len(refused), joinN(refused, 3))
+	}
+	if len(ended) > 0 {
+		a.fail("WithUnsafeEviction: %d leases ended for the eviction policy (the client should only warn): %s", len(ended), joinN(ended, 3))
+	}
+}
+
+// checkOutOfMemory checks, where the fault puts the server out of memory (outOfMemory), what
+// dlock promises there. Every Unlock that overlapped an out-of-memory period must return nil,
+// and every Unlock that returned nil must leave the lock released: the key its worker read
+// right after (worker.readBack) is gone, or released ("- <token> 0"), or held by a later grant
+// (a larger token), or held still under this lease's token because the Unlock passed the lock
+// to a sibling goroutine (the next token is that local handoff). Acquisitions refused for
+// memory must wrap ErrOutOfMemory, and the server must grant none during the fault (the
+// acquisition scripts' first write needs memory; the fault's record lies inside the time the
+// server was out of memory). A run in which no acquisition was refused for memory, or no
+// Unlock released the lock on the server while it was out of memory, proves nothing and fails.
+func (a *analysis) checkOutOfMemory() {
+	f := a.f
+	if !a.sc.outOfMemory {
+		return
+	}
+	during := func(s, r int64) bool {
+		for _, flt := range a.d.faults {
+			if s <= flt.End && r >= flt.Start {
+				return true
+			}
+		}
+		return false
+	}
+	type lease struct {
+		w   who
+		tok uint64
+	}
+	read := map[lease]event{}
+	for _, e := range a.d.events {
+		if e.K == "key" {
+			read[lease{e.who(), e.Tok}] = e
+		}
+	}
+	var unmarked, failed, held []string
+	unread := 0
+	for _, e := range a.d.events {
+		switch {
+		case e.K == "acq" && e.Res != "ok" && e.is(errKindOutOfMemory):
+			f.OOMRefused++
+		case e.K == "acq" && e.Res != "ok" && strings.Contains(e.Res, "OOM"):
+			unmarked = append(unmarked, fmt.Sprintf("%s at %s: %s", e.who(), ts(e.R, a.d.start), e.Res))
+		case e.K == "unl" && e.Res != "":
+			if during(e.S, e.R) {
+				failed = append(failed, fmt.Sprintf("%s token %d at %s: %s", e.who(), e.Tok, ts(e.S, a.d.start), e.Res))
+			}
+		case e.K == "unl":
+			kb, ok := read[lease{e.who(), e.Tok}]
+			if !ok || strings.HasPrefix(kb.Res, "err: ") {
+				unread++
+				continue
+			}
+			state := a.releaseState(e, kb)
+			if state == "held" {
+				held = append(held, fmt.Sprintf("%s token %d, Unlock returned at %s, then the key read %q", e.who(), e.Tok, ts(e.R, a.d.start), kb.Res))
+			}
+			if !during(e.S, e.R) {
+				continue
+			}
+			f.OOMReleases++
+			switch state {
+			case "released":
+				f.OOMReleased++
+			case "passed on":
+				f.OOMPassedOn++
+			case "taken again":
+				f.OOMTakenAgain++
+			}
+		}
+	}
+	var granted []string
+	for _, q := range a.acqs {
+		for _, flt := range a.d.faults {
+			if !q.local && q.lo >= flt.Start && q.hi <= flt.End {
+				f.OOMGrants++
+				granted = append(granted, fmt.Sprintf("%s token %d at %s", q.w, q.tok, ts(q.lo, a.d.start)))
+			}
+		}
+	}
+	if len(failed) > 0 {
+		a.fail("%d Unlocks failed while the server was out of memory: %s", len(failed), joinN(failed, 3))
+	}
+	if len(held) > 0 {
+		a.fail("%d Unlocks returned nil but left the lock held: %s", len(held), joinN(held, 3))
+	}
+	if len(granted) > 0 {
+		a.fail("the server granted the lock %d times while out of memory: %s", len(granted), joinN(granted, 3))
+	}
+	if len(unmarked) > 0 {
+		a.fail("%d acquisitions refused for memory with an error that does not wrap ErrOutOfMemory: %s", len(unmarked), joinN(unmarked, 3))
+	}
+	if f.OOMRefused == 0 && len(a.d.faults) > 0 {
+		a.fail("no acquisition was refused with ErrOutOfMemory: the run proves nothing")
+	}
+	if f.OOMReleased == 0 && len(a.d.faults) > 0 {
+		a.fail("no Unlock released the lock on the server while it was out of memory: the run proves nothing")
+	}
+	a.note("out of memory: %d acquisitions refused with ErrOutOfMemory, %d granted by the server; %d Unlocks returned nil (the key then read released %d times, passed on locally %d, taken again %d)",
+		f.OOMRefused, f.OOMGrants, f.OOMReleases, f.OOMReleased, f.OOMPassedOn, f.OOMTakenAgain)
+	if unread > 0 {
+		a.note("%d Unlocks without a read of the key after them (the worker stopped, or the read failed)", unread)
+	}
+}
+
+// releaseState judges what the key read right after a successful Unlock (unl) says: "released"
+// (gone, or "- <token> 0"), "taken again" (held under a larger token: a later grant by the
+// server), "passed on" (held under this lease's token or below, and the lease of the next
+// token is a local handoff from this holder: the lock passed to a sibling inside the Unlock,
+// and the server's record of it did not change), or "held": the Unlock left the lock held.
+func (a *analysis) releaseState(unl, key event) string {
+	if !key.Live || strings.HasPrefix(key.Res, "- ") {
+		return "released"
+	}
+	// "<owner> <token> <holds> <description>"
+	if f := strings.Fields(key.Res); len(f) >= 2 {
+		if t, err := strconv.ParseUint(f[1], 10, 64); err == nil && t > unl.Tok {
+			return "taken again"
+		}
+	}
+	i := sort.Search(len(a.acqs), func(i int) bool { return a.acqs[i].tok > unl.Tok })
+	if i < len(a.acqs) && a.acqs[i].tok == unl.Tok+1 && a.acqs[i].local && a.acqs[i].w.sameProcess(unl.who()) {
+		return "passed on"
+	}
+	return "held"
 }
 
 // checkRegister checks what mutual exclusion promises the user, on the lock-guarded

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -141,8 +142,21 @@ func TestResource_TrapFiresOnceOnTheMatchingRequest(t *testing.T) {
 func TestScenarioTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, s := range scenarios {
-		if s.name == "" || s.help == "" || s.fault.plan == nil || s.fault.inject == nil {
+		if s.name == "" || s.help == "" {
 			t.Errorf("incomplete row: %+v", s)
+		}
+		// A run whose Dial is refused plays no fault; every other run needs one.
+		if hasFault := s.fault.plan != nil && s.fault.inject != nil; hasFault == (s.dialRefused != "") {
+			t.Errorf("%s: fault %v with dialRefused %q", s.name, hasFault, s.dialRefused)
+		}
+		if s.evictsLocks && (!s.forgetsLocks || !s.memory.filler || s.memory.policy == "noeviction") {
+			t.Errorf("%s: a server that evicts held locks forgets them, and needs a filler and an evicting policy", s.name)
+		}
+		if s.outOfMemory && (s.memory.policy != "noeviction" || s.memory.maxmemory == "") {
+			t.Errorf("%s: out of memory needs a noeviction server with a limit to set back", s.name)
+		}
+		if (s.memory.filler || s.outOfMemory) && s.deploy != standalone {
+			t.Errorf("%s: memory pressure is played on one standalone server", s.name)
 		}
 		if seen[s.name] {
 			t.Errorf("%s listed twice", s.name)
@@ -175,10 +189,18 @@ func TestScenarioTable(t *testing.T) {
 		{"kill", time.Second, 1, 10 * time.Second},
 		{"sentinel-failover-ack", 3 * time.Second, 7, 10 * time.Second},
 		{"redlock-restart", time.Second, 1, 20 * time.Second},
+		{"eviction", time.Second, 0, 10 * time.Second}, // a refused Dial: no fault
+		{"oom", time.Second, 1, 10 * time.Second},
 	} {
 		s, _ := scenarioNamed(c.name)
 		if ttl, faults, maxRun := s.deploy.ttl(o), s.faults(o), s.deploy.maxRun(o); ttl != c.ttl || faults != c.faults || maxRun != c.maxRun {
 			t.Errorf("%s: TTL %v, %d faults, max run %v; want %v, %d, %v", c.name, ttl, faults, maxRun, c.ttl, c.faults, c.maxRun)
+		}
+	}
+	both := []bool{true, false}
+	for _, s := range scenarios {
+		if n := len(s.modes(both)); n != map[bool]int{true: 1, false: 2}[s.dialRefused != ""] {
+			t.Errorf("%s runs in %d modes", s.name, n)
 		}
 	}
 }
@@ -418,6 +440,223 @@ func TestAnalyze_LocalHandoffGrantedInsideUnlock(t *testing.T) {
 	h.chk(w0, 500, 7.5, true)
 	if f := analyze(h.d, 10*time.Second); f.LiveAfterNext != 1 || len(f.Failures) != 1 {
 		t.Fatalf("live after next %d, failures %q: want 1, 1", f.LiveAfterNext, f.Failures)
+	}
+}
+
+// ev appends a raw event of w.
+func (h *hist) ev(w who, e event) {
+	e.Slot, e.Inc, e.G = w.Slot, w.Inc, w.G
+	h.d.events = append(h.d.events, e)
+}
+
+// dialled logs the start and Dial of w's process: refused with the errKind is, or, when is is
+// "", a success followed by the warning an unsafe client logs.
+func (h *hist) dialled(w who, is string) {
+	h.ev(w, event{K: "start", S: 0})
+	if is != "" {
+		h.ev(w, event{K: "dial", Res: "err: dlock: server may evict lock keys", Is: is})
+		return
+	}
+	h.ev(w, event{K: "dial", Res: "ok"})
+	h.ev(w, event{K: "log", Res: "level=WARN msg=\"dlock: server may evict lock keys; going on as WithUnsafeEviction allows\""})
+}
+
+// The default Dial against an evicting server: the run passes when every worker's Dial was
+// refused with ErrEvictionPolicy and nothing ran, and fails otherwise.
+func TestAnalyze_EvictionDialRefused(t *testing.T) {
+	refused := func() *hist {
+		h := newHist("eviction", true)
+		h.d.conf.Workers = 2
+		h.dialled(w0, errKindEvictionPolicy)
+		h.dialled(w1, errKindEvictionPolicy)
+		return h
+	}
+	f := analyze(refused().d, time.Second)
+	if len(f.Failures) != 0 || f.Dials != 2 || f.DialsRefused != 2 || f.Mode != "dial-only" {
+		t.Fatalf("failures %q, %d of %d dials refused, mode %s", f.Failures, f.DialsRefused, f.Dials, f.Mode)
+	}
+	if cell := memoryCell(f); !strings.Contains(cell, "2 of 2 Dials refused with ErrEvictionPolicy") {
+		t.Fatalf("memory cell %q", cell)
+	}
+
+	// One worker got through and ran a cycle.
+	h := refused()
+	h.d.events = h.d.events[:2]
+	h.dialled(w1, "")
+	h.acq(w1, 10, 5, 6)
+	h.rmw(w1, 10, 1, 0, 7, 9, true)
+	f = analyze(h.d, time.Second)
+	if len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "1 of 2 Dials not refused with an error wrapping ErrEvictionPolicy: worker 1.1: Dial succeeded") ||
+		!strings.Contains(f.Failures[1], "1 acquisitions were attempted and 2 register operations ran") {
+		t.Fatalf("failures %q", f.Failures)
+	}
+
+	// Refused, but for another reason; and a worker that never dialled.
+	h = refused()
+	h.d.events[1].Is, h.d.events[1].Res = "", "err: dial tcp: connection refused"
+	h.d.conf.Workers = 3
+	f = analyze(h.d, time.Second)
+	if len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "Dial failed otherwise: err: dial tcp") ||
+		!strings.Contains(f.Failures[1], "2 worker processes started, 2 logged a Dial; want 3") {
+		t.Fatalf("failures %q", f.Failures)
+	}
+}
+
+// evictedHistory is pausedWriterHistory in the eviction-unsafe scenario: the server evicted the
+// lock's key at 300 ms, while worker 0 held it; worker 1 took it, and worker 0's late write
+// came after worker 1's.
+func evictedHistory(fenced bool) *hist {
+	h := pausedWriterHistory(fenced)
+	h.d.conf.Scenario = "eviction-unsafe"
+	h.dialled(w0, "")
+	h.dialled(w1, "")
+	h.d.faults[0].Kind = "eviction-unsafe"
+	h.d.mem = memRecord{EvictedKeys: 40, FillerKeys: 100, LockEvictions: []int64{msT(300)}}
+	h.d.end = msT(800)
+	return h
+}
+
+// With WithUnsafeEviction the lost update of a lock whose key was evicted is counted, not
+// failed, unfenced; fenced the fence must still hold. The run fails when no lock key was
+// evicted under a holder (it proves nothing), and when the client did more than warn.
+func TestAnalyze_UnsafeEvictionCountsLostUpdates(t *testing.T) {
+	f := analyze(evictedHistory(false).d, 10*time.Second)
+	if len(f.Failures) != 0 {
+		t.Fatalf("unfenced lost updates after an eviction must not fail the run: %q", f.Failures)
+	}
+	if f.LostUpdates != 1 || f.Overlaps != 1 || f.LockEvictions != 1 || f.LockEvictionsHeld != 1 || f.Warnings != 2 || f.EvictedKeys != 40 {
+		t.Fatalf("lost %d, overlaps %d, lock evictions %d (%d held), warnings %d, evicted %d", f.LostUpdates, f.Overlaps, f.LockEvictions, f.LockEvictionsHeld, f.Warnings, f.EvictedKeys)
+	}
+	if cell := memoryCell(f); cell != "evicted 40 keys, the lock's 1 times (1 under a holder); 2 warnings" {
+		t.Fatalf("memory cell %q", cell)
+	}
+	// The clients warned only when they dialled: noted.
+	if !slices.ContainsFunc(f.Notes, func(n string) bool { return strings.Contains(n, "warned when they dialled and never again") }) {
+		t.Fatalf("notes %q", f.Notes)
+	}
+
+	// Fenced, the late write is refused...
+	if f := analyze(evictedHistory(true).d, 10*time.Second); len(f.Failures) != 0 || f.LostUpdates != 0 || f.StaleRejected != 1 {
+		t.Fatalf("fenced: failures %q, lost %d, refused %d", f.Failures, f.LostUpdates, f.StaleRejected)
+	}
+	// ...and a fence that let it through fails the run, eviction or not.
+	h := evictedHistory(true)
+	for i := range h.d.ops {
+		h.d.ops[i].Accepted = true
+	}
+	if f := analyze(h.d, 10*time.Second); len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "fenced: 1 lost updates") {
+		t.Fatalf("fenced, fence broken: failures %q", f.Failures)
+	}
+
+	// The lock's key evicted only between holders: the run proves nothing.
+	h = evictedHistory(false)
+	h.d.mem.LockEvictions = []int64{msT(0.5)}
+	if f := analyze(h.d, 10*time.Second); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "never evicted while a lease on it was held") {
+		t.Fatalf("no eviction under a holder: failures %q", f.Failures)
+	}
+
+	// The opted-in client ended a lease and refused an acquisition for the eviction policy.
+	h = evictedHistory(false)
+	for i, e := range h.d.events {
+		if e.K == "sig" {
+			h.d.events[i].Is = errKindLost + "," + errKindEvictionPolicy
+		}
+	}
+	h.ev(w1, event{K: "acq", S: msT(610), R: msT(611), Res: "err: dlock: lock: server may evict lock keys", Is: errKindEvictionPolicy})
+	f = analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "1 acquisitions refused for the eviction policy") || !strings.Contains(f.Failures[1], "1 leases ended for the eviction policy") {
+		t.Fatalf("client did more than warn: failures %q", f.Failures)
+	}
+}
+
+// oomHistory: the server is out of memory from 100 to 1300 ms. Worker 0 unlocks inside it, and
+// the key then reads released; worker 1's two attempts are refused with ErrOutOfMemory, and the
+// server grants it the lock 20 ms after memory is back.
+func oomHistory() *hist {
+	h := newHist("oom", true)
+	h.acq(w0, 10, 0, 1)
+	h.chk(w0, 10, 2, true)
+	h.rmw(w0, 10, 1, 0, 3, 5, true)
+	h.d.faults = []faultRec{{Kind: "oom", Slot: 0, Inc: 1, Token: 10, Start: msT(100), End: msT(1300)}}
+	h.unl(w0, 10, 200, 201)
+	h.ev(w0, event{K: "key", S: msT(201.5), R: msT(202), Tok: 10, Live: true, Res: "- 10 0"})
+	for _, at := range []float64{300, 700} {
+		h.ev(w1, event{K: "acq", S: msT(at), R: msT(at + 1), Res: "err: dlock: lock \"x\" on 127.0.0.1:1: dlock: server out of memory: ...", Is: errKindOutOfMemory})
+	}
+	h.acq(w1, 30, 1310, 1320)
+	h.chk(w1, 30, 1321, true)
+	h.rmw(w1, 30, 1, 1, 1322, 1324, true)
+	return h
+}
+
+func TestAnalyze_OutOfMemory(t *testing.T) {
+	f := analyze(oomHistory().d, 10*time.Second)
+	if len(f.Failures) != 0 || f.OOMRefused != 2 || f.OOMReleases != 1 || f.OOMReleased != 1 || f.OOMGrants != 0 {
+		t.Fatalf("failures %q, refused %d, releases %d (released %d), grants %d", f.Failures, f.OOMRefused, f.OOMReleases, f.OOMReleased, f.OOMGrants)
+	}
+	// Recovery runs from memory back (1300 ms) to the next grant by the server.
+	if len(f.Recovery) != 1 || f.Recovery[0] != 20*time.Millisecond {
+		t.Fatalf("recovery %v", f.Recovery)
+	}
+	if cell := memoryCell(f); !strings.Contains(cell, "2 acquisitions refused (ErrOutOfMemory), 0 granted; 1 Unlocks ok, then released 1") {
+		t.Fatalf("memory cell %q", cell)
+	}
+
+	// The key still holds worker 0's lease after its Unlock returned nil...
+	stillHeld := func(h *hist) {
+		for i, e := range h.d.events {
+			if e.K == "key" {
+				h.d.events[i].Res = `owner0 10 1 {"pid":1,}`
+			}
+		}
+	}
+	h := oomHistory()
+	stillHeld(h)
+	if f := analyze(h.d, 10*time.Second); len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "returned nil but left the lock held: worker 0.1 g0 token 10") ||
+		!strings.Contains(f.Failures[1], "no Unlock released the lock on the server") {
+		t.Fatalf("held after Unlock: failures %q", f.Failures)
+	}
+	// ...which is right when the Unlock passed the lock to a sibling goroutine, whose release
+	// then reached the server.
+	h = oomHistory()
+	stillHeld(h)
+	h.acq(w0b, 11, 150, 200.5) // inside worker 0's Unlock: a local handoff
+	h.chk(w0b, 11, 210, true)
+	h.rmw(w0b, 11, 2, 1, 211, 213, true)
+	h.unl(w0b, 11, 220, 221)
+	h.ev(w0b, event{K: "key", S: msT(222), R: msT(223), Tok: 11})
+	h.d.events = slices.DeleteFunc(h.d.events, func(e event) bool { return e.K == "rd" && e.Tok == 30 })
+	h.d.ops = slices.DeleteFunc(h.d.ops, func(op opRecord) bool { return op.Token == 30 })
+	h.rmw(w1, 30, 1, 2, 1322, 1324, true)
+	f = analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 0 || f.LocalHandoffs != 1 || f.OOMReleases != 2 || f.OOMPassedOn != 1 || f.OOMReleased != 1 {
+		t.Fatalf("passed on: failures %q, local handoffs %d, releases %d (passed on %d, released %d)", f.Failures, f.LocalHandoffs, f.OOMReleases, f.OOMPassedOn, f.OOMReleased)
+	}
+
+	// An Unlock that fails under OOM, a grant by the server and an OOM refusal that does not
+	// wrap ErrOutOfMemory.
+	h = oomHistory()
+	h.unl(w1, 20, 500, 505)
+	h.d.events[len(h.d.events)-1].Res = "dlock: unlock \"x\": OOM command not allowed when used memory > 'maxmemory'"
+	h.acq(w0, 20, 400, 420)
+	h.ev(w1, event{K: "acq", S: msT(800), R: msT(801), Res: "err: OOM command not allowed when used memory > 'maxmemory'"})
+	f = analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 3 || !strings.Contains(f.Failures[0], "1 Unlocks failed while the server was out of memory: worker 1.1 g0 token 20") ||
+		!strings.Contains(f.Failures[1], "granted the lock 1 times while out of memory: worker 0.1 g0 token 20 at t+0.400s") ||
+		!strings.Contains(f.Failures[2], "1 acquisitions refused for memory with an error that does not wrap ErrOutOfMemory") {
+		t.Fatalf("failed Unlock, grant, unmarked refusal: failures %q", f.Failures)
+	}
+
+	// Nothing refused, no release on the server, no grant by the server after memory is back:
+	// the run proves nothing, and the lock did not come back.
+	h = newHist("oom", true)
+	h.acq(w0, 10, 0, 1)
+	h.acq(w0b, 11, 1, 1400) // a local handoff from worker 0 (its Unlock is unknown here)
+	h.d.faults = []faultRec{{Kind: "oom", Slot: 0, Inc: 1, Token: 10, Start: msT(100), End: msT(1300)}}
+	f = analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 3 || !strings.Contains(f.Failures[0], "granted the lock to no one after memory was back") ||
+		!strings.Contains(f.Failures[1], "no acquisition was refused with ErrOutOfMemory") || !strings.Contains(f.Failures[2], "no Unlock released the lock on the server") {
+		t.Fatalf("proves nothing: failures %q", f.Failures)
 	}
 }
 

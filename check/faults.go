@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +40,8 @@ var (
 	// restartMajorityMemberLate keeps it down longer than a lease first.
 	restartMajorityMember     = fault{plan: planMajorityRestart(false), inject: (*runner).restartMajorityMember}
 	restartMajorityMemberLate = fault{plan: planMajorityRestart(true), inject: (*runner).restartMajorityMember}
+	evictHeldLock             = fault{plan: planEviction, inject: (*runner).evictHeldLock}
+	exhaustMemory             = fault{plan: planOutOfMemory, inject: (*runner).exhaustMemory}
 )
 
 // pauseVariants are the places a paused holder is frozen, in the order the schedule
@@ -88,6 +92,23 @@ func planMajorityRestart(delayed bool) func(*plannedFault, *rand.Rand, int, time
 	}
 }
 
+// planEviction gives the holder a twentieth to a half of a TTL of work: a short one often ends
+// before its client's next renewal finds the key gone, so the holder writes after a second
+// holder took the lock (a lost update unfenced, a refused write fenced); a longer one lets it
+// learn in time. Either outlasts the filler's burst (a few ms), so the key is evicted while the
+// holder holds it.
+func planEviction(p *plannedFault, rng *rand.Rand, _ int, ttl time.Duration) {
+	p.work = ttl/20 + time.Duration(rng.Int64N(int64(ttl/2-ttl/20)))
+}
+
+// planOutOfMemory keeps the server out of memory for longer than a lease, so that renewals,
+// releases and acquisitions all meet it. The holder works up to a TTL (renewing its lease, a
+// third of a TTL apart, under it) and unlocks inside it.
+func planOutOfMemory(p *plannedFault, rng *rand.Rand, _ int, ttl time.Duration) {
+	p.dur = ttl + 500*time.Millisecond + time.Duration(rng.Int64N(int64(500*time.Millisecond)))
+	p.work = time.Duration(rng.Int64N(int64(ttl)))
+}
+
 // injection is the bookkeeping of one fault, the same for every kind: the schedule waits on
 // fired (the trap sprang) and then on done (the fault played out); the run waits on
 // r.faultWG for the fault and whatever it started (a respawn).
@@ -121,11 +142,22 @@ func (in *injection) record(w who, tok uint64, variant string) {
 	in.i = len(r.faults) - 1
 }
 
-// end records the end of the fault and lets the schedule go on.
-func (in *injection) end() {
+// describe sets the fault's variant once it is known (it played out).
+func (in *injection) describe(variant string) {
 	r := in.r
 	r.mu.Lock()
-	r.faults[in.i].End = mono()
+	r.faults[in.i].Variant = variant
+	r.mu.Unlock()
+}
+
+// end records the end of the fault and lets the schedule go on.
+func (in *injection) end() { in.endAt(mono()) }
+
+// endAt records the end of the fault at t and lets the schedule go on.
+func (in *injection) endAt(t int64) {
+	r := in.r
+	r.mu.Lock()
+	r.faults[in.i].End = t
 	r.mu.Unlock()
 	close(in.done)
 }
@@ -311,6 +343,73 @@ func (r *runner) killMinority(p plannedFault, in *injection) *trap {
 				}
 			}
 			in.end()
+		}()
+		return p.work, false
+	}}
+}
+
+// evictHeldLock has the filler write back to back into the evicting server while the holder
+// works, until the server evicts the lock's key (bounded: burstKeys, burstTime). The holder's
+// client learns of it at its next renewal; a client that polls the lock can take it before.
+func (r *runner) evictHeldLock(p plannedFault, in *injection) *trap {
+	return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
+		in.spring()
+		in.record(w, tok, "")
+		go func() {
+			defer in.settle()
+			keys, evicted, err := r.filler.burst()
+			switch {
+			case err != nil:
+				r.infraf("filler burst: %v", err)
+			case evicted:
+				in.describe(fmt.Sprintf("lock key evicted after %d filler keys", keys))
+			default:
+				in.describe(fmt.Sprintf("lock key not evicted by %d filler keys", keys))
+			}
+			in.end()
+		}()
+		return p.work, false
+	}}
+}
+
+// exhaustMemory sets the noeviction server's maxmemory to half its used_memory while the
+// holder works, so that it refuses every write that needs memory, and sets it back after
+// p.dur. The fault's record runs from the reply to the first CONFIG SET to the sending of the
+// second: the server is out of memory all through it.
+func (r *runner) exhaustMemory(p plannedFault, in *injection) *trap {
+	return &trap{op: 'R', fire: func(w who, tok uint64) (time.Duration, bool) {
+		in.spring()
+		srv := r.srvs[0]
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		was, err1 := srv.Do(ctx, "CONFIG", "GET", "maxmemory")
+		used, err2 := infoField(ctx, srv, "memory", "used_memory")
+		limit := used / 2
+		_, err3 := srv.Do(ctx, "CONFIG", "SET", "maxmemory", strconv.FormatInt(limit, 10))
+		cancel()
+		if err := errors.Join(err1, err2, err3); err != nil {
+			r.infraf("out of memory: %v", err)
+		}
+		in.record(w, tok, fmt.Sprintf("maxmemory %d < used_memory %d for %v", limit, used, p.dur.Round(time.Millisecond)))
+		_, was, _ = strings.Cut(was, "\n") // CONFIG GET replies name, value
+		go func() {
+			defer in.settle()
+			time.Sleep(p.dur)
+			var err error
+			var sent int64
+			for range 5 { // bounded: a server that cannot be told fails the run
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				sent = mono()
+				_, err = srv.Do(ctx, "CONFIG", "SET", "maxmemory", was)
+				cancel()
+				if err == nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				r.infraf("out of memory: set maxmemory back to %s: %v", was, err)
+			}
+			in.endAt(sent)
 		}()
 		return p.work, false
 	}}

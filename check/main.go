@@ -1,6 +1,7 @@
 // Command dlock-check is dlock's fault-injection checker: it measures what the lock
-// guarantees under process pauses, crashes, partitions, latency and Redis restarts, in fenced
-// and unfenced mode, and exits non-zero when a claimed guarantee breaks.
+// guarantees under process pauses, crashes, partitions, latency, Redis restarts and failovers,
+// and server memory pressure (eviction, out of memory), in fenced and unfenced mode, and exits
+// non-zero when a claimed guarantee breaks.
 //
 // It starts its own redis-server (real processes, loopback only), a resource server (one
 // register that timestamps every operation and, in fenced mode, refuses stale tokens) and P
@@ -18,10 +19,11 @@
 //
 // Its files: scenario.go is the table of scenarios, one row each with everything the rest
 // reads about it; faults.go the faults the rows name; run.go one run of a scenario in one mode;
-// worker.go the worker role; resource.go the register the lock protects; analyze.go the
-// figures and guarantees of a run; report.go the printed table and the docs section; clock.go
-// the one clock every process stamps events with; stop_linux.go the wait for a SIGSTOPped
-// process to freeze; main.go the command line.
+// worker.go the worker role; resource.go the register the lock protects; memory.go the memory
+// limits of the scenarios that put the server under memory pressure, and the filler that loads
+// an evicting server as a cache; analyze.go the figures and guarantees of a run; report.go the
+// printed table and the docs section; clock.go the one clock every process stamps events with;
+// stop_linux.go the wait for a SIGSTOPped process to freeze; main.go the command line.
 package main
 
 import (
@@ -87,9 +89,13 @@ whose token is the previous holder's + 1, from another goroutine of its process)
 (critical sections of two clients intersecting on the resource's timeline), lost updates
 (writes applied minus the final register), stale operations refused by the fence (or,
 unfenced, applied although a newer token had been seen), acquire latency p50/p99, recovery
-after each fault (fault start -> next successful acquisition), lost-lock signals (before /
-during / after the next holder's acquire), and a porcupine linearizability check of the
-lock-guarded read-modify-write.
+after each fault (fault start -> next successful acquisition; oom: memory back -> next grant
+by the server), lost-lock signals (before / during / after the next holder's acquire), and a
+porcupine linearizability check of the lock-guarded read-modify-write. The scenarios with a
+memory limit add their own figures (memory pressure): Dials refused; keys evicted, the
+lock's among them and how many under a holder, and the clients' warnings; or, out of memory,
+acquisitions refused with ErrOutOfMemory and what the lock's key read right after each
+Unlock.
 
 Exit status: 0 when every claimed guarantee held; 1 when one broke (the report names the
 scenario, seed and operations); 2 on a bad command line; 3 when the harness could not run.
@@ -223,7 +229,7 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 	var all []*findings
 	for _, sc := range o.scenarios {
 		s, _ := scenarioNamed(sc) // parseFlags checked every name
-		for _, fenced := range o.modes {
+		for _, fenced := range s.modes(o.modes) {
 			ttl := s.deploy.ttl(o)
 			conf := runConf{
 				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, Goroutines: o.goroutines, TTL: ttl,
@@ -240,6 +246,12 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 			f := analyze(d, o.linTimeout)
 			logf("  %s in %v: %d ops, %d acquisitions (%d local handoffs), %d faults, %d overlaps, %d lost updates, linearizable %s, %d failures",
 				sc, time.Since(t0).Round(time.Millisecond), f.Ops, f.Cycles, f.LocalHandoffs, f.Faults, f.Overlaps, f.LostUpdates, f.Linearizable, len(f.Failures))
+			if m := memoryCell(f); m != "–" {
+				logf("  memory pressure: %s", m)
+			}
+			for _, n := range f.Notes {
+				logf("  note: %s", n)
+			}
 			if len(f.Failures) > 0 && !o.keep {
 				logf("  worker logs kept in %s", conf.Dir)
 				o.keep = true // keep the evidence
@@ -299,6 +311,25 @@ func guaranteesHelp() string {
 	}
 	if l := list(func(s *scenario) bool { return s.boundedRecovery }); l != "" {
 		text += fmt.Sprintf("; in %s, recovery over TTL + %d ms", l, killRecoverySlack.Milliseconds())
+	}
+	for i := range scenarios {
+		if s := &scenarios[i]; s.dialRefused != "" {
+			text += fmt.Sprintf("; in %s, a worker's Dial not refused with an error wrapping %s, or any operation run", s.name, errName(s.dialRefused))
+		}
+	}
+	if l := list(func(s *scenario) bool { return s.unsafeEviction }); l != "" {
+		text += "; in " + l + " (WithUnsafeEviction), a client that does more than warn: a refused Dial, " +
+			"a lease ended or an acquisition refused for the eviction policy, or no warning at all"
+	}
+	if l := list(func(s *scenario) bool { return s.evictsLocks }); l != "" {
+		text += "; in " + l + ", a run in which the lock's key was never evicted under a holder (it proves nothing)"
+	}
+	if l := list(func(s *scenario) bool { return s.outOfMemory }); l != "" {
+		text += "; in " + l + ", an Unlock that fails while the server is out of memory, or that " +
+			"returns nil and leaves the lock held; while it is out of memory, an acquisition the " +
+			"server grants, or refuses with an error that does not wrap ErrOutOfMemory; no grant " +
+			"by the server once memory is back; or a run in which no acquisition was refused for " +
+			"memory, or no release reached the server while it was out of memory (it proves nothing)"
 	}
 	text += ". Unfenced overlaps and lost updates are measured, not failures."
 	if l := list(func(s *scenario) bool { return s.forgetsLocks }); l != "" {

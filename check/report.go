@@ -29,8 +29,8 @@ func ms(d time.Duration) string {
 // markdownTable is the per-run table: one row per scenario and mode.
 func markdownTable(all []*findings) string {
 	var b strings.Builder
-	b.WriteString("| scenario | mode | ops | acquisitions | local handoffs | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before the next grant (least margin, ms) / later, never acted on / later, acted on | context said held after re-acquire | linearizable | verdict |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
+	b.WriteString("| scenario | mode | ops | acquisitions | local handoffs | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before the next grant (least margin, ms) / later, never acted on / later, acted on | context said held after re-acquire | linearizable | memory pressure | verdict |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|---|\n")
 	for _, f := range all {
 		rec := "–"
 		if len(f.Recovery) > 0 {
@@ -50,12 +50,30 @@ func markdownTable(all []*findings) string {
 		if len(f.SignalMargins) > 0 {
 			margin = " (" + ms(slices.Min(f.SignalMargins)) + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s | %s |\n",
 			f.Scenario, f.Mode, f.Ops, f.Cycles, f.LocalHandoffs, f.Faults, f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
 			ms(f.AcquireP50), ms(f.AcquireP99), rec, f.Signals, f.SignalsBefore, margin, f.SignalsLate, f.SignalsAfter,
-			live, f.Linearizable, verdict)
+			live, f.Linearizable, memoryCell(f), verdict)
 	}
 	return b.String()
+}
+
+// memoryCell is the report's memory-pressure figures of a run: what its scenario's row
+// measures (a refused Dial, evictions, or the server out of memory), else "–".
+func memoryCell(f *findings) string {
+	s, ok := scenarioNamed(f.Scenario)
+	switch {
+	case !ok:
+		return "–"
+	case s.dialRefused != "":
+		return fmt.Sprintf("%d of %d Dials refused with %s; evicted %d keys", f.DialsRefused, f.Dials, errName(s.dialRefused), f.EvictedKeys)
+	case s.memory.filler:
+		return fmt.Sprintf("evicted %d keys, the lock's %d times (%d under a holder); %d warnings", f.EvictedKeys, f.LockEvictions, f.LockEvictionsHeld, f.Warnings)
+	case s.outOfMemory:
+		return fmt.Sprintf("OOM: %d acquisitions refused (ErrOutOfMemory), %d granted; %d Unlocks ok, then released %d / passed on %d / taken again %d",
+			f.OOMRefused, f.OOMGrants, f.OOMReleases, f.OOMReleased, f.OOMPassedOn, f.OOMTakenAgain)
+	}
+	return "–"
 }
 
 // participants says how many worker processes and goroutines ran.

@@ -18,10 +18,12 @@ import (
 )
 
 // One run: one scenario in one mode. It starts what the scenario's row of the table
-// (scenario.go) says (a redis-server, five for Redlock, or a Sentinel group), the resource
-// server and the worker processes, plays the row's fault on a seeded schedule until enough
-// writes were applied and faults played out, and gathers the records the analysis reads. The
-// faults themselves are in faults.go.
+// (scenario.go) says (a redis-server, five for Redlock, or a Sentinel group; with a memory
+// limit, and the filler that loads it as a cache, where the row sets them: memory.go), the
+// resource server and the worker processes, plays the row's fault on a seeded schedule until
+// enough writes were applied and faults played out, and gathers the records the analysis
+// reads. The faults themselves are in faults.go. Where the row expects the workers' Dial
+// refused, the run is that refusal: no traffic, no fault.
 
 // runConf is one run: one scenario in one mode.
 type runConf struct {
@@ -39,7 +41,12 @@ type runConf struct {
 	Logf       func(format string, args ...any)
 }
 
+// mode names the run's mode in the report: fenced or unfenced, or dial-only where the
+// scenario expects every Dial refused (no traffic: the resource's mode does not matter).
 func (c runConf) mode() string {
+	if s, ok := scenarioNamed(c.Scenario); ok && s.dialRefused != "" {
+		return "dial-only"
+	}
 	if c.Fenced {
 		return "fenced"
 	}
@@ -69,9 +76,10 @@ type runData struct {
 	events []event
 	faults []faultRec
 	clocks []clockSample // CLOCK_MONOTONIC/CLOCK_REALTIME pairs through the run
-	start  int64         // first applied write
+	start  int64         // first applied write (a refused Dial: the workers' start)
 	end    int64
-	infra  []string // problems of the harness itself (not of dlock)
+	infra  []string  // problems of the harness itself (not of dlock)
+	mem    memRecord // a scenario with a memory limit: the server's evictions
 }
 
 // slot is one worker position: its own fault proxies, one in front of each Redis server, and
@@ -89,14 +97,15 @@ type slot struct {
 
 // runner is one run under way.
 type runner struct {
-	conf  runConf
-	sc    *scenario                // conf.Scenario's row of the table
-	srvs  []*redistest.Server      // sc.deploy.servers() of them: one, or five for quorum
-	group *redistest.SentinelGroup // or a Sentinel group
-	res   *resource
-	slots []*slot
-	exe   string
-	lock  string
+	conf   runConf
+	sc     *scenario                // conf.Scenario's row of the table
+	srvs   []*redistest.Server      // sc.deploy.servers() of them: one, or five for quorum
+	group  *redistest.SentinelGroup // or a Sentinel group
+	res    *resource
+	filler *filler // an evicting server's cache load (memory.go), or nil
+	slots  []*slot
+	exe    string
+	lock   string
 
 	ending chan struct{} // closed when the run is winding down: no respawns
 
@@ -138,7 +147,7 @@ func run(conf runConf) (*runData, error) {
 		defer r.group.Close()
 	}
 	for range sc.deploy.servers() {
-		srv, err := redistest.StartProcess()
+		srv, err := redistest.StartProcess(redistest.WithArgs(sc.memory.args()...))
 		if err != nil {
 			return nil, err
 		}
@@ -167,14 +176,39 @@ func run(conf runConf) (*runData, error) {
 		}
 		r.slots = append(r.slots, s)
 	}
+	data := &runData{conf: conf}
+	if sc.memory.filler {
+		// The cache is in use, and full, before the workers come.
+		if r.filler, err = startFiller(r.srvs[0].Addr, dlockKey(r.lock)); err != nil {
+			return nil, err
+		}
+		defer func() { // before the server is closed (deferred above)
+			data.mem.LockEvictions, data.mem.FillerKeys = r.filler.close()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			var err error
+			if data.mem.EvictedKeys, err = infoField(ctx, r.srvs[0], "stats", "evicted_keys"); err != nil {
+				data.infra = append(data.infra, fmt.Sprintf("read evicted_keys: %v", err))
+			}
+			if b, err := json.MarshalIndent(data.mem, "", "  "); err == nil {
+				_ = os.WriteFile(filepath.Join(conf.Dir, "memory.json"), b, 0o644)
+			}
+		}()
+		for range 60 {
+			if err := r.filler.write(context.Background()); err != nil {
+				return nil, fmt.Errorf("filler: %w", err)
+			}
+		}
+	}
 	for _, s := range r.slots {
 		if err := r.spawn(s); err != nil {
 			r.stopWorkers()
 			return nil, err
 		}
 	}
-
-	data := &runData{conf: conf}
+	if sc.dialRefused != "" {
+		return r.refusedDials(data)
+	}
 	// Clock samples every 50 ms, to place tokens (Redis TIME) on the monotonic timeline.
 	stopClocks := make(chan struct{})
 	clocksDone := make(chan []clockSample)
@@ -264,7 +298,7 @@ func run(conf runConf) (*runData, error) {
 	data.final, data.ops = r.res.snapshot()
 	r.mu.Lock()
 	data.faults = append([]faultRec(nil), r.faults...)
-	data.infra = append([]string(nil), r.infra...)
+	data.infra = append(data.infra, r.infra...)
 	r.mu.Unlock()
 	if data.faults == nil && conf.MinFaults > 0 {
 		data.infra = append(data.infra, "no fault was injected")
@@ -277,6 +311,29 @@ func run(conf runConf) (*runData, error) {
 		return nil, err
 	}
 	return data, nil
+}
+
+// refusedDials completes a run whose workers' Dial the scenario expects refused: it waits for
+// every worker to exit (bounded), and gathers their logs; analyze checks what they say.
+func (r *runner) refusedDials(data *runData) (*runData, error) {
+	data.start = mono()
+	all := make(chan struct{})
+	go func() { r.procWG.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(20 * time.Second):
+		r.infraf("workers still running 20 s after they started, although their Dial should have been refused")
+	}
+	close(r.ending)
+	r.stopWorkers()
+	data.end = mono()
+	data.final, data.ops = r.res.snapshot()
+	r.mu.Lock()
+	data.infra = append(data.infra, r.infra...)
+	r.mu.Unlock()
+	var err error
+	data.events, err = readEvents(r.conf.Dir)
+	return data, err
 }
 
 // spawn starts the next incarnation of a slot's worker.
@@ -301,6 +358,8 @@ func (r *runner) spawn(s *slot) error {
 	if r.sc.replicaAck > 0 {
 		conf.AckN, conf.AckWait = r.sc.replicaAck, replicaAckWait
 	}
+	conf.UnsafeEviction = r.sc.unsafeEviction
+	conf.ReadBack = r.sc.outOfMemory
 	b, _ := json.Marshal(conf)
 	cmd := exec.Command(r.exe)
 	cmd.Env = append(os.Environ(), roleEnv+"=worker", confEnv+"="+string(b))

@@ -13,6 +13,13 @@ type scenario struct {
 
 	deploy     deployment
 	replicaAck int // > 0: workers lock WithReplicaAck(replicaAck, replicaAckWait)
+	// memory is the memory limit and policy of the scenario's redis-server, and whether the
+	// harness loads it as a cache (memory.go). The zero value sets no limit.
+	memory memorySetup
+	// unsafeEviction: the workers dial WithUnsafeEviction, so a server that can evict lock keys
+	// is used anyway. The client must then only warn (WithLogger): a lease ended, or an
+	// acquisition refused, for the eviction policy fails the run.
+	unsafeEviction bool
 
 	fault fault
 	// minFaults is the least number of faults a run plays out, whatever --min-faults says: the
@@ -43,6 +50,24 @@ type scenario struct {
 	// boundedRecovery: the holder died and its lease simply runs out, so a waiter must get the
 	// lock within TTL + killRecoverySlack of the fault.
 	boundedRecovery bool
+	// dialRefused: every worker's Dial must fail with an error wrapping this error (an errKind
+	// of worker.go), and no operation may run. Such a run is the refusal alone: it plays no
+	// fault, and runs once, in the first mode asked for (without traffic the resource's mode
+	// does not matter; the report says "dial-only").
+	dialRefused string
+	// evictsLocks: the server evicts keys, the lock's among them, while the workers hold it
+	// (the harness's filler makes it). dlock documents that it cannot protect a lock whose key
+	// is evicted (WithUnsafeEviction), so such a row is also forgetsLocks. The run must show
+	// that the lock's key was evicted while a lease was held: else it proves nothing.
+	evictsLocks bool
+	// outOfMemory: the fault puts the server out of memory (maxmemory below used_memory under
+	// noeviction). Every Unlock that overlaps it must succeed and leave the lock released (each
+	// worker reads the key right after its Unlock), and one at least must release it on the
+	// server; the server must grant no acquisition meanwhile, and one refused for memory must
+	// say so (an error wrapping ErrOutOfMemory), one at least; and once memory is back the
+	// server must grant the lock again: recovery is measured from the fault's end to the next
+	// grant by the server.
+	outOfMemory bool
 }
 
 // killRecoverySlack is how long past the TTL a dead holder's lock may stay out of reach
@@ -124,6 +149,43 @@ var scenarios = []scenario{
 		deploy: quorum,
 		fault:  restartMajorityMemberLate,
 	},
+	{
+		name:   "eviction",
+		help:   "a redis-server with maxmemory 3 MB and maxmemory-policy allkeys-lru, kept full by the harness's filler (64 KB keys with a 30 s TTL, as a cache writes them): every worker's Dial must be refused with ErrEvictionPolicy, and no operation runs",
+		deploy: standalone,
+		// allkeys-lru, not volatile-lru: every key here has a TTL (the filler's, as a cache
+		// sets them, the lock's always), so both pick among the same keys, and both evicted the
+		// lock's key alike when tried (5 s of 64 KB keys at 100/s into 3 MB while 3 goroutines
+		// locked: 26 and 29 lock-key evictions with allkeys-lru, 32 and 22 with volatile-lru);
+		// allkeys-lru is what a cache runs with. volatile-lru would single lock keys out only
+		// if the cache's keys had no TTL. Why lock keys are evicted at all: evictingCache.
+		memory:      evictingCache,
+		dialRefused: errKindEvictionPolicy,
+	},
+	{
+		name:           "eviction-unsafe",
+		help:           "as eviction, but the workers dial WithUnsafeEviction; while a holder works, the filler writes until the server evicts the lock's key (it also writes a key every 50 ms all through the run). Fenced: no lost update; unfenced: lost updates are counted",
+		deploy:         standalone,
+		memory:         evictingCache,
+		unsafeEviction: true,
+		fault:          evictHeldLock,
+		evictsLocks:    true,
+		// A lock whose key is evicted is free on the server while its holder's client still
+		// believes it holds it (until its next renewal, within a third of the TTL, and it may
+		// pass it on locally meanwhile): a second client takes it, so two holders at once and a
+		// context that says "held" after the next grant are expected, as after a restart.
+		// Tokens still increase (a new token is the server's clock when the old one is gone),
+		// so the fence, and with it the fenced lost updates and linearizability, stay claimed.
+		forgetsLocks: true,
+	},
+	{
+		name:        "oom",
+		help:        "a redis-server with maxmemory-policy noeviction: while a holder works, maxmemory is set below used_memory for TTL + 0.5–1 s, then set back. Every Unlock must succeed and leave the lock released; acquisitions fail with ErrOutOfMemory; the server grants the lock again once memory is back",
+		deploy:      standalone,
+		memory:      boundedNoEviction,
+		fault:       exhaustMemory,
+		outOfMemory: true,
+	},
 }
 
 // notRun are scenarios the checker was built for whose deployment or API is not in the
@@ -150,9 +212,21 @@ func scenarioNames() []string {
 }
 
 // faults is the number of faults a run of s needs: its deployment's flag, but at least
-// s.minFaults.
+// s.minFaults; none where the run is a refused Dial.
 func (s *scenario) faults(o options) int {
+	if s.dialRefused != "" {
+		return 0
+	}
 	return max(s.deploy.faults(o), s.minFaults)
+}
+
+// modes are the modes s runs in, of those asked for: the first one alone where the run is a
+// refused Dial (no traffic reaches the resource, so its mode does not matter).
+func (s *scenario) modes(asked []bool) []bool {
+	if s.dialRefused != "" && len(asked) > 1 {
+		return asked[:1]
+	}
+	return asked
 }
 
 // deployment is what a scenario's workers lock against. It also decides which flags bound a

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -61,6 +62,10 @@ type workerConf struct {
 	// Poll: goroutine 0 takes the lock with TryLock every 10 ms instead of waiting in Lock (the
 	// others wait in Lock).
 	Poll bool `json:"poll"`
+	// UnsafeEviction: Dial WithUnsafeEviction.
+	UnsafeEviction bool `json:"unsafe_eviction"`
+	// ReadBack: after each Unlock, read the lock's key (through the slot's proxy) and log it.
+	ReadBack bool `json:"read_back"`
 }
 
 // who is one participant of the workload: goroutine G of incarnation Inc of the worker process
@@ -77,7 +82,7 @@ func (w who) sameProcess(o who) bool { return w.Slot == o.Slot && w.Inc == o.Inc
 
 // event is one line of a worker's log. Times are CLOCK_MONOTONIC ns.
 type event struct {
-	K     string `json:"k"` // start acq chk sig rd wr unl exit
+	K     string `json:"k"` // start dial acq chk sig rd wr unl key log exit
 	S     int64  `json:"s"` // start (or the instant, for chk and sig)
 	R     int64  `json:"r,omitempty"`
 	Tok   uint64 `json:"tok,omitempty"`
@@ -90,9 +95,68 @@ type event struct {
 	Inc   int    `json:"inc"`
 	G     int    `json:"g"` // the goroutine (start and exit: the process, 0)
 	Cause string `json:"cause,omitempty"`
+	Is    string `json:"is,omitempty"` // the errKinds the event's error (sig: the lease's cause) wraps
 }
 
 func (e event) who() who { return who{e.Slot, e.Inc, e.G} }
+
+// The dlock errors a worker tells apart in its log (event.Is): the analysis cannot call
+// errors.Is on a logged message.
+const (
+	errKindLost           = "lost"
+	errKindEvictionPolicy = "eviction-policy"
+	errKindOutOfMemory    = "out-of-memory"
+)
+
+var errKinds = []struct {
+	name   string
+	err    error
+	goName string // for messages
+}{
+	{errKindLost, dlock.ErrLost, "ErrLost"},
+	{errKindEvictionPolicy, dlock.ErrEvictionPolicy, "ErrEvictionPolicy"},
+	{errKindOutOfMemory, dlock.ErrOutOfMemory, "ErrOutOfMemory"},
+}
+
+// errName is the name in package dlock of the error an errKind stands for.
+func errName(kind string) string {
+	for _, k := range errKinds {
+		if k.name == kind {
+			return k.goName
+		}
+	}
+	return kind
+}
+
+// kindsOf lists, comma-separated, the errKinds that err wraps.
+func kindsOf(err error) string {
+	var names []string
+	for _, k := range errKinds {
+		if errors.Is(err, k.err) {
+			names = append(names, k.name)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// is reports whether e's error wraps the errKind kind.
+func (e event) is(kind string) bool {
+	for k := range strings.SplitSeq(e.Is, ",") {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// logWriter turns each line the Client logs (WithLogger, a text handler: one Write per record)
+// into a "log" event.
+type logWriter struct{ log *eventLog }
+
+func (lw logWriter) Write(p []byte) (int, error) {
+	lw.log.add(event{K: "log", S: mono(), Res: strings.TrimSpace(string(p))})
+	return len(p), nil
+}
 
 type eventLog struct {
 	mu   sync.Mutex
@@ -154,7 +218,8 @@ type worker struct {
 	poll bool // TryLock every 10 ms instead of Lock
 	seq  int64
 
-	res *resConn
+	res  *resConn
+	keys *redis.Client // ReadBack, else nil
 }
 
 // add logs an event of this goroutine.
@@ -197,25 +262,40 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	var client *dlock.Client
 	var err error
+	opts := []dlock.Option{dlock.WithTTL(conf.TTL), dlock.WithLogger(slog.New(slog.NewTextHandler(logWriter{log}, nil)))}
+	if conf.UnsafeEviction {
+		opts = append(opts, dlock.WithUnsafeEviction())
+	}
+	ds := mono()
 	if len(conf.Sentinels) > 0 {
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: conf.Master, SentinelAddrs: conf.Sentinels})
 		defer rdb.Close()
-		opts := []dlock.Option{dlock.WithTTL(conf.TTL)}
 		if conf.AckN > 0 {
 			opts = append(opts, dlock.WithReplicaAck(conf.AckN, conf.AckWait))
 		}
 		client, err = dlock.New(goredisconn.New(rdb), opts...)
 	} else if len(conf.RedisURLs) == 1 {
-		client, err = dlock.Dial(dctx, conf.RedisURLs[0], dlock.WithTTL(conf.TTL))
+		client, err = dlock.Dial(dctx, conf.RedisURLs[0], opts...)
 	} else {
-		client, err = dlock.DialQuorum(dctx, conf.RedisURLs, dlock.WithTTL(conf.TTL))
+		client, err = dlock.DialQuorum(dctx, conf.RedisURLs, opts...)
 	}
 	dcancel()
 	if err != nil {
+		log.add(event{K: "dial", S: ds, R: mono(), Res: "err: " + err.Error(), Is: kindsOf(err)})
 		return err
 	}
+	log.add(event{K: "dial", S: ds, R: mono(), Res: "ok"})
 	defer client.Close()
 	m := client.Mutex(conf.Lock)
+	var keys *redis.Client // ReadBack: reads the lock's key after each Unlock
+	if conf.ReadBack {
+		ropts, err := redis.ParseURL(conf.RedisURLs[0])
+		if err != nil {
+			return err
+		}
+		keys = redis.NewClient(ropts)
+		defer keys.Close()
+	}
 
 	workers := make([]*worker, max(conf.Goroutines, 1))
 	for g := range workers {
@@ -224,7 +304,7 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 			return err
 		}
 		defer c.Close()
-		workers[g] = &worker{conf: conf, log: log, g: g, poll: conf.Poll && g == 0, res: &resConn{c: c, br: bufio.NewReader(c)}}
+		workers[g] = &worker{conf: conf, log: log, g: g, poll: conf.Poll && g == 0, res: &resConn{c: c, br: bufio.NewReader(c)}, keys: keys}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -286,7 +366,7 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 	lcancel()
 	if lerr != nil {
 		if ctx.Err() == nil {
-			w.add(event{K: "acq", S: s, R: r, Res: "err: " + lerr.Error()})
+			w.add(event{K: "acq", S: s, R: r, Res: "err: " + lerr.Error(), Is: kindsOf(lerr)})
 		}
 		return false, nil
 	}
@@ -296,7 +376,7 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 	var signalled atomic.Bool
 	signal := func(at int64, how string) {
 		if signalled.CompareAndSwap(false, true) {
-			w.add(event{K: "sig", S: at, Tok: tok, Cause: how})
+			w.add(event{K: "sig", S: at, Tok: tok, Cause: how, Is: kindsOf(context.Cause(lease))})
 		}
 	}
 	stopAfter := context.AfterFunc(lease, func() {
@@ -326,7 +406,10 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 		us := mono()
 		uerr := l.Unlock(uctx)
 		ucancel()
-		w.add(event{K: "unl", S: us, R: mono(), Tok: tok, Res: errString(uerr)})
+		w.add(event{K: "unl", S: us, R: mono(), Tok: tok, Res: errString(uerr), Is: kindsOf(uerr)})
+		if w.keys != nil {
+			w.readBack(ctx, tok)
+		}
 	}()
 
 	if !check() {
@@ -361,6 +444,25 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 	}
 	w.add(event{K: "wr", S: ws, R: mono(), Tok: tok, Seq: seq, Val: val + 1, Res: st})
 	return true, nil
+}
+
+// readBack reads the lock's key right after the Unlock of the lease of tok and logs what it
+// holds: Live and the value when it exists, Res "err: ..." when it could not be read. The
+// analysis judges it (checkOutOfMemory).
+func (w *worker) readBack(ctx context.Context, tok uint64) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s := mono()
+	v, err := w.keys.Get(rctx, dlockKey(w.conf.Lock)).Result()
+	e := event{K: "key", S: s, R: mono(), Tok: tok}
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		e.Res = "err: " + err.Error()
+	default:
+		e.Live, e.Res = true, v
+	}
+	w.add(e)
 }
 
 // pollLock takes the lock as a client that does not wait in Lock: TryLock every 10 ms. Unlike a

@@ -1,31 +1,80 @@
--- acquire: take the lock, or re-enter it as the same owner, in one atomic step.
+-- acquire: take the lock, re-enter it as the same owner, or queue for it, in one atomic step.
 -- KEYS[1]  lock key: <prefix>{<name>}
+-- KEYS[2]  queue: <lock key>:q, a sorted set of waiting clients' ids by arrival
+-- KEYS[3]  queue entries: <lock key>:w, a hash of client id -> "<expiry ms> <window ms> <owner> <description>"
 -- ARGV[1]  owner secret of the caller (no spaces)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  holder description (host, pid, process start, label)
--- ARGV[4]  "r" to re-enter only: never take a free lock (a lease that lost its lock must not
---          silently get a new one with a different token)
+-- ARGV[4]  mode: "r" to re-enter only (never take a free lock: a lease that lost its lock must
+--          not silently get a new one with a different token); "q" to queue the caller's
+--          client when the lock is held; "" for neither
+-- ARGV[5]  release channel: <lock key>:rel (a grant is announced there)
+-- ARGV[6]  "s" to announce with SPUBLISH (Redis Cluster), else PUBLISH
+-- ARGV[7]  the caller's client id (public; names its queue entry)
+-- ARGV[8]  with "q": the acceptance window in ms: how long the queue entry lives unless
+--          refreshed, and the lease a grant starts with
 -- Value    "<owner> <token> <holds> <description>" while held, "- <token> 0" after a release
--- Reply    {1, token, holds}     taken (holds = 1) or re-entered by the same owner (holds > 1)
+-- Reply    {1, token, holds}     taken, re-entered (holds > 1), or claimed: the lock had been
+--                                granted to the caller's queue entry (same owner)
 --          {0, pttl, token}      held by another owner: its remaining lease (ms) and its token
 --          {0, -2, 0}            re-entry asked for, but the lock is not the caller's
+-- A free lock goes to the first live entry of the queue, if any, ahead of the caller (a
+-- grant, as release.lua makes), unless that entry is the caller's client's.
 -- A new token is max(last token + 16, server time in microseconds): the 15 tokens after a
 -- holder's are for the holders its client passes the lock to without the server (a local
 -- handoff, see handover.lua), and a ForceUnlock keeps only the server's token. The last token
 -- outlives a release (see release.lua), so tokens keep increasing within that window; once the
 -- key is gone, the server clock alone keeps them increasing.
+local function publish(payload)
+  local cmd = 'PUBLISH'
+  if ARGV[6] == 's' then
+    cmd = 'S' .. cmd -- built at run time: some embedded test servers refuse unknown names at compile time
+  end
+  redis.call(cmd, ARGV[5], payload)
+end
+local function enqueue(now)
+  local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+  local win = tonumber(ARGV[8])
+  redis.call('ZADD', KEYS[2], 'NX', now[1] * 1000000 + now[2], ARGV[7])
+  redis.call('HSET', KEYS[3], ARGV[7], string.format('%d', ms + win) .. ' ' .. ARGV[8] .. ' ' .. ARGV[1] .. ' ' .. ARGV[3])
+  local keep = math.max(win, redis.call('PTTL', KEYS[2]))
+  redis.call('PEXPIRE', KEYS[2], keep)
+  redis.call('PEXPIRE', KEYS[3], keep)
+end
+-- first returns the id and entry of the first queued client whose entry has not expired,
+-- dropping the expired ones before it.
+local function first(now)
+  local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+  while true do
+    local id = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not id then
+      return nil
+    end
+    local e = redis.call('HGET', KEYS[3], id)
+    if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > ms then
+      return id, e
+    end
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+  end
+end
+
 local v = redis.call('GET', KEYS[1])
+local o = ARGV[1]
 local last
 if v then
   -- Fields are parsed with string.byte/find/sub where possible: pattern matching costs the
   -- server more, and these are the hottest paths (a free name, a released one, a busy one).
-  local o = ARGV[1]
   if string.byte(v, #o + 1) == 32 and string.find(v, o, 1, true) == 1 then
-    -- held by the caller: re-enter
     local t, n, m = string.match(v, '^%S+ (%d+) (%d+) ?(.*)$')
-    n = tonumber(n) + 1
-    redis.call('SET', KEYS[1], o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'PX', ARGV[2])
-    return {1, tonumber(t), n}
+    if ARGV[4] == 'r' then
+      n = tonumber(n) + 1
+      redis.call('SET', KEYS[1], o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'PX', ARGV[2])
+      return {1, tonumber(t), n}
+    end
+    -- Granted to the caller's queue entry, and the caller had not heard: it takes its lease.
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, tonumber(t), tonumber(n)}
   end
   if ARGV[4] == 'r' then
     return {0, -2, 0}
@@ -41,6 +90,9 @@ if v then
       local s2 = string.find(v, ' ', s1 + 1, true)
       t = tonumber(string.sub(v, s1 + 1, (s2 or 0) - 1)) or 0
     end
+    if ARGV[4] == 'q' then
+      enqueue(redis.call('TIME'))
+    end
     return {0, redis.call('PTTL', KEYS[1]), t}
   end
 end
@@ -48,6 +100,25 @@ local now = redis.call('TIME')
 local token = now[1] * 1000000 + now[2]
 if last and last + 16 > token then
   token = last + 16
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local id, e = first(now)
+  if id and id ~= ARGV[7] then
+    -- A client queued before the caller: the lock is its, for the acceptance window.
+    local win, owner, meta = string.match(e, '^%d+ (%d+) (%S+) (.*)$')
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('SET', KEYS[1], owner .. ' ' .. string.format('%d', token) .. ' 1 ' .. meta, 'PX', win)
+    publish('g ' .. string.format('%d', token) .. ' ' .. id .. ' ' .. win)
+    if ARGV[4] == 'q' then
+      enqueue(now)
+    end
+    return {0, tonumber(win), token}
+  end
+  if id then
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+  end
 end
 redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. string.format('%d', token) .. ' 1 ' .. ARGV[3], 'PX', ARGV[2])
 return {1, token, 1}

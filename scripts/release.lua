@@ -1,24 +1,28 @@
--- release: give up one hold, or all of them, if and only if the caller owns the lock.
+-- release: give up one hold, or all of them, if and only if the caller owns the lock; a final
+-- release grants the lock to the first live client in the queue, if any.
 -- KEYS[1]  lock key
+-- KEYS[2]  queue: <lock key>:q (see acquire.lua)
+-- KEYS[3]  queue entries: <lock key>:w
 -- ARGV[1]  owner secret
 -- ARGV[2]  milliseconds to keep the last token after the final release
--- ARGV[3]  release channel: <prefix>{<name>}:rel
+-- ARGV[3]  release channel: <lock key>:rel
 -- ARGV[4]  "1" to drop every hold at once, "0" to drop one
--- ARGV[5]  optional: "s" to announce with SPUBLISH (Redis Cluster, sharded pub/sub), else PUBLISH
--- ARGV[6]  optional: a token floor (quorum mode, or a holder that got the lock by a local
---          handoff): the token kept after the final release is the larger of the lock's
---          token and this one
--- ARGV[7]  optional: "c" to count who heard the release (ARGV[5] and ARGV[6] must then be given;
---          a floor of 0 is none)
--- Reply    holds left (0 = released and waiters notified), or -1 when the caller does not own the
---          lock; with "c", a final release replies {0, subscribers that received the notice}.
--- The release notice carries the released token, so waiters can ignore stale notices.
+-- ARGV[5]  "s" to announce with SPUBLISH (Redis Cluster, sharded pub/sub), else PUBLISH
+-- ARGV[6]  a token floor (quorum mode, or a holder that got the lock by a local handoff): the
+--          token kept after the final release is the larger of the lock's token and this one
+-- ARGV[7]  optional: a client id whose queue entry to drop as well (a client whose waiters all
+--          left: with its entry's owner as ARGV[1], this also gives back a grant it never took)
+-- Reply    holds left (0 = released), or -1 when the caller does not own the lock.
+-- Announcement on the channel: "<token>" for a release, "g <token> <client id> <window ms>"
+-- for a grant: the lock now belongs to that client's queued owner for the window (its client
+-- then renews it), with a new token.
 --
 -- A release only ever frees memory, so it must work on a server out of memory too (maxmemory
 -- reached under the noeviction policy). There Redis refuses a script's first write that may
 -- need memory (SET), but not one that cannot (PEXPIRE), and lets a script that has written
 -- finish. So a SET refused for memory is made again after a PEXPIRE of the same key (to
--- pexpire ms, or, when nil, to the key's remaining time).
+-- pexpire ms, or, when nil, to the key's remaining time). A grant that needs memory the server
+-- does not have is not made: the lock stays released and waiters try for it.
 local function set(pexpire, ...)
   local r = redis.pcall('SET', KEYS[1], ...)
   if type(r) == 'table' and r.err then
@@ -29,9 +33,24 @@ local function set(pexpire, ...)
     redis.call('SET', KEYS[1], ...)
   end
 end
+local function publish(payload)
+  local cmd = 'PUBLISH'
+  if ARGV[5] == 's' then
+    cmd = 'S' .. cmd -- built at run time: some embedded test servers refuse unknown names at compile time
+  end
+  redis.call(cmd, ARGV[3], payload)
+end
+local function leave()
+  if ARGV[7] and ARGV[7] ~= '' then
+    redis.call('ZREM', KEYS[2], ARGV[7])
+    redis.call('HDEL', KEYS[3], ARGV[7])
+  end
+end
+
 local v = redis.call('GET', KEYS[1])
 local o = ARGV[1]
 if not v or string.byte(v, #o + 1) ~= 32 or string.find(v, o, 1, true) ~= 1 then
+  leave()
   return -1
 end
 -- "<owner> <token> <holds> <description>", read with string.find/sub (cheaper than a pattern)
@@ -56,14 +75,34 @@ if floor and floor > tonumber(t) then
   t = string.format('%d', floor)
 end
 set(tonumber(ARGV[2]), '- ' .. t .. ' 0', 'PX', ARGV[2])
--- The command name is built at run time: some embedded test servers refuse, when compiling a
--- script, every command name they do not know, even one the script would not call.
-local publish = 'PUBLISH'
-if ARGV[5] == 's' then
-  publish = 'S' .. publish
+leave()
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local now = redis.call('TIME')
+  local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+  while true do
+    local id = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not id then
+      break
+    end
+    local e = redis.call('HGET', KEYS[3], id)
+    if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > ms then
+      local win, owner, meta = string.match(e, '^%d+ (%d+) (%S+) (.*)$')
+      local token = now[1] * 1000000 + now[2]
+      if tonumber(t) + 16 > token then
+        token = tonumber(t) + 16
+      end
+      local r = redis.pcall('SET', KEYS[1], owner .. ' ' .. string.format('%d', token) .. ' 1 ' .. meta, 'PX', win)
+      if type(r) == 'table' and r.err then
+        break -- out of memory: leave it released
+      end
+      redis.call('ZREM', KEYS[2], id)
+      redis.call('HDEL', KEYS[3], id)
+      publish('g ' .. string.format('%d', token) .. ' ' .. id .. ' ' .. win)
+      return 0
+    end
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+  end
 end
-local heard = redis.call(publish, ARGV[3], t)
-if ARGV[7] == 'c' then
-  return {0, heard}
-end
+publish(t)
 return 0

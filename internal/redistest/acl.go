@@ -39,12 +39,14 @@ func (s *Server) DoAs(ctx context.Context, user, password string, args ...string
 // the document shows these exact lines.
 var (
 	// ACLRule: keys and channels under the default prefix "dlock:"; the commands the clients
-	// send when they connect and on the pub/sub connection, INFO (the eviction-policy check), the scripts and what they call,
+	// send when they connect and on the pub/sub connection, INFO (the eviction-policy check),
+	// the commands of the scripts (the lock key, and the queue's sorted set and hash), the scripts and what they call,
 	// WAIT (replica acknowledgement), and SCAN and PUBSUB NUMSUB (inspection).
 	ACLRule = []string{
 		"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
 		"+hello", "+ping", "+info",
 		"+evalsha", "+eval", "+get", "+set", "+pexpire", "+pttl", "+time", "+publish", "+wait",
+		"+exists", "+zadd", "+zrange", "+zrem", "+zcard", "+zscore", "+hget", "+hset", "+hdel",
 		"+subscribe", "+unsubscribe", "+scan", "+pubsub|numsub",
 	}
 	// ACLSentinelExtra: rueidis asks the server the Sentinels name for its ROLE.
