@@ -46,8 +46,11 @@ type backend interface {
 type traits struct {
 	// majority is how many servers must agree: 1 on one server.
 	majority int
-	// handover: a lock may pass among one client's waiters without a release (local
-	// handoffs and handover.lua): the client alone can then tell that it still holds it.
+	// localHandoffs: a lock may pass among one client's waiters without any command (the
+	// waiter takes over the holder's lease with the next token).
+	localHandoffs bool
+	// handover: it may also pass to one of them through handover.lua (a new owner and token in
+	// one round trip), which checks that no other client is queued.
 	handover bool
 	// replicaAck: WithReplicaAck can be honoured.
 	replicaAck bool

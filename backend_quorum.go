@@ -51,9 +51,10 @@ func newQuorumBackend(nodes []conn.Conn, retention time.Duration) *quorum {
 const quorumJitter = 2 * time.Millisecond
 
 func (q *quorum) traits() traits {
-	// No handover: a client passing a lock among its own waiters would need every server's
-	// stored token to follow, and a split quorum cannot check for other clients' waiters.
-	return traits{majority: q.need, retryJitter: quorumJitter}
+	// Local handoffs, but no server handover: after localHandoffs in a row the lock is
+	// released (the servers' stored tokens then follow the last local token, the release's
+	// floor) and the waiters compete for it again.
+	return traits{majority: q.need, localHandoffs: true, retryJitter: quorumJitter}
 }
 
 func (q *quorum) addr() string { return q.desc }
@@ -93,6 +94,14 @@ type pendingAcquire struct {
 // server's call first waits for that server's answer to it. Calls still running when fanOut
 // returns finish in the background (close waits for them).
 func (q *quorum) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, owner string, after *pendingAcquire, decide func(reply) bool) bool {
+	return q.fanOutAdapt(ctx, calls, limit, false, owner, after, decide)
+}
+
+// fanOutAdapt is fanOut; with adapt, the limit grows to four times the time the first answer
+// took, so that a machine or network slow for everyone (not a few servers frozen) does not
+// fail every call.
+func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.Duration, adapt bool, owner string, after *pendingAcquire, decide func(reply) bool) bool {
+	start := time.Now()
 	var mine *pendingAcquire
 	if owner != "" {
 		mine = &pendingAcquire{done: make([]chan struct{}, len(q.nodes))}
@@ -143,18 +152,26 @@ func (q *quorum) fanOut(ctx context.Context, calls []conn.Call, limit time.Durat
 		}()
 	}
 	var expire <-chan time.Time
+	var timer *time.Timer
 	if limit > 0 {
-		t := time.NewTimer(limit)
-		defer t.Stop()
-		expire = t.C
+		timer = time.NewTimer(limit)
+		defer timer.Stop()
+		expire = timer.C
 	}
-	for range q.nodes {
+	for i := range q.nodes {
 		select {
 		case r := <-ch:
 			if decide(r) {
 				return true
 			}
+			if took := time.Since(start); adapt && i == 0 && timer != nil && 4*took > limit {
+				if timer.Stop() {
+					timer.Reset(4*took - took)
+				}
+			}
 		case <-expire:
+			return false
+		case <-ctx.Done():
 			return false
 		}
 	}
@@ -172,11 +189,19 @@ func (q *quorum) nodeErr(node int, err error) error {
 	return fmt.Errorf("%s: %w", q.nodes[node].Addr(), err)
 }
 
-// acquire: the lock is taken when a majority of servers took (or re-entered) it before the
-// lease could have run out; its token is the largest among them. Otherwise it is released on
-// every server that may have granted it, and the answer says when to try again: after a
-// split vote (some servers granted it, not a majority) a random 1-8 ms, so that the
-// contenders stop colliding; else when enough holders' leases run out for a majority.
+// quorumTimeout is how long an acquisition waits for the servers' answers: small against the
+// lease, as the Redlock algorithm asks, so that a majority of frozen or unreachable servers
+// fails an attempt fast: TTL/50, at least 20 ms and at most 50 ms.
+func quorumTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl/50, 20*time.Millisecond), 50*time.Millisecond)
+}
+
+// acquire: the lock is taken when a majority of servers took (or re-entered) it within
+// quorumTimeout, before the lease could have run out; its token is the largest among them.
+// Otherwise it is released on every server that may have granted it, and the answer says when
+// to try again: after a split vote (some servers granted it, not a majority) a random 1-8 ms,
+// so that the contenders stop colliding; else when enough holders' leases run out for a
+// majority. When fewer than a majority answered at all, the error is a *QuorumError.
 func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acquired, int, error) {
 	n := len(q.nodes)
 	sent := mono()
@@ -185,14 +210,17 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		token           uint64
 		holds           int
 		pttls           []time.Duration
-		errs            []error
 		res             acquired
 		err             error
 	)
+	states := make([]ServerState, n)
+	for i, node := range q.nodes {
+		states[i] = ServerState{Addr: node.Addr(), State: "no answer"}
+	}
 	ttl := parseMS(a.ttl)
-	// decide runs in this goroutine, one answer at a time, until it returns true. Past the
-	// lease time an answer is useless: the lease would have no validity left.
-	decided := q.fanOut(ctx, []conn.Call{a.call()}, ttl, a.owner, q.pendingOf(a.owner), func(r reply) bool {
+	wait := quorumTimeout(ttl)
+	// decide runs in this goroutine, one answer at a time, until it returns true.
+	decided := q.fanOutAdapt(ctx, []conn.Call{a.call()}, wait, true, a.owner, q.pendingOf(a.owner), func(r reply) bool {
 		x, rerr := readAcquire(r.res[0].Ints)
 		if r.res[0].Err != nil {
 			rerr = r.res[0].Err
@@ -200,13 +228,15 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		switch {
 		case rerr != nil:
 			failed++
-			errs = append(errs, q.nodeErr(r.node, rerr))
+			states[r.node].State, states[r.node].Err = "error", rerr
 		case x.ok:
 			yes++
 			token = max(token, x.token)
 			holds = max(holds, x.holds)
+			states[r.node].State = "granted"
 		default:
 			no++
+			states[r.node].State = "held by another owner"
 			if x.pttl >= 0 && !x.notMine {
 				pttls = append(pttls, x.pttl)
 			}
@@ -218,8 +248,8 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 			return false // a majority can still grant it
 		case a.reenterOnly:
 			res = acquired{notMine: true, pttl: -1}
-		case failed > n-q.need: // not because of a holder: servers are down
-			err = q.errNoQuorum(n-failed, errs)
+		case yes+no < q.need: // not because of a holder: servers are down
+			err = q.noQuorum("lock", states, 0)
 		case yes > 0:
 			res = acquired{pttl: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
 		default:
@@ -227,10 +257,18 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		}
 		return true
 	})
-	if !decided { // the lease time passed before a majority answered
-		res, err = acquired{}, q.errNoQuorum(yes+no, errs)
-		if a.reenterOnly {
+	if !decided { // no decision within the timeout, or the caller gave up
+		switch {
+		case ctx.Err() != nil:
+			res, err = acquired{}, ctx.Err()
+		case a.reenterOnly:
 			res, err = acquired{notMine: true, pttl: -1}, nil
+		case yes+no < q.need:
+			res, err = acquired{}, q.noQuorum("lock", states, wait)
+		case yes > 0:
+			res = acquired{pttl: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
+		default:
+			res = acquired{pttl: q.freeIn(pttls)}
 		}
 	}
 	if res.ok && !a.reenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
@@ -459,30 +497,11 @@ func (q *quorum) handover(context.Context, handoverArgs) (handedOver, error) {
 	return handedOver{}, errNoHandover
 }
 
-// errNoQuorum says too few servers answered to decide.
-func (q *quorum) errNoQuorum(answered int, errs []error) error {
-	return &noQuorumError{
-		msg:  fmt.Sprintf("dlock: no quorum: %d of %d servers answered in time, a majority needs %d", answered, len(q.nodes), q.need),
-		errs: errors.Join(errs...),
-	}
+// noQuorum is the error of an operation that fewer than a majority of servers answered (within
+// wait, when it is not 0).
+func (q *quorum) noQuorum(op string, states []ServerState, wait time.Duration) error {
+	return &QuorumError{Op: op, Need: q.need, Wait: wait, Servers: states}
 }
-
-// noQuorumError is the error of an acquisition that failed because too few servers could be
-// reached (not because another owner holds the lock). It matches ErrNotAcquired with errors.Is
-// and wraps the servers' errors.
-type noQuorumError struct {
-	msg  string
-	errs error
-}
-
-func (e *noQuorumError) Error() string {
-	if e.errs == nil { // no server failed: too few answered within the lease
-		return e.msg
-	}
-	return e.msg + ": " + e.errs.Error()
-}
-func (e *noQuorumError) Unwrap() error        { return e.errs }
-func (e *noQuorumError) Is(target error) bool { return target == ErrNotAcquired }
 
 // first runs f on every server in parallel and returns the answer of the first server, in the
 // order given, that answered without an error (inspection reads that server's view).

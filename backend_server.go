@@ -35,7 +35,7 @@ func newOneServer(cn conn.Conn, retention time.Duration) *oneServer {
 }
 
 func (s *oneServer) traits() traits {
-	return traits{majority: 1, handover: true, replicaAck: true, queue: true}
+	return traits{majority: 1, localHandoffs: true, handover: true, replicaAck: true, queue: true}
 }
 
 func (s *oneServer) addr() string { return s.cn.Addr() }

@@ -57,8 +57,8 @@ type engine struct {
 	ownerID  string // 128 random bits; each lease's secret is ownerID + a sequence number
 	clientID string // 64 random bits, public: names this client's queue entries
 	seq      atomic.Uint64
-	closed  atomic.Bool
-	done    chan struct{} // closed by Close: waiters stop waiting
+	closed   atomic.Bool
+	done     chan struct{} // closed by Close: waiters stop waiting
 }
 
 // Dial connects to Redis at url through rueidis and returns a Client that owns the connection.
@@ -131,9 +131,9 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 		return nil, fmt.Errorf("dlock: owner secret: %w", err)
 	}
 	e := &engine{
-		b:       b,
-		traits:  tr,
-		guard:   guard,
+		b:        b,
+		traits:   tr,
+		guard:    guard,
 		ownerID:  base64.RawURLEncoding.EncodeToString(secret[:16]) + ":",
 		clientID: hex.EncodeToString(secret[16:]),
 		done:     make(chan struct{}),
@@ -257,6 +257,10 @@ func refused(err error) bool {
 // redisErr wraps a transport error with the server address, so "connection refused" says where.
 // A server out of memory refuses an acquisition inside the script: that error says so plainly.
 func (e *engine) redisErr(op string, err error) error {
+	var qe *QuorumError
+	if errors.As(err, &qe) { // it names every server itself
+		return fmt.Errorf("dlock: %s: %w", op, err)
+	}
 	if strings.Contains(err.Error(), "OOM command not allowed") {
 		return fmt.Errorf("dlock: %s on %s: %w: its used memory reached maxmemory, and its maxmemory-policy noeviction refuses new keys until memory is freed (releases still work)",
 			op, e.b.addr(), ErrOutOfMemory)

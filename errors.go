@@ -1,6 +1,11 @@
 package dlock
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
 
 var (
 	// ErrNotAcquired is returned by TryLock when another owner holds the lock.
@@ -26,3 +31,58 @@ var (
 	// minimum, a bad option or URL.
 	ErrInvalid = errors.New("dlock: invalid argument")
 )
+
+// ErrNoQuorum is matched (errors.Is) by the *QuorumError of an operation in quorum mode that
+// fewer than a majority of the servers answered: they are down, frozen or unreachable. It is
+// not ErrNotAcquired: nobody was found holding the lock.
+var ErrNoQuorum = errors.New("dlock: no quorum")
+
+// QuorumError says, server by server, why an operation in quorum mode could not be decided.
+type QuorumError struct {
+	Op      string        // what was attempted: "lock", ...
+	Need    int           // the majority
+	Wait    time.Duration // how long the answers were waited for; 0 when every server answered
+	Servers []ServerState // one per server, in the order given to DialQuorum or NewQuorum
+}
+
+// ServerState is one server's part in a quorum operation.
+type ServerState struct {
+	Addr  string
+	State string // "granted", "held by another owner", "error", "no answer"
+	Err   error  // with "error"
+}
+
+func (e *QuorumError) Error() string {
+	answered := 0
+	var b strings.Builder
+	for i, s := range e.Servers {
+		if s.State != "no answer" && s.State != "error" {
+			answered++
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(s.Addr + ": " + s.State)
+		if s.State == "no answer" && e.Wait > 0 {
+			b.WriteString(" within " + e.Wait.String())
+		}
+		if s.Err != nil {
+			b.WriteString(": " + s.Err.Error())
+		}
+	}
+	return fmt.Sprintf("no quorum: %d of %d servers answered the %s, a majority needs %d (%s)", answered, len(e.Servers), e.Op, e.Need, b.String())
+}
+
+// Is reports whether target is ErrNoQuorum.
+func (e *QuorumError) Is(target error) bool { return target == ErrNoQuorum }
+
+// Unwrap returns the servers' errors.
+func (e *QuorumError) Unwrap() []error {
+	var errs []error
+	for _, s := range e.Servers {
+		if s.Err != nil {
+			errs = append(errs, s.Err)
+		}
+	}
+	return errs
+}
