@@ -306,16 +306,12 @@ func queuedClients(t *testing.T, name string) int {
 // waitQueued polls until the lock's queue on the server holds n clients.
 func waitQueued(t *testing.T, name string, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := redistest.Poll(ctx, "clients to queue", func(context.Context) error {
+	waitFor(t, 10*time.Second, "clients to queue", func(context.Context) error {
 		if got := queuedClients(t, name); got != n {
 			return fmt.Errorf("%d queued, want %d", got, n)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 // lockInBackground takes name with c in a goroutine and reports the lease on the channel. A
@@ -341,6 +337,7 @@ func lockInBackground(t *testing.T, c *dlock.Client, name string, opts ...dlock.
 // Clients waiting for a lock are served in the order they queued: a release grants the lock
 // to the first, with a larger token, and the queue on the server shrinks by one.
 func TestGrant_QueueOrder(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -388,6 +385,7 @@ func TestGrant_QueueOrder(t *testing.T) {
 
 // A granted lease is renewed to its TTL at once: it lives past the acceptance window.
 func TestGrant_LeaseOutlivesTheWindow(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -403,14 +401,14 @@ func TestGrant_LeaseOutlivesTheWindow(t *testing.T) {
 		if lb == nil {
 			t.FailNow()
 		}
-		ttl, err := lb.TTL(ctx)
-		for i := 0; err == nil && ttl <= time.Second && i < 100; i++ { // renewed to 3 s right after the grant
-			time.Sleep(10 * time.Millisecond)
-			ttl, err = lb.TTL(ctx)
-		}
-		if err != nil || ttl <= time.Second {
-			t.Fatalf("granted lease TTL %v, %v: want it renewed past the 1 s window", ttl, err)
-		}
+		// Renewed to 3 s right after the grant.
+		waitFor(t, time.Second, "the granted lease renewed past the 1 s window", func(ctx context.Context) error {
+			ttl, err := lb.TTL(ctx)
+			if err == nil && ttl <= time.Second {
+				err = fmt.Errorf("TTL %v", ttl)
+			}
+			return err
+		})
 		if err := lb.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -422,6 +420,7 @@ func TestGrant_LeaseOutlivesTheWindow(t *testing.T) {
 // before the previous holder's lease would have run out. When the hung client comes back, its
 // lease (if the announcement reaches it) is already lost: never two holders.
 func TestGrant_HungGranteeLosesIt(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
@@ -471,6 +470,7 @@ func TestGrant_HungGranteeLosesIt(t *testing.T) {
 // A queued client killed while waiting (SIGKILL) delays the others by at most its acceptance
 // window: a grant made to it lapses, or its entry expires first.
 func TestGrant_KilledWaiterDelaysOthersAtMostItsWindow(t *testing.T) {
+	needShared(t)
 	ctx := ctxT(t)
 	name := uniqueName(t)
 	holder := transports[0].dial(t, shared.URL())
@@ -504,6 +504,7 @@ func TestGrant_KilledWaiterDelaysOthersAtMostItsWindow(t *testing.T) {
 // Ten clients of one goroutine each on one lock are served in turn: after 300 holds, every
 // client had close to its share (FIFO, not a race won by whoever is nearest).
 func TestGrant_ClientsTakeTurns(t *testing.T) {
+	needShared(t)
 	const clients, total = 10, 300
 	name := uniqueName(t)
 	ctx := ctxT(t)
