@@ -45,16 +45,13 @@ func newQuorumBackend(nodes []conn.Conn, retention time.Duration) *quorum {
 	return q
 }
 
-// quorumJitter: after a release, every contender hears it from each server at about the same
-// moment; a random pause up to this long before each attempt spreads them, so that fewer votes
-// split.
-const quorumJitter = 2 * time.Millisecond
 
 func (q *quorum) traits() traits {
 	// Local handoffs, but no server handover: after localHandoffs in a row the lock is
 	// released (the servers' stored tokens then follow the last local token, the release's
-	// floor) and the waiters compete for it again.
-	return traits{majority: q.need, localHandoffs: true, retryJitter: quorumJitter}
+	// floor), which grants it to the first client queued. Waiting clients queue on every
+	// server at the same place, so that the servers grant to the same one; no retry jitter.
+	return traits{majority: q.need, localHandoffs: true, queue: true}
 }
 
 func (q *quorum) addr() string { return q.desc }
@@ -362,48 +359,64 @@ func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
 	return res, err
 }
 
-// renew: the releases one by one, then the renewals, fanned out together: a lease is renewed
-// when a majority renewed it, lost when a majority says its owner no longer holds it;
-// otherwise (servers down or slow) its outcome is an error and the renewal loop retries it.
-// It waits no longer than a third of the shortest lease in the round, so that a server that
-// never answers cannot hold up every other lease's renewal.
+// renew: the releases one by one, then the renewals and the queue entries' refreshes, fanned
+// out together: a lease (an entry) is renewed when a majority renewed it, lost (gone) when a
+// majority says its owner no longer holds the lock (has no entry); otherwise (servers down or
+// slow) its outcome is an error and the renewal loop retries it. It waits no longer than a
+// third of the shortest lease or window in the round, so that a server that never answers
+// cannot hold up every other lease's renewal.
 func (q *quorum) renew(ctx context.Context, rd round) roundResult {
-	releases, leases := rd.releases, rd.leases
-	relErrs := make([]error, len(releases))
-	for i, r := range releases {
+	relErrs := make([]error, len(rd.releases))
+	for i, r := range rd.releases {
 		_, relErrs[i] = q.release(ctx, r)
 	}
-	outs := make([]renewed, len(leases))
-	entries := make([]renewed, len(rd.entries))
-	for i := range entries {
-		entries[i].err = errNoQueue
-	}
-	if len(leases) == 0 {
-		return roundResult{relErrs: relErrs, leases: outs, entries: entries}
+	items := len(rd.leases) + len(rd.entries)
+	res := roundResult{relErrs: relErrs, leases: make([]renewed, len(rd.leases)), entries: make([]renewed, len(rd.entries))}
+	if items == 0 {
+		return res
 	}
 	n := len(q.nodes)
+	type span struct{ from, to int } // items of a call: leases first, then entries
 	var calls []conn.Call
+	var spans []span
 	limit := time.Duration(-1)
-	for i := 0; i < len(leases); i += renewBatch {
-		j := min(i+renewBatch, len(leases))
-		keys := make([]string, 0, j-i)
-		owners := make([]string, 0, j-i)
-		ttls := make([]string, 0, j-i)
-		for _, l := range leases[i:j] {
-			keys, owners, ttls = append(keys, l.key), append(owners, l.owner), append(ttls, l.ttl)
-			if d := parseMS(l.ttl) / 3; limit < 0 || d < limit {
-				limit = d
-			}
+	shorter := func(d time.Duration) {
+		if limit < 0 || d < limit {
+			limit = d
 		}
-		calls = append(calls, renewCall(keys, owners, ttls))
 	}
-	yes, no := make([]int, len(leases)), make([]int, len(leases))
+	for i := 0; i < len(rd.leases); i += renewBatch {
+		j := min(i+renewBatch, len(rd.leases))
+		keys, owners, ttls := make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i)
+		for _, l := range rd.leases[i:j] {
+			keys, owners, ttls = append(keys, l.key), append(owners, l.owner), append(ttls, l.ttl)
+			shorter(parseMS(l.ttl) / 3)
+		}
+		calls, spans = append(calls, renewCall(keys, owners, ttls)), append(spans, span{i, j})
+	}
+	for i := 0; i < len(rd.entries); i += renewBatch {
+		j := min(i+renewBatch, len(rd.entries))
+		keys, ids, windows := make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i)
+		for _, q := range rd.entries[i:j] {
+			keys, ids, windows = append(keys, q.key), append(ids, q.id), append(windows, q.window)
+			shorter(parseMS(q.window) / 3)
+		}
+		from := len(rd.leases)
+		calls, spans = append(calls, queueCall(keys, ids, windows)), append(spans, span{from + i, from + j})
+	}
+	yes, no := make([]int, items), make([]int, items)
 	failed := make([]int, len(calls)) // servers whose answer to call i is an error
+	callOf := make([]int, items)
+	for c, sp := range spans {
+		for k := sp.from; k < sp.to; k++ {
+			callOf[k] = c
+		}
+	}
 	var answers int
 	var errs []error
 	decided := func() bool {
-		for k := range leases {
-			pending := n - yes[k] - no[k] - failed[k/renewBatch]
+		for k := range items {
+			pending := n - yes[k] - no[k] - failed[callOf[k]]
 			if yes[k] < q.need && yes[k]+pending >= q.need {
 				return false
 			}
@@ -412,37 +425,47 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 	}
 	q.fanOut(ctx, calls, max(limit, 0), "", nil, func(r reply) bool {
 		answers++
-		for i, x := range r.res {
-			from := i * renewBatch
-			oks, err := readRenew(x.Ints, len(calls[i].Keys))
-			if x.Err != nil {
-				err = x.Err
+		for c, x := range r.res {
+			sp := spans[c]
+			var oks []bool
+			err := x.Err
+			if err == nil {
+				if sp.from < len(rd.leases) {
+					oks, err = readRenew(x.Ints, sp.to-sp.from)
+				} else {
+					oks, err = readQueue(x.Ints, sp.to-sp.from)
+				}
 			}
 			if err != nil {
-				failed[i]++
+				failed[c]++
 				errs = append(errs, q.nodeErr(r.node, err))
 				continue
 			}
 			for k, ok := range oks {
 				if ok {
-					yes[from+k]++
+					yes[sp.from+k]++
 				} else {
-					no[from+k]++
+					no[sp.from+k]++
 				}
 			}
 		}
 		return decided()
 	})
-	for k := range leases {
+	for k := range items {
+		out := &res.leases
+		idx := k
+		if k >= len(rd.leases) {
+			out, idx = &res.entries, k-len(rd.leases)
+		}
 		switch {
 		case yes[k] >= q.need:
-			outs[k].ok = true
-		case no[k] >= n-q.need+1: // a majority refused: lost
+			(*out)[idx].ok = true
+		case no[k] >= n-q.need+1: // a majority refused: lost, or gone
 		default:
-			outs[k].err = fmt.Errorf("renewal undecided, %d of %d servers answered: %w", answers, n, errors.Join(errs...))
+			(*out)[idx].err = fmt.Errorf("renewal undecided, %d of %d servers answered: %w", answers, n, errors.Join(errs...))
 		}
 	}
-	return roundResult{relErrs: relErrs, leases: outs, entries: entries}
+	return res
 }
 
 // pttl: the lease is held on a majority for at least the majority-th longest remaining lease;
@@ -488,10 +511,7 @@ func (q *quorum) pttl(ctx context.Context, keys []string, owner string) (time.Du
 	return res, held, err
 }
 
-var (
-	errNoHandover = errors.New("dlock: no handover in quorum mode")
-	errNoQueue    = errors.New("dlock: no server-side queue in quorum mode")
-)
+var errNoHandover = errors.New("dlock: no handover in quorum mode")
 
 func (q *quorum) handover(context.Context, handoverArgs) (handedOver, error) {
 	return handedOver{}, errNoHandover

@@ -100,16 +100,19 @@
 //
 // DialQuorum and NewQuorum make a Client over N independent Redis masters (typically 5) with
 // the same Mutex, Lease and Do API. An acquisition runs the acquire script on every server in
-// parallel and succeeds when a majority granted it before its validity ran out (validity =
-// TTL − the time the acquisition took − the drift allowance above); its latency is that of
+// parallel and succeeds when a majority granted it within a short timeout (TTL/50, between 20
+// and 50 ms, longer only when every server is slow) and before its validity ran out (validity
+// = TTL − the time the acquisition took − the drift allowance above); its latency is that of
 // the fastest majority, not of the slowest server. A failed acquisition is released on every
 // server. Renewals and releases go to every server; the lease context is cancelled (ErrLost)
-// when no majority confirmed a renewal in time. Waiters are woken by a release announced on
-// any server. When too few servers can be reached, Lock and TryLock fail at once with an error
-// matching ErrNotAcquired that names the servers' errors, rather than waiting. Contenders that
-// split the vote (each granted by some servers, none by a majority) give their grants back and
-// retry after a random pause of a few milliseconds; waiters retry a release after a random
-// 0–2 ms, so that they do not all collide again.
+// when no majority confirmed a renewal in time. When fewer than a majority of servers answer
+// (down, frozen, unreachable), TryLock fails at once with a *QuorumError (errors.Is
+// ErrNoQuorum) that says what each server answered, and Lock keeps waiting, trying again every
+// 100 ms, until a majority answers or its context ends. Waiting clients queue on every server
+// at the same place, so that the servers grant the lock to the same client; a client that
+// gets grants from only some servers (a split) gives them back and tries again after a random
+// pause of a few milliseconds. Within a client, locks pass among waiters without the servers,
+// as on one server (the 16th handoff in a row is a release).
 //
 // Quorum mode survives a minority of servers down, slow or partitioned. It does not survive a
 // server that restarts without its data while a lock is held: that server can then grant the
@@ -135,25 +138,25 @@
 //
 // # Waiting
 //
-// Lock waits without polling: a release publishes a notice on the lock's channel, and each
-// Client holds one subscription that routes notices to its waiters. Waiters of one client
-// queue first-in first-out per lock name and only the first of them talks to Redis; waiting
-// holds no pooled connection. A holder that crashed sends no notice: the waiter retries when
-// the lease reported by its failed attempt runs out.
+// Lock waits without polling. Waiters of one client queue first-in first-out per lock name and
+// only the first of them talks to Redis; when the lock is held, its attempt queues the client
+// on the server (once however many of its goroutines wait). A release hands the lock straight
+// to the first client queued there — the server makes that client's waiter the holder and
+// announces it on the lock's channel, where each Client holds one subscription — so clients are
+// served in the order they asked, and a handoff between clients costs the release and one
+// message, with no race. A queued client that crashed delays the others by at most one second
+// (its acceptance window; less with a shorter TTL). A holder that crashed sends no notice: the
+// waiters retry when its lease runs out. Waiting holds no pooled connection.
 //
 // On a hot lock, Unlock hands the lock straight to the next waiter of the same client. Up to 15
 // times in a row this costs no round trip: the lock stays with the client on the server, under
 // the same lease, renewed as before, and the waiter's lease gets the next token. The 16th
 // handoff goes through the server (one script: release and acquisition in one step, a new
-// server token), which refuses it when other clients wait: the client then releases the lock
-// for all to compete. So while other clients wait, a client holds a lock at most 16 times in a
-// row. After a release that another client's waiter heard, a client's waiter holds back its
-// next attempt by up to 2 ms, longer the more recently its own client held the lock, so that
-// clients which held it less recently tend to go first. A waiter whose
-// Mutex asks for another TTL, label or renewal setting always gets the lock through the server.
-// Within a client waiters are served in order; across clients the lock goes to whichever
-// waiter reaches the server first after a release, which in the benchmarks (docs/BENCHMARKS.md)
-// spreads it evenly.
+// server token), which refuses it when another client is queued: the client then releases the
+// lock, which goes to the first client queued. So while other clients wait, a client holds a
+// lock at most 16 times in a row. A waiter whose Mutex asks for another TTL, label or renewal
+// setting always gets the lock through the server. docs/PROTOCOL.md ("The queue") states the
+// protocol and its failure cases.
 //
 // # Do and outcomes
 //

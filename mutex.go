@@ -126,7 +126,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 	}
 	a := acquireArgs{keys: spec.keys, owner: "", ttl: spec.ttlArg, meta: spec.meta, channel: spec.channel, client: ""}
 	if reg != nil {
-		a.owner, a.queue, a.client, a.window = reg.owner, true, reg.id, reg.winArg
+		a.owner, a.queue, a.client, a.window, a.place = reg.owner, true, reg.id, reg.winArg, reg.place
 	} else {
 		a.owner = e.newOwner()
 	}

@@ -57,6 +57,7 @@ type acquireArgs struct {
 	sharded     bool     // announce with SPUBLISH (Redis Cluster)
 	client      string   // the caller's client id: its queue entry
 	window      string   // queue: the acceptance window, ms
+	place       string   // queue: the entry's place ("": the server's time)
 }
 
 func (a acquireArgs) call() conn.Call {
@@ -70,7 +71,11 @@ func (a acquireArgs) call() conn.Call {
 	if a.sharded {
 		pub = "s"
 	}
-	return conn.Call{Script: scriptAcquire, Keys: a.keys, Args: []string{a.owner, a.ttl, a.meta, mode, a.channel, pub, a.client, a.window}}
+	args := []string{a.owner, a.ttl, a.meta, mode, a.channel, pub, a.client, a.window}
+	if a.place != "" {
+		args = append(args, a.place)
+	}
+	return conn.Call{Script: scriptAcquire, Keys: a.keys, Args: args}
 }
 
 // acquired is acquire.lua's answer.

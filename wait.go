@@ -95,6 +95,7 @@ type registration struct {
 	spec   *lockSpec
 	window time.Duration // acceptance window: the entry's life unless refreshed, a grant's first lease
 	winArg string
+	place  string // the entry's place in the queue on every server (quorum mode); "" for one server
 
 	sent  atomic.Int64 // mono ns: send time of the newest request that made or refreshed the entry
 	state atomic.Int32 // regNew, regQueued, regDone
@@ -149,10 +150,16 @@ type attemptFunc func(ctx context.Context, reg *registration) (*leaseState, hold
 // newRegistration makes a registration for the lock of spec, not yet on the server.
 func (e *engine) newRegistration(spec *lockSpec) *registration {
 	w := acceptWindow(spec.ttl)
-	return &registration{
+	reg := &registration{
 		id: e.clientID + "." + strconv.FormatUint(e.seq.Add(1), 10), owner: e.newOwner(),
 		spec: spec, window: w, winArg: ms(w), idx: -1,
 	}
+	if e.traits.majority > 1 {
+		// The same place on every server: clients registered on them all are ordered the same
+		// way everywhere, so that the servers grant the lock to the same one.
+		reg.place = strconv.FormatInt(time.Now().UnixMicro(), 10)
+	}
+	return reg
 }
 
 // acquireWaiting takes spec's lock for a caller that may wait. With callers of this client
@@ -570,6 +577,17 @@ func (q *queue) drain() {
 // subscription's goroutine and does no I/O.
 func (e *engine) granted(id string, token uint64) {
 	qs := e.waits
+	if e.traits.majority > 1 {
+		// In quorum mode a grant is one server's: the head claims it where every server
+		// granted it, with one attempt (see attempt), and holds the lock if a majority did.
+		qs.regMu.Lock()
+		reg := qs.regs[id]
+		qs.regMu.Unlock()
+		if reg != nil {
+			qs.entryGone(reg)
+		}
+		return
+	}
 	qs.regMu.Lock()
 	reg := qs.regs[id]
 	delete(qs.regs, id)

@@ -13,6 +13,9 @@
 -- ARGV[7]  the caller's client id (public; names its queue entry)
 -- ARGV[8]  with "q": the acceptance window in ms: how long the queue entry lives unless
 --          refreshed, and the lease a grant starts with
+-- ARGV[9]  optional, with "q": the entry's place in the queue (a number; the server's time in
+--          microseconds when absent). In quorum mode the client gives the same place on
+--          every server, so that every server orders the same clients the same way.
 -- Value    "<owner> <token> <holds> <description>" while held, "- <token> 0" after a release
 -- Reply    {1, token, holds}     taken, re-entered (holds > 1), or claimed: the lock had been
 --                                granted to the caller's queue entry (same owner)
@@ -35,7 +38,8 @@ end
 local function enqueue(now)
   local ms = now[1] * 1000 + math.floor(now[2] / 1000)
   local win = tonumber(ARGV[8])
-  redis.call('ZADD', KEYS[2], 'NX', now[1] * 1000000 + now[2], ARGV[7])
+  local place = tonumber(ARGV[9] or '') or now[1] * 1000000 + now[2]
+  redis.call('ZADD', KEYS[2], 'NX', place, ARGV[7])
   redis.call('HSET', KEYS[3], ARGV[7], string.format('%d', ms + win) .. ' ' .. ARGV[8] .. ' ' .. ARGV[1] .. ' ' .. ARGV[3])
   local keep = math.max(win, redis.call('PTTL', KEYS[2]))
   redis.call('PEXPIRE', KEYS[2], keep)
