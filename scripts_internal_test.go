@@ -54,7 +54,7 @@ func TestScripts_ListsEveryEmbeddedScript(t *testing.T) {
 
 // acquire.lua: KEYS = the lock key and its queue keys; ARGV = owner, lease ms, description,
 // mode ("r": re-enter only, "q": queue when held, "": neither), channel, "s" (SPUBLISH) or "p",
-// the client id and, for "q", the acceptance window ms.
+// the client id, for "q" the acceptance window ms, and optionally the entry's place.
 func TestAcquireArgs_Call(t *testing.T) {
 	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w"}
 	a := acquireArgs{keys: keys, owner: "secret:1", ttl: "3000", meta: "{}", channel: "dlock:{n}:rel", client: "c1"}
@@ -65,6 +65,8 @@ func TestAcquireArgs_Call(t *testing.T) {
 	q := a
 	q.queue, q.sharded, q.window = true, true, "900"
 	checkCall(t, "queue, sharded", q.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "q", "dlock:{n}:rel", "s", "c1", "900"})
+	q.place = "1796000000000000"
+	checkCall(t, "queue at a place", q.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "q", "dlock:{n}:rel", "s", "c1", "900", "1796000000000000"})
 }
 
 func TestReadAcquire(t *testing.T) {
