@@ -45,7 +45,6 @@ func newQuorumBackend(nodes []conn.Conn, retention time.Duration) *quorum {
 	return q
 }
 
-
 func (q *quorum) traits() traits {
 	// Local handoffs, but no server handover: after localHandoffs in a row the lock is
 	// released (the servers' stored tokens then follow the last local token, the release's
@@ -66,7 +65,7 @@ func (q *quorum) close() error {
 	for _, n := range q.nodes {
 		errs = append(errs, n.Close())
 	}
-	return errors.Join(errs...)
+	return joinErrors(errs...)
 }
 
 // reply is one server's answer to one fanned-out batch of calls.
@@ -187,10 +186,11 @@ func (q *quorum) nodeErr(node int, err error) error {
 }
 
 // quorumTimeout is how long an acquisition waits for the servers' answers: small against the
-// lease, as the Redlock algorithm asks, so that a majority of frozen or unreachable servers
-// fails an attempt fast: TTL/50, at least 20 ms and at most 50 ms.
+// lease, as the Redlock algorithm asks ("5-50 ms for a 10 s auto-release time"), so that a
+// majority of frozen or unreachable servers fails an attempt fast: 50 ms, or a third of a TTL
+// shorter than 150 ms.
 func quorumTimeout(ttl time.Duration) time.Duration {
-	return min(max(ttl/50, 20*time.Millisecond), 50*time.Millisecond)
+	return min(50*time.Millisecond, ttl/3)
 }
 
 // acquire: the lock is taken when a majority of servers took (or re-entered) it within
@@ -273,8 +273,11 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		// so the lease has no time left. Give it back and count the attempt as failed.
 		res = acquired{}
 	}
-	if !a.reenterOnly && (err != nil || !res.ok) {
+	if !a.reenterOnly && (err != nil || (!res.ok && (yes > 0 || !decided))) {
+		// Some servers may hold it for owner: give it back everywhere. (When every server
+		// refused there is nothing to give back, and owner, a queue entry's, stays usable.)
 		q.releaseOwner(a.keys, a.owner)
+		res.dirty = true
 	}
 	return res, -1, err
 }
@@ -348,13 +351,13 @@ func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
 		case notHeld > n-q.need: // a majority no longer holds it: it was lost
 			res = released{}
 		case ok+notHeld+bad == n:
-			err = fmt.Errorf("%d of %d servers answered: %w", ok+notHeld, n, errors.Join(errs...))
+			err = fmt.Errorf("%d of %d servers answered: %w", ok+notHeld, n, joinErrors(errs...))
 		default:
 			return false
 		}
 		return true
 	}) {
-		err = fmt.Errorf("%d of %d servers answered within %v: %w", ok+notHeld, n, answerWait, errors.Join(errs...))
+		err = fmt.Errorf("%d of %d servers answered within %v: %w", ok+notHeld, n, answerWait, joinErrors(errs...))
 	}
 	return res, err
 }
@@ -462,7 +465,7 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 			(*out)[idx].ok = true
 		case no[k] >= n-q.need+1: // a majority refused: lost, or gone
 		default:
-			(*out)[idx].err = fmt.Errorf("renewal undecided, %d of %d servers answered: %w", answers, n, errors.Join(errs...))
+			(*out)[idx].err = fmt.Errorf("renewal undecided, %d of %d servers answered: %w", answers, n, joinErrors(errs...))
 		}
 	}
 	return res
@@ -500,13 +503,13 @@ func (q *quorum) pttl(ctx context.Context, keys []string, owner string) (time.Du
 			res, held = left[len(left)-q.need], true
 		case no >= n-q.need+1:
 		case answered == n:
-			err = fmt.Errorf("%d of %d servers answered: %w", n-len(errs), n, errors.Join(errs...))
+			err = fmt.Errorf("%d of %d servers answered: %w", n-len(errs), n, joinErrors(errs...))
 		default:
 			return false
 		}
 		return true
 	}) {
-		err = fmt.Errorf("%d of %d servers answered within %v: %w", answered-len(errs), n, answerWait, errors.Join(errs...))
+		err = fmt.Errorf("%d of %d servers answered within %v: %w", answered-len(errs), n, answerWait, joinErrors(errs...))
 	}
 	return res, held, err
 }
@@ -579,7 +582,7 @@ func (q *quorum) scan(ctx context.Context, cursor, pattern string) (any, error) 
 		}
 		errs = append(errs, err)
 	}
-	return nil, errors.Join(errs...)
+	return nil, joinErrors(errs...)
 }
 
 // masters asks every server.
@@ -630,7 +633,7 @@ func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, err
 	}
 	if len(ql.lns) < q.need {
 		ql.closeAll()
-		return nil, fmt.Errorf("pub/sub on %d of %d servers: %w", len(ql.lns), len(q.nodes), errors.Join(errs...))
+		return nil, fmt.Errorf("pub/sub on %d of %d servers: %w", len(ql.lns), len(q.nodes), joinErrors(errs...))
 	}
 	missing := len(ql.lns) < len(q.nodes)
 	ql.wg.Add(1)
@@ -703,7 +706,7 @@ func (l *quorumListener) each(f func(conn.Listener) error) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return joinErrors(errs...)
 }
 
 func (l *quorumListener) Done() <-chan error { return l.done }

@@ -78,7 +78,7 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	}
 	cn, err := rueidisconn.Dial(ctx, url, o.dialOptions()...)
 	if err != nil {
-		return nil, fmt.Errorf("dlock: dial: %w", err)
+		return nil, dialErr(err)
 	}
 	s := newOneServer(cn, o.retention)
 	s.own = true
@@ -120,11 +120,14 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	tr := b.traits()
 	guard := newEvictionGuard(b, tr.majority, o.evictOK, logger)
 	risk, err := guard.check(ctx)
-	if err == nil {
-		err = risk
-	}
 	if err != nil {
+		if kind := classify(err); kind != nil && !errors.Is(err, kind) {
+			err = fmt.Errorf("%w (%w)", err, kind)
+		}
 		return nil, err
+	}
+	if risk != nil {
+		return nil, risk
 	}
 	var secret [24]byte
 	if _, err := rand.Read(secret[:]); err != nil {
@@ -165,7 +168,7 @@ func (c *Client) Close() error {
 		e.renewer.stop()
 		e.notices.stop()
 		c.bg.Wait()
-		err = errors.Join(e.releaseAll(), e.b.close())
+		err = joinErrors(e.releaseAll(), e.b.close())
 	})
 	return err
 }
@@ -189,7 +192,7 @@ func (e *engine) releaseAll() error {
 		}
 		st.end(endClosed, ErrClosed)
 	}
-	return errors.Join(failed...)
+	return joinErrors(failed...)
 }
 
 func (c *Client) checkOpen() error {
@@ -261,9 +264,25 @@ func (e *engine) redisErr(op string, err error) error {
 	if errors.As(err, &qe) { // it names every server itself
 		return fmt.Errorf("dlock: %s: %w", op, err)
 	}
-	if strings.Contains(err.Error(), "OOM command not allowed") {
+	switch kind := classify(err); kind {
+	case ErrOutOfMemory:
 		return fmt.Errorf("dlock: %s on %s: %w: its used memory reached maxmemory, and its maxmemory-policy noeviction refuses new keys until memory is freed (releases still work)",
 			op, e.b.addr(), ErrOutOfMemory)
+	case nil:
+		return fmt.Errorf("dlock: %s on %s: %w", op, e.b.addr(), err)
+	default:
+		return fmt.Errorf("dlock: %s on %s: %w (%w)", op, e.b.addr(), err, kind)
 	}
-	return fmt.Errorf("dlock: %s on %s: %w", op, e.b.addr(), err)
+}
+
+// dialErr wraps a failure to connect: bad input is ErrInvalid, a refused login ErrDenied, an
+// unreachable server ErrUnavailable.
+func dialErr(err error) error {
+	switch kind := classify(err); {
+	case strings.HasPrefix(err.Error(), "bad redis url"):
+		return fmt.Errorf("dlock: dial: %w (%w)", err, ErrInvalid)
+	case kind != nil:
+		return fmt.Errorf("dlock: dial: %w (%w)", err, kind)
+	}
+	return fmt.Errorf("dlock: dial: %w", err)
 }

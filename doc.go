@@ -100,8 +100,8 @@
 //
 // DialQuorum and NewQuorum make a Client over N independent Redis masters (typically 5) with
 // the same Mutex, Lease and Do API. An acquisition runs the acquire script on every server in
-// parallel and succeeds when a majority granted it within a short timeout (TTL/50, between 20
-// and 50 ms, longer only when every server is slow) and before its validity ran out (validity
+// parallel and succeeds when a majority granted it within a short timeout (50 ms, less only
+// for TTLs under 150 ms, longer only when every server is slow) and before its validity ran out (validity
 // = TTL − the time the acquisition took − the drift allowance above); its latency is that of
 // the fastest majority, not of the slowest server. A failed acquisition is released on every
 // server. Renewals and releases go to every server; the lease context is cancelled (ErrLost)

@@ -3,7 +3,10 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -30,7 +33,36 @@ var (
 	// ErrInvalid wraps every error about bad input: an empty or oversized name, a TTL below the
 	// minimum, a bad option or URL.
 	ErrInvalid = errors.New("dlock: invalid argument")
+	// ErrDenied is wrapped by the error of a call the server refused for its access rules: a
+	// wrong user or password, or a user whose ACL lacks a command or key (docs/SECURITY.md
+	// gives the rule dlock needs).
+	ErrDenied = errors.New("dlock: permission denied")
+	// ErrUnavailable is wrapped by the error of a call that could not reach the server, or
+	// whose connection failed (refused, reset, timed out); in quorum mode by a *QuorumError.
+	ErrUnavailable = errors.New("dlock: server unavailable")
 )
+
+// classify returns the sentinel error a transport error falls under, or nil.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ne net.Error
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "NOPERM"), strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"),
+		strings.Contains(msg, "can't run this command"), strings.Contains(msg, "invalid username-password"):
+		return ErrDenied
+	case strings.Contains(msg, "OOM command not allowed"):
+		return ErrOutOfMemory
+	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		strings.Contains(msg, "connection refused"), strings.Contains(msg, "connection reset"),
+		strings.Contains(msg, "cannot reach redis"), strings.Contains(msg, "unreachable"):
+		return ErrUnavailable
+	}
+	return nil
+}
 
 // ErrNoQuorum is matched (errors.Is) by the *QuorumError of an operation in quorum mode that
 // fewer than a majority of the servers answered: they are down, frozen or unreachable. It is
@@ -73,8 +105,8 @@ func (e *QuorumError) Error() string {
 	return fmt.Sprintf("no quorum: %d of %d servers answered the %s, a majority needs %d (%s)", answered, len(e.Servers), e.Op, e.Need, b.String())
 }
 
-// Is reports whether target is ErrNoQuorum.
-func (e *QuorumError) Is(target error) bool { return target == ErrNoQuorum }
+// Is reports whether target is ErrNoQuorum or ErrUnavailable.
+func (e *QuorumError) Is(target error) bool { return target == ErrNoQuorum || target == ErrUnavailable }
 
 // Unwrap returns the servers' errors.
 func (e *QuorumError) Unwrap() []error {
@@ -86,3 +118,33 @@ func (e *QuorumError) Unwrap() []error {
 	}
 	return errs
 }
+
+// joinErrors is errors.Join on one line: its message separates the errors with "; " (a
+// multi-line error splits log lines). It returns nil when every error is nil.
+func joinErrors(errs ...error) error {
+	var kept []error
+	for _, err := range errs {
+		if err != nil {
+			kept = append(kept, err)
+		}
+	}
+	switch len(kept) {
+	case 0:
+		return nil
+	case 1:
+		return kept[0]
+	}
+	return joined(kept)
+}
+
+type joined []error
+
+func (j joined) Error() string {
+	msgs := make([]string, len(j))
+	for i, err := range j {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (j joined) Unwrap() []error { return j }

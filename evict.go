@@ -133,7 +133,7 @@ func (g *evictionGuard) read(ctx context.Context) (map[string]serverMemory, erro
 		out[r.Addr] = m
 	}
 	if len(out) < g.need || len(out) == 0 {
-		return out, fmt.Errorf("dlock: cannot read the memory policy of the servers: %w", errors.Join(errs...))
+		return out, fmt.Errorf("dlock: cannot read the memory policy of the servers: %w", joinErrors(errs...))
 	}
 	return out, nil
 }

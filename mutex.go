@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -148,7 +147,11 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 	}
 	if !res.ok {
 		if reg != nil {
-			e.registered(reg, sent)
+			if res.dirty {
+				e.unregister(reg) // its owner may be released late on some server: never reuse it
+			} else {
+				e.registered(reg, sent)
+			}
 		}
 		return nil, holder{pttl: res.pttl, token: res.token}, nil
 	}
@@ -235,7 +238,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	defer func() {
 		stop()
 		if uerr := l.Unlock(ctx); uerr != nil {
-			err = errors.Join(err, uerr)
+			err = joinErrors(err, uerr)
 		}
 	}()
 	return fn(fctx)

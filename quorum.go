@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -55,7 +54,7 @@ func DialQuorum(ctx context.Context, urls []string, opts ...Option) (*Client, er
 	if need := len(urls)/2 + 1; up < need {
 		closeAll()
 		return nil, fmt.Errorf("dlock: dial quorum: %d of %d servers reachable, a majority needs %d: %w",
-			up, len(urls), need, errors.Join(errs...))
+			up, len(urls), need, joinErrors(errs...))
 	}
 	cns := make([]conn.Conn, len(nodes))
 	for i, n := range nodes {

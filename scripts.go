@@ -85,6 +85,9 @@ type acquired struct {
 	holds   int           // ok: owner's holds now
 	pttl    time.Duration // !ok: the holder's remaining lease; negative when unknown
 	notMine bool          // reenterOnly, and the lock is not owner's
+	// dirty (quorum mode): the attempt may have left owner holding the lock on some servers;
+	// they are being released in the background, so owner must not be used again.
+	dirty bool
 }
 
 func readAcquire(r []int64) (acquired, error) {

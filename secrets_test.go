@@ -81,8 +81,8 @@ func TestSecrets_ErrorsNeverShowPasswords(t *testing.T) {
 	if strings.Contains(err.Error(), testPassword) {
 		t.Fatalf("quorum TryLock error shows a password: %v", err)
 	}
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("quorum TryLock error = %v, want ErrNotAcquired", err)
+	if !errors.Is(err, dlock.ErrNoQuorum) {
+		t.Fatalf("quorum TryLock error = %v, want ErrNoQuorum", err)
 	}
 }
 

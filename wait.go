@@ -431,15 +431,20 @@ func (e *engine) headRegistration(q *queue, spec *lockSpec) *registration {
 	s := e.waits.shard(q.key)
 	s.mu.Lock()
 	reg := q.reg
+	place := ""
 	if reg != nil && (reg.state.Load() == regDone || !sameLease(reg.spec, spec)) {
 		q.reg = nil
 		if reg.state.Load() != regDone {
 			defer e.unregister(reg)
 		}
+		place = reg.place // a registration retired after a split keeps the client's place
 		reg = nil
 	}
 	if reg == nil {
 		reg = e.newRegistration(spec)
+		if place != "" {
+			reg.place = place
+		}
 		reg.q = q
 		q.reg = reg
 	}
