@@ -225,9 +225,7 @@ func TestForceUnlock(t *testing.T) {
 		}
 		waiting := lockAsync(ctx, waiter.Mutex(name))
 		waitFor(t, 5*time.Second, "one waiter", waiters(admin, name, 1))
-		// Inspect counts the waiter once it queued on the server; the notice of ForceUnlock
-		// reaches it once it subscribed too.
-		waitSubscribed(t, name)
+		waitSubscribed(t, name) // queued first, then subscribed: the notice must reach it
 
 		info, err := admin.ForceUnlock(ctx, name)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,7 +65,8 @@ type engine struct {
 // Dial connects to Redis at url through rueidis and returns a Client that owns the connection.
 // Accepted forms (see package rueidisconn for details):
 //
-//   - one server: redis://[user:password@]host:port[/db], rediss://… (TLS), unix:///path;
+//   - one server: redis://[user:password@]host:port[/db], rediss://… (TLS), unix:///path, or
+//     a bare host:port;
 //   - Redis Cluster: any node, more seeds as ?addr=host:port&addr=host:port;
 //   - Sentinel: redis+sentinel://[user:password@]host:port[,host:port…]/<master name>[/<db>]
 //     (the hosts are the Sentinels; the client follows their failovers).
@@ -75,6 +77,9 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	o := defaultOptions().with(opts)
 	if o.err != nil {
 		return nil, o.err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dlock: dial: %w", err)
 	}
 	cn, err := rueidisconn.Dial(ctx, url, o.dialOptions()...)
 	if err != nil {
@@ -128,6 +133,11 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	}
 	if risk != nil {
 		return nil, risk
+	}
+	if o.ackN > 0 {
+		if err := replicasShort(ctx, b, o.ackN); err != nil {
+			return nil, err
+		}
 	}
 	var secret [24]byte
 	if _, err := rand.Read(secret[:]); err != nil {
@@ -285,4 +295,24 @@ func dialErr(err error) error {
 		return fmt.Errorf("dlock: dial: %w (%w)", err, kind)
 	}
 	return fmt.Errorf("dlock: dial: %w", err)
+}
+
+// replicasShort reports a master with fewer than n replicas connected (INFO replication):
+// WithReplicaAck(n, …) could never be satisfied there.
+func replicasShort(ctx context.Context, b backend, n int) error {
+	for _, r := range b.masters(ctx, "INFO", "replication") {
+		if r.Err != nil {
+			continue // unreachable now: acquisitions will say so
+		}
+		text, _ := r.Reply.(string)
+		for line := range strings.SplitSeq(text, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				if k, err := strconv.Atoi(v); err == nil && k < n {
+					return fmt.Errorf("%w: WithReplicaAck(%d, …): server %s has %d replica(s) connected, so no acquisition could be acknowledged",
+						ErrReplicaAck, n, r.Addr, k)
+				}
+			}
+		}
+	}
+	return nil
 }

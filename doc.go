@@ -8,7 +8,7 @@
 //	...
 //	defer c.Close()
 //	err = c.Do(ctx, "orders:42", func(ctx context.Context) error {
-//		// ctx is cancelled (context.Cause(ctx) == dlock.ErrLost) if the lock is lost.
+//		// ctx is cancelled (errors.Is(context.Cause(ctx), dlock.ErrLost)) if the lock is lost.
 //		return chargeCard(ctx)
 //	})
 //
@@ -174,8 +174,35 @@
 //
 // Lock, TryLock and Do re-enter a lock when their context carries a lease on the same name
 // from the same Client (a Lease's Context, or the context inside Do): same token, one more
-// hold; the lock is released when the last hold is unlocked. A context without the lease, even
-// in the same goroutine, waits like any other caller.
+// hold; the lock is released when the last hold is unlocked. A re-entry that asks for another
+// lease (TTL, renewal, label, replica acknowledgement) fails with ErrInvalid. A context without
+// the lease, even in the goroutine that holds the lock, waits like any other caller — for
+// itself, if that goroutine holds it: the client cannot tell goroutines apart. Such a wait that
+// ends (WithWait, a deadline), or a TryLock, says the holder is this client
+// (NotAcquiredError.Mine).
+//
+// # Errors
+//
+// Every error wraps one of these, to be told apart with errors.Is:
+//
+//	ErrNotAcquired    busy: another owner holds the lock (TryLock; a Lock whose wait ended:
+//	                  WithWait, or its context, which it then wraps too). *NotAcquiredError
+//	                  names the holder.
+//	ErrNoQuorum       quorum mode: fewer than a majority of the servers answered (*QuorumError
+//	                  says what each did). Also matches ErrUnavailable.
+//	ErrUnavailable    the server cannot be reached, or its connection failed.
+//	ErrDenied         the server refused the login or a command (ACL; docs/SECURITY.md).
+//	ErrInvalid        bad input: a name, an option, a TTL, a URL.
+//	ErrLost           the lock was (or may have been) lost: the lease context's cause, and the
+//	                  error of later calls on the lease.
+//	ErrNotHeld        the lease was already unlocked, or is nil.
+//	ErrClosed         the Client was closed.
+//	ErrReplicaAck     WithReplicaAck: too few replicas acknowledged (or the server has none).
+//	ErrEvictionPolicy the server can evict lock keys (WithUnsafeEviction).
+//	ErrOutOfMemory    the server is out of memory: acquisitions fail, releases work.
+//
+// A context's own errors (context.Canceled, context.DeadlineExceeded) are wrapped where the
+// context ended the call. Error messages are one line and never show a password.
 //
 // # Inspection
 //

@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
 var (
-	// ErrNotAcquired is returned by TryLock when another owner holds the lock.
+	// ErrNotAcquired is matched by the error of a TryLock, or of a Lock whose wait ended, while
+	// another owner held the lock (a *NotAcquiredError).
 	ErrNotAcquired = errors.New("dlock: not acquired: held by another owner")
 	// ErrNotHeld is returned when an operation needs a lock the caller does not hold: a second
 	// Unlock, an Unlock, Extend or TTL on a lease that has ended, or a nil lease.
@@ -20,6 +22,10 @@ var (
 	// someone else: a renewal was refused (the key expired or was taken over), or no renewal
 	// succeeded before the lease could have expired on the server.
 	ErrLost = errors.New("dlock: lock lost")
+	// ErrExpired is the cause of a lease context's cancellation when a fixed lease
+	// (WithoutRenewal) reached its planned end. It comes with ErrLost (the lock is no longer
+	// held), so errors.Is(cause, ErrExpired) tells a planned end from a loss.
+	ErrExpired = errors.New("dlock: lease expired")
 	// ErrClosed is returned by every call on a closed Client, and is the cause of the lease
 	// contexts that Close ended.
 	ErrClosed = errors.New("dlock: client closed")
@@ -148,3 +154,51 @@ func (j joined) Error() string {
 }
 
 func (j joined) Unwrap() []error { return j }
+
+// NotAcquiredError is the error of a TryLock, or of a Lock whose wait ended (WithWait, or its
+// context), while another owner held the lock. It matches ErrNotAcquired, and, when the
+// caller's context ended the wait, that context's error (errors.Is(err,
+// context.DeadlineExceeded) tells "my request went away" from "busy").
+type NotAcquiredError struct {
+	Name   string
+	Holder Info          // the holder as the server described it just after; Held is false when unknown
+	Mine   bool          // the holder is this client: another goroutine, or a hold whose context the caller did not pass
+	Waited time.Duration // how long Lock waited; 0 for TryLock
+	Cause  error         // the caller's context's error when it ended the wait, else nil
+}
+
+func (e *NotAcquiredError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dlock: not acquired: %q held by ", e.Name)
+	h := e.Holder
+	switch {
+	case e.Mine:
+		b.WriteString("this client (another goroutine, or a hold whose context was not passed: to re-enter, lock with the lease's Context)")
+	case h.Holder.Host != "":
+		fmt.Fprintf(&b, "%s pid %d", h.Holder.Host, h.Holder.PID)
+		if h.Holder.Label != "" {
+			fmt.Fprintf(&b, " (%s)", strconv.Quote(h.Holder.Label))
+		}
+	default:
+		b.WriteString("another owner")
+	}
+	if h.Token != 0 {
+		fmt.Fprintf(&b, ", token %d", h.Token)
+	}
+	if h.Held {
+		fmt.Fprintf(&b, ", lease %v left", h.TTL.Round(time.Millisecond))
+	}
+	if e.Waited > 0 {
+		fmt.Fprintf(&b, "; waited %v", e.Waited.Round(time.Millisecond))
+	}
+	if e.Cause != nil {
+		b.WriteString(": " + e.Cause.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is ErrNotAcquired.
+func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+
+// Unwrap returns the caller's context's error, if it ended the wait.
+func (e *NotAcquiredError) Unwrap() error { return e.Cause }

@@ -24,10 +24,10 @@ func ExampleClient_Do() {
 	defer c.Close()
 
 	err = c.Do(ctx, "orders:42", func(ctx context.Context) error {
-		// Work here while ctx is live; context.Cause(ctx) is dlock.ErrLost if the lock was lost.
+		// Work here while ctx is live; errors.Is(context.Cause(ctx), dlock.ErrLost) if the lock was lost.
 		fmt.Println("charging the card for order 42")
 		return nil
-	}, dlock.WithTTL(10*time.Second))
+	}, dlock.WithWait(2*time.Second)) // wait at most 2 s for the lock; then errors.Is(err, dlock.ErrNotAcquired)
 	fmt.Println("done:", err)
 	// Output:
 	// charging the card for order 42

@@ -89,8 +89,23 @@ func (st *leaseState) expired() bool {
 	if mono() < st.deadline.Load() {
 		return false
 	}
-	st.end(endLost, ErrLost)
+	st.end(endLost, st.runOut())
 	return true
+}
+
+// lost is the cause of a loss of st's lock for reason: it names the lock (nested locks tell
+// which was lost) and wraps ErrLost.
+func (st *leaseState) lost(reason string) error {
+	return fmt.Errorf("%w: %q: %s", ErrLost, st.spec.name, reason)
+}
+
+// runOut is the cause when st's deadline passed without a renewal: for a fixed lease, its
+// planned end (ErrExpired, also ErrLost); for a renewed one, a loss.
+func (st *leaseState) runOut() error {
+	if !st.spec.renew && !st.confirm.Load() {
+		return fmt.Errorf("%w: %q: its fixed lease (WithoutRenewal) ran out (%w)", ErrExpired, st.spec.name, ErrLost)
+	}
+	return st.lost("no renewal succeeded before the lease could run out on the server")
 }
 
 // ending says how a lease ended.
@@ -161,17 +176,24 @@ func (st *leaseState) endedErr() error {
 		cause := st.cause
 		st.mu.Unlock()
 		if cause != nil && cause != ErrLost {
-			return fmt.Errorf("%q: %w", st.spec.name, cause)
+			return cause
 		}
-		return fmt.Errorf("%w: %q", ErrLost, st.spec.name)
+		return st.lost("lost")
 	case stateClosed:
 		return ErrClosed
 	}
 	return fmt.Errorf("%w: %q was released", ErrNotHeld, st.spec.name)
 }
 
+// lostAtUnlock is Unlock's error for a lease lost before it: the loss's cause (ErrNotHeld too).
 func (st *leaseState) lostAtUnlock() error {
-	return fmt.Errorf("%w: %q was lost before Unlock (%w)", ErrLost, st.spec.name, ErrNotHeld)
+	st.mu.Lock()
+	cause := st.cause
+	st.mu.Unlock()
+	if cause == nil || cause == ErrLost {
+		cause = st.lost("lost before Unlock")
+	}
+	return fmt.Errorf("%w (%w)", cause, ErrNotHeld)
 }
 
 // releaseReq releases one hold of this lease, or all. The floor is the lease's token: after
@@ -301,6 +323,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL)
 	}
+	if err := checkTTL(ttl, l.st.spec.renew); err != nil {
+		return err
+	}
 	st := l.st
 	if l.unlocked.Load() || st.expired() || st.state.Load() != stateHeld {
 		return st.endedErr()
@@ -313,7 +338,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	case outs[0].err != nil:
 		return st.e.redisErr("extend", outs[0].err)
 	case !outs[0].ok:
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.lost("Extend found it no longer held by this lease"))
 		return st.endedErr()
 	}
 	if st.renewed(sent, ttl) {
@@ -337,7 +362,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, st.e.redisErr("ttl", err)
 	}
 	if !held {
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.lost("the server no longer has it for this lease"))
 		return 0, st.endedErr()
 	}
 	return left, nil
@@ -389,7 +414,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	case err != nil:
 		return st.e.redisErr("unlock "+strconv.Quote(st.spec.name), err)
 	case !res.owned:
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
 		return st.lostAtUnlock()
 	}
 	return nil

@@ -2,8 +2,10 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,6 +30,7 @@ type lockSpec struct {
 	renew   bool
 	meta    string
 	ack     replicaAck
+	wait    time.Duration // WithWait: how long Lock waits; negative: as long as its context allows
 }
 
 // Mutex returns a handle on the lock called name. Options override the client's defaults for
@@ -41,6 +44,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m.e = c.e
 	o := c.opts.with(opts)
 	m.err = o.err
+	if m.err == nil {
+		m.err = checkTTL(o.ttl, o.renew)
+	}
 	if m.err == nil && o.ackN > 0 && !c.e.traits.replicaAck {
 		m.err = fmt.Errorf("%w: WithReplicaAck is not available in quorum mode", ErrInvalid)
 	}
@@ -52,7 +58,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m.spec = &lockSpec{
 		name: name, key: key, keys: []string{key, qkey, wkey}, channel: releaseChannel(key),
 		ttl: o.ttl, ttlArg: ms(o.ttl), renew: o.renew, meta: c.meta,
-		ack: replicaAck{n: o.ackN, wait: o.ackWait},
+		ack: replicaAck{n: o.ackN, wait: o.ackWait}, wait: o.wait,
 	}
 	if o.label != c.opts.label {
 		m.spec.meta = holderMeta(o.label)
@@ -63,18 +69,19 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 // Name returns the lock name.
 func (m *Mutex) Name() string { return m.name }
 
-// Lock acquires the lock, waiting as long as ctx allows. Waiting costs no polling and no
-// pooled connection: a release anywhere wakes the waiters (a crashed holder's lease is waited
-// out); waiters of one client queue first-in first-out. If ctx carries a lease on this lock
-// from the same client (a lease's Context, or the context inside Do), Lock re-enters it: same
-// token, one more hold. On failure it returns an error that wraps ctx.Err(), ErrClosed,
-// ErrInvalid or the transport error, and holds nothing.
+// Lock acquires the lock, waiting as long as ctx and WithWait allow; waiting costs no polling
+// and no pooled connection, and clients are served in the order they asked (see Waiting in
+// the package documentation). If ctx carries a lease on this lock from the same client (a
+// lease's Context, or the context inside Do), Lock re-enters it: same token, one more hold.
+// A wait that ends while another owner holds the lock returns a *NotAcquiredError (errors.Is
+// ErrNotAcquired, and ctx.Err() when ctx ended it) naming the holder. Other failures wrap
+// ErrClosed, ErrInvalid or the transport error. On failure it holds nothing.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.lock(ctx, true)
 }
 
 // TryLock makes one attempt to acquire the lock (or re-enter it, as Lock does). When another
-// owner holds it, it returns an error wrapping ErrNotAcquired.
+// owner holds it, it returns a *NotAcquiredError (errors.Is ErrNotAcquired) naming the holder.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.lock(ctx, false)
 }
@@ -94,20 +101,64 @@ func (m *Mutex) lock(ctx context.Context, wait bool) (*Lease, error) {
 		return nil, spec.ctxErr(ctx)
 	}
 	if st := heldIn(ctx, e, spec.key); st != nil {
+		if !sameLease(st.spec, spec) {
+			return nil, fmt.Errorf("%w: re-enter %q: %s", ErrInvalid, spec.name, leaseDiff(st.spec, spec))
+		}
 		return e.reenter(ctx, st)
 	}
 	attempt := func(ctx context.Context, reg *registration) (*leaseState, holder, error) {
 		return e.attempt(ctx, spec, reg)
 	}
-	if !wait {
+	if !wait || spec.wait == 0 {
 		st, h, err := attempt(ctx, nil)
 		if err != nil || st != nil {
 			return leaseOf(st), err
 		}
-		return nil, fmt.Errorf("%w: %q (its lease has %v left)", ErrNotAcquired, spec.name, h.pttl)
+		return nil, e.notAcquired(ctx, spec, h, 0, nil)
 	}
-	st, err := e.acquireWaiting(ctx, spec, attempt)
+	wctx := ctx
+	if spec.wait > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeoutCause(ctx, spec.wait, errWaited)
+		defer cancel()
+	}
+	start := time.Now()
+	st, err := e.acquireWaiting(wctx, spec, attempt)
+	if err != nil && wctx.Err() != nil {
+		var cause error
+		if ctx.Err() != nil {
+			cause = ctx.Err()
+		}
+		return nil, e.notAcquired(ctx, spec, holder{pttl: -1}, time.Since(start), cause)
+	}
 	return leaseOf(st), err
+}
+
+// errWaited is the cause of a wait that WithWait ended.
+var errWaited = errors.New("dlock: wait ended")
+
+// notAcquired makes the error of an attempt or a wait that ended without the lock: a
+// *NotAcquiredError naming the holder, as the server describes it now (one more read, within
+// a second), or, when the lock turns out to be free, the context's error.
+func (e *engine) notAcquired(ctx context.Context, spec *lockSpec, h holder, waited time.Duration, cause error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	na := &NotAcquiredError{Name: spec.name, Waited: waited, Cause: cause}
+	reply, err := e.b.inspect(rctx, spec.keys[:1])
+	if arr, ok := reply.([]any); err == nil && ok && len(arr) == 3 {
+		if info, perr := parseLock(spec.name, arr[0], arr[1]); perr == nil && info.Held {
+			na.Holder = info
+			if v, ok := arr[0].(string); ok && strings.HasPrefix(v, e.ownerID) {
+				na.Mine = true
+			}
+		} else if perr == nil && cause != nil {
+			return fmt.Errorf("dlock: lock %q: %w", spec.name, cause) // free now: the caller's context ended the wait
+		}
+	}
+	if na.Holder.Token == 0 && h.token != 0 {
+		na.Holder = Info{Name: spec.name, Held: true, Token: h.token, TTL: max(h.pttl, 0), Waiters: -1}
+	}
+	return na
 }
 
 // holder describes the holder that refused an attempt, for the waiter that retries.
@@ -163,13 +214,16 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 	if spec.ack.n > 0 && acked < spec.ack.n {
 		// Roll back: a failover now could hand the lock to a replica that never saw it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-		_, rerr := e.b.release(rctx, spec.releaseReq(owner))
-		cancel()
-		if rerr != nil {
+		defer cancel()
+		if _, rerr := e.b.release(rctx, spec.releaseReq(owner)); rerr != nil {
 			e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 		}
-		return nil, holder{}, fmt.Errorf("%w: lock %q: %d of %d replicas acknowledged within %v; released again",
+		err := fmt.Errorf("%w: lock %q: %d of %d replicas acknowledged within %v; released again",
 			ErrReplicaAck, spec.name, max(acked, 0), spec.ack.n, spec.ack.wait)
+		if short := replicasShort(rctx, e.b, spec.ack.n); short != nil {
+			err = fmt.Errorf("%w (%v)", err, short)
+		}
+		return nil, holder{}, err
 	}
 	st := newLeaseState(e, spec, ctx, owner, res.token, sent)
 	if !e.renewer.add(st) {
@@ -196,7 +250,7 @@ func (e *engine) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 		return nil, e.redisErr("re-enter "+strconv.Quote(st.spec.name), err)
 	}
 	if !res.ok {
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.lost("re-entry found it no longer held by this lease"))
 		return nil, st.endedErr()
 	}
 	st.mu.Lock()
@@ -237,6 +291,14 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	fctx, stop := l.st.doContext(ctx)
 	defer func() {
 		stop()
+		l.st.expired()
+		if l.st.state.Load() == stateLost {
+			// Say what the caller saw: the lock was lost while fn ran (the Unlock that follows
+			// only clears what the server may still hold of it).
+			l.Unlock(context.WithoutCancel(ctx))
+			err = joinErrors(err, fmt.Errorf("dlock: %q was lost while fn ran: %w", name, l.st.endedErr()))
+			return
+		}
 		if uerr := l.Unlock(ctx); uerr != nil {
 			err = joinErrors(err, uerr)
 		}

@@ -13,6 +13,12 @@ import (
 const (
 	// DefaultTTL is the lease a lock gets when no WithTTL option is given.
 	DefaultTTL = 10 * time.Second
+	// MaxTTL is the longest lease accepted with renewal: a renewed lease stays held as long as
+	// its holder lives, so a longer TTL only delays the recovery from a crashed holder.
+	MaxTTL = 10 * time.Minute
+	// MaxFixedTTL is the longest lease accepted without renewal (WithoutRenewal, Extend of such
+	// a lease): long enough for "at most once a day".
+	MaxFixedTTL = 7 * 24 * time.Hour
 	// MinTTL is the shortest lease accepted: below it, one network round trip and the drift
 	// allowance leave nothing for renewal.
 	MinTTL = 10 * time.Millisecond
@@ -41,13 +47,14 @@ type options struct {
 	tlsConfig *tls.Config   // Dial, DialQuorum: TLS settings (WithTLSConfig, WithCAFile)
 	evictOK   bool          // WithUnsafeEviction
 	retention time.Duration // WithTokenRetention
+	wait      time.Duration // WithWait; negative: no bound
 	logger    *slog.Logger  // WithLogger; nil: slog.Default()
 	ownerConn bool          // Dial: Close closes the connection it made
 	err       error
 }
 
 func defaultOptions() options {
-	return options{ttl: DefaultTTL, renew: true, prefix: DefaultPrefix, retention: DefaultTokenRetention}
+	return options{ttl: DefaultTTL, renew: true, prefix: DefaultPrefix, retention: DefaultTokenRetention, wait: -1}
 }
 
 func (o options) with(opts []Option) options {
@@ -67,7 +74,8 @@ func (o *options) fail(err error) {
 
 // WithTTL sets the lease: how long the server keeps the lock if its holder stops renewing it
 // (crashed, paused or partitioned). With renewal on, the lease is renewed every ttl/3, so a
-// crashed holder's lock frees within ttl. The default is DefaultTTL (10s); the minimum is MinTTL.
+// crashed holder's lock frees within ttl. The default is DefaultTTL (10s); the minimum is MinTTL,
+// the maximum MaxTTL with renewal and MaxFixedTTL without (WithoutRenewal).
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) {
 		if ttl < MinTTL {
@@ -215,4 +223,30 @@ func WithTokenRetention(d time.Duration) Option {
 		}
 		o.retention = d
 	}
+}
+
+// WithWait bounds how long Lock and Do wait for the lock (not how long the lock is then held:
+// that is the lease, WithTTL). When d passes with the lock held by another owner, Lock returns a
+// *NotAcquiredError naming the holder. WithWait(0) makes one attempt, as TryLock does. The
+// default is to wait as long as the context allows.
+func WithWait(d time.Duration) Option {
+	return func(o *options) {
+		if d < 0 {
+			o.fail(fmt.Errorf("%w: WithWait(%v): negative", ErrInvalid, d))
+			return
+		}
+		o.wait = d
+	}
+}
+
+// checkTTL reports a lease that is too long for its kind (renewed or fixed).
+func checkTTL(ttl time.Duration, renew bool) error {
+	switch {
+	case renew && ttl > MaxTTL:
+		return fmt.Errorf("%w: ttl %v with renewal is above MaxTTL (%v): a renewed lease stays held while its holder lives, so a long TTL only delays recovery from a crash; use WithoutRenewal for a fixed lease (up to %v)",
+			ErrInvalid, ttl, MaxTTL, MaxFixedTTL)
+	case !renew && ttl > MaxFixedTTL:
+		return fmt.Errorf("%w: fixed lease %v is above MaxFixedTTL (%v)", ErrInvalid, ttl, MaxFixedTTL)
+	}
+	return nil
 }

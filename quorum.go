@@ -25,8 +25,19 @@ func DialQuorum(ctx context.Context, urls []string, opts ...Option) (*Client, er
 	if o.err != nil {
 		return nil, o.err
 	}
-	if len(urls) == 0 {
-		return nil, fmt.Errorf("%w: DialQuorum needs at least one url", ErrInvalid)
+	if len(urls) < minQuorum {
+		return nil, fmt.Errorf("%w: DialQuorum needs at least %d servers, got %d (use Dial for one)", ErrInvalid, minQuorum, len(urls))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dlock: dial quorum: %w", err)
+	}
+	seen := make(map[string]bool)
+	for _, u := range urls {
+		a := rueidisconn.NewRedialing(u).Addr()
+		if seen[a] {
+			return nil, fmt.Errorf("%w: DialQuorum: server %s given twice: a quorum needs independent servers", ErrInvalid, a)
+		}
+		seen[a] = true
 	}
 	nodes := make([]*rueidisconn.Redialing, len(urls))
 	errs := make([]error, len(urls))
@@ -68,6 +79,9 @@ func DialQuorum(ctx context.Context, urls []string, opts ...Option) (*Client, er
 	return c, nil
 }
 
+// minQuorum is the fewest servers a quorum takes: with two, either one down stops every lock.
+const minQuorum = 3
+
 // NewQuorum returns a quorum Client (see DialQuorum) over conns, one per independent Redis
 // master, made by the rueidisconn or goredisconn adapters. Close does not close them.
 func NewQuorum(conns []Conn, opts ...Option) (*Client, error) {
@@ -77,12 +91,18 @@ func NewQuorum(conns []Conn, opts ...Option) (*Client, error) {
 }
 
 func newQuorumClient(ctx context.Context, conns []Conn, own bool, opts []Option) (*Client, error) {
-	if len(conns) == 0 {
-		return nil, fmt.Errorf("%w: NewQuorum needs at least one connection", ErrInvalid)
+	if len(conns) < minQuorum {
+		return nil, fmt.Errorf("%w: a quorum needs at least %d servers, got %d (use New for one)", ErrInvalid, minQuorum, len(conns))
 	}
+	seen := make(map[string]bool)
 	for i, cn := range conns {
 		if cn == nil {
 			return nil, fmt.Errorf("%w: connection %d is nil", ErrInvalid, i)
+		}
+		if a := cn.Addr(); seen[a] {
+			return nil, fmt.Errorf("%w: server %s given twice: a quorum needs independent servers", ErrInvalid, a)
+		} else {
+			seen[a] = true
 		}
 	}
 	o := defaultOptions().with(opts)

@@ -390,7 +390,9 @@ func (r *renewer) next() {
 		}
 		clear(r.releases[len(keep):])
 		r.releases = keep
-		rd.check = r.holding() && now >= r.checkDue
+		// The check goes in a round of its own, so that its reply never delays a renewal's:
+		// a renewal answered late can count as lost.
+		rd.check = r.holding() && now >= r.checkDue && len(r.pending) == 0
 		if rd.check {
 			r.checkDue = now + int64(evictionCheckEvery)
 		}
@@ -411,7 +413,7 @@ func (r *renewer) next() {
 	}
 	r.mu.Unlock()
 	for _, st := range lost {
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.runOut())
 	}
 	if send {
 		r.rounds <- rd // capacity 1 and at most one round in flight: never blocks
@@ -447,7 +449,7 @@ func (r *renewer) apply(res sendRes) {
 			st.mu.Unlock()
 			r.push(st, dueAfter(st, last))
 		default:
-			st.end(endLost, ErrLost)
+			st.end(endLost, st.lost("a renewal found it no longer held by this lease (expired, force-unlocked, or taken over)"))
 		}
 	}
 	if res.risk != nil {
@@ -560,7 +562,7 @@ func (r *renewer) retry(st *leaseState) {
 	now := mono()
 	left := st.deadline.Load() - now
 	if left <= 0 {
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.runOut())
 		return
 	}
 	r.push(st, now+min(left, max(st.ttl.Load()/10, left/3)))

@@ -65,7 +65,7 @@ func TestSecrets_ErrorsNeverShowPasswords(t *testing.T) {
 		proxies = append(proxies, p)
 		urls = append(urls, strings.Replace(p.URL(), "://", "://"+testUser+":"+testPassword+"@", 1))
 	}
-	urls = append(urls, down, down)
+	urls = append(urls, down, down+"?second")
 	c, err := dlock.DialQuorum(ctx, urls)
 	if err != nil {
 		t.Fatal(err)

@@ -458,6 +458,21 @@ func sameLease(a, b *lockSpec) bool {
 	return a.ttl == b.ttl && a.renew == b.renew && a.meta == b.meta && a.ack == b.ack
 }
 
+// leaseDiff says how a lock taken for b asks for another lease than one taken for a.
+func leaseDiff(a, b *lockSpec) string {
+	switch {
+	case a.ttl != b.ttl:
+		return fmt.Sprintf("WithTTL %v differs from the held lease's %v", b.ttl, a.ttl)
+	case a.renew != b.renew:
+		return fmt.Sprintf("renewal %v differs from the held lease's %v (WithoutRenewal)", b.renew, a.renew)
+	case a.meta != b.meta:
+		return "WithLabel differs from the held lease's"
+	case a.ack != b.ack:
+		return "WithReplicaAck differs from the held lease's"
+	}
+	return "same lease"
+}
+
 // leave removes w from q. If w was the head, the next waiter becomes the head; when w leaves
 // because it acquired the lock (acquired != nil), the next head is told so and waits for that
 // lease to end instead of making an attempt that must fail. It returns a lease given to w
@@ -721,7 +736,7 @@ func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 		st.end(endReleased, nil)
 		return e.redisErr("unlock "+strconv.Quote(st.spec.name), err)
 	case !res.owned:
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
 		return st.lostAtUnlock()
 	}
 	st.end(endReleased, nil)
@@ -795,7 +810,7 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 		return false, nil
 	case !res.ok:
 		qs.settle(q, w, nil, false)
-		st.end(endLost, ErrLost)
+		st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
 		return true, st.lostAtUnlock()
 	}
 	nst := newLeaseState(e, next, w.ctx, owner, res.token, sent)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/redact"
 )
 
 // Redialing is a Conn to one server that keeps trying to connect: it is dialled once by Dial
@@ -40,7 +41,7 @@ func NewRedialing(url string, opts ...DialOption) *Redialing {
 	if opt, err := ParseURL(url); err == nil {
 		r.addr = strings.Join(opt.InitAddress, ",")
 	} else {
-		r.addr = "unparsable url"
+		r.addr = redact.URL(url)
 	}
 	return r
 }

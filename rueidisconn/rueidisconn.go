@@ -105,6 +105,9 @@ func Dial(ctx context.Context, url string, opts ...DialOption) (conn.Conn, error
 
 // ParseURL turns a URL of any form Dial accepts into rueidis options.
 func ParseURL(rawURL string) (rueidis.ClientOption, error) {
+	if !strings.Contains(rawURL, "://") && !strings.HasPrefix(rawURL, "/") {
+		rawURL = "redis://" + rawURL // the go-redis Addr habit: host:port
+	}
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if ok && (scheme == "redis+sentinel" || scheme == "rediss+sentinel") {
 		return parseSentinelURL(scheme, rest)
