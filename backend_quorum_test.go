@@ -465,3 +465,12 @@ func TestQuorum_FrozenMajority(t *testing.T) {
 		})
 	}
 }
+
+// Quorum errors list every server on one line.
+func TestErrors_OneLine(t *testing.T) {
+	ctx := ctxT(t)
+	_, err := dlock.DialQuorum(ctx, []string{"redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"})
+	if err == nil || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("DialQuorum error %q: want one line", err)
+	}
+}

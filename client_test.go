@@ -95,3 +95,40 @@ func TestClose(t *testing.T) {
 		lo.Unlock(ctx)
 	})
 }
+
+// Dial and DialQuorum refuse what cannot work, saying why: a context already done, a quorum
+// of fewer than three servers or of one server twice, replica acknowledgement on a server
+// without replicas; they accept the go-redis habit of a bare host:port; a wrong password is
+// ErrDenied, an unreachable server ErrUnavailable, a bad URL ErrInvalid.
+func TestDial_RefusesWhatCannotWork(t *testing.T) {
+	ctx := ctxT(t)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := dlock.Dial(done, shared.URL()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Dial with a cancelled context = %v", err)
+	}
+	if _, err := dlock.DialQuorum(ctx, []string{shared.URL(), shared.URL() + "?x"}); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("DialQuorum of 2 = %v, want ErrInvalid", err)
+	}
+	if _, err := dlock.DialQuorum(ctx, []string{shared.URL(), shared.URL(), "redis://127.0.0.1:2"}); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("DialQuorum with a server twice = %v, want ErrInvalid naming it", err)
+	}
+	c, err := dlock.Dial(ctx, shared.Addr)
+	if err != nil {
+		t.Fatalf("Dial(%q): %v", shared.Addr, err)
+	}
+	c.Close()
+	_, err = dlock.Dial(ctx, shared.URL(), dlock.WithReplicaAck(1, 50*time.Millisecond))
+	if !errors.Is(err, dlock.ErrReplicaAck) || !strings.Contains(err.Error(), "0 replica") {
+		t.Fatalf("Dial with WithReplicaAck on a server without replicas = %v, want ErrReplicaAck saying it has none", err)
+	}
+	if _, err := dlock.Dial(ctx, shared.URLAs(testUser, "wrong")); !errors.Is(err, dlock.ErrDenied) {
+		t.Fatalf("wrong password = %v, want ErrDenied", err)
+	}
+	if _, err := dlock.Dial(ctx, "redis://127.0.0.1:1/0"); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("unreachable = %v, want ErrUnavailable", err)
+	}
+	if _, err := dlock.Dial(ctx, "redis://127.0.0.1:notaport/0"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("bad URL = %v, want ErrInvalid", err)
+	}
+}

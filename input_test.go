@@ -123,3 +123,38 @@ func FuzzLockName(f *testing.F) {
 		l2.Unlock(ctx)
 	})
 }
+
+// Re-entry with another lease than the held one is refused; TTLs beyond the limits are
+// refused; a renewed TTL within MaxTTL and a long fixed lease are accepted.
+func TestOptions_Limits(t *testing.T) {
+	ctx := ctxT(t)
+	c := transports[0].dial(t, shared.URL())
+	name := uniqueName(t)
+	l, err := c.Mutex(name, dlock.WithTTL(5*time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	for _, opt := range []dlock.Option{dlock.WithTTL(6 * time.Second), dlock.WithoutRenewal(), dlock.WithLabel("other")} {
+		if _, err := c.Mutex(name, dlock.WithTTL(5*time.Second), opt).Lock(l.Context()); !errors.Is(err, dlock.ErrInvalid) {
+			t.Fatalf("re-entry with another lease = %v, want ErrInvalid", err)
+		}
+	}
+	for _, opts := range [][]dlock.Option{
+		{dlock.WithTTL(dlock.MaxTTL + time.Second)},
+		{dlock.WithTTL(dlock.MaxFixedTTL + time.Second), dlock.WithoutRenewal()},
+		{dlock.WithWait(-time.Second)},
+	} {
+		if _, err := c.Mutex(uniqueName(t), opts...).TryLock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Fatalf("TryLock with %d bad options = %v, want ErrInvalid", len(opts), err)
+		}
+	}
+	fixed, err := c.Mutex(uniqueName(t), dlock.WithTTL(24*time.Hour), dlock.WithoutRenewal()).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("a fixed lease of a day: %v", err)
+	}
+	if err := fixed.Extend(ctx, dlock.MaxFixedTTL+time.Hour); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("Extend past MaxFixedTTL = %v, want ErrInvalid", err)
+	}
+	fixed.Unlock(ctx)
+}

@@ -3,7 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -267,6 +269,69 @@ func TestLock_ContextDeadline(t *testing.T) {
 		_, err = tr.dial(t, shared.URL()).Mutex(name).Lock(ctx)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("got %v, want an error wrapping context.DeadlineExceeded", err)
+		}
+	})
+}
+
+// WithWait bounds the wait, not the work: a Lock that waits longer than d returns an error
+// that matches ErrNotAcquired (not a context error) and names the holder; WithWait(0) makes
+// one attempt; Do runs fn past d once it has the lock.
+func TestWithWait(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		holder := tr.dial(t, shared.URL(), dlock.WithLabel("the-holder"))
+		other := tr.dial(t, shared.URL())
+		l, err := holder.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err = other.Mutex(name, dlock.WithWait(200*time.Millisecond)).Lock(ctx)
+		took := time.Since(start)
+		var na *dlock.NotAcquiredError
+		if !errors.As(err, &na) || !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock with WithWait(200ms) on a held lock = %v, want a *NotAcquiredError that is not a context error", err)
+		}
+		if took < 200*time.Millisecond || took > 5*time.Second {
+			t.Fatalf("waited %v, want about 200 ms", took)
+		}
+		host, _ := os.Hostname()
+		if na.Mine || na.Holder.Holder.Label != "the-holder" || na.Holder.Holder.PID != os.Getpid() || na.Holder.Token != l.Token() || na.Waited < 200*time.Millisecond {
+			t.Fatalf("error %+v: want the holder described (label, pid, token) and the wait", na)
+		}
+		for _, want := range []string{name, host, "the-holder", "lease", "waited"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %q lacks %q", err, want)
+			}
+		}
+		// WithWait(0): one attempt.
+		start = time.Now()
+		if _, err := other.Mutex(name, dlock.WithWait(0)).Lock(ctx); !errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > 2*time.Second {
+			t.Fatalf("WithWait(0) = %v after %v, want ErrNotAcquired at once", err, time.Since(start))
+		}
+		// The caller's context ending the wait: both busy and the context's error.
+		cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+		_, err = other.Mutex(name).Lock(cctx)
+		cancel()
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock ended by its context = %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+		// The same client holding it: said so.
+		_, err = holder.Mutex(name).TryLock(ctx)
+		if !errors.As(err, &na) || !na.Mine || !strings.Contains(err.Error(), "this client") {
+			t.Fatalf("TryLock by the holder's own client = %v, want it to say the holder is this client", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Do: WithWait bounds the wait only; fn runs as long as it needs.
+		err = other.Do(ctx, name, func(ctx context.Context) error {
+			time.Sleep(300 * time.Millisecond)
+			return ctx.Err()
+		}, dlock.WithWait(100*time.Millisecond))
+		if err != nil {
+			t.Fatalf("Do with WithWait(100ms) and 300 ms of work: %v", err)
 		}
 	})
 }
