@@ -101,6 +101,7 @@ func TestClose(t *testing.T) {
 // without replicas; they accept the go-redis habit of a bare host:port; a wrong password is
 // ErrDenied, an unreachable server ErrUnavailable, a bad URL ErrInvalid.
 func TestDial_RefusesWhatCannotWork(t *testing.T) {
+	needShared(t)
 	ctx := ctxT(t)
 	done, cancel := context.WithCancel(ctx)
 	cancel()

@@ -127,6 +127,7 @@ func FuzzLockName(f *testing.F) {
 // Re-entry with another lease than the held one is refused; TTLs beyond the limits are
 // refused; a renewed TTL within MaxTTL and a long fixed lease are accepted.
 func TestOptions_Limits(t *testing.T) {
+	needShared(t)
 	ctx := ctxT(t)
 	c := transports[0].dial(t, shared.URL())
 	name := uniqueName(t)

@@ -277,6 +277,7 @@ func TestLock_ContextDeadline(t *testing.T) {
 // that matches ErrNotAcquired (not a context error) and names the holder; WithWait(0) makes
 // one attempt; Do runs fn past d once it has the lock.
 func TestWithWait(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
