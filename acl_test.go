@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -30,18 +31,28 @@ func TestACL_DocumentedRuleIsTheTestedOne(t *testing.T) {
 	}
 }
 
-// A user whose keys do not cover the lock's, or who may not run the scripts, gets an error
-// that names the NOPERM denial, from Lock and at once.
-func TestACL_WithoutTheRuleLockSaysNOPERM(t *testing.T) {
+// A user whose keys do not cover the lock's, who may not run the scripts, or who lacks a
+// command the scripts call (here PUBLISH, without which a release would write and then fail
+// to announce itself) is refused at Dial and New, with ErrDenied naming the NOPERM denial or
+// the missing command.
+func TestACL_WithoutTheRuleDialSaysWhat(t *testing.T) {
 	needShared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var noPublish []string
+	for _, r := range aclRule {
+		if r != "+publish" {
+			noPublish = append(noPublish, r)
+		}
+	}
 	users := map[string][]string{
 		// Every command, but only the keys and channels of another application.
 		"other-keys": {"~app:*", "&app:*", "+@all"},
 		// The right keys, but no scripts.
 		"no-scripts": {"~dlock:*", "&dlock:*", "+@all", "-evalsha", "-eval"},
+		"no-publish": noPublish,
 	}
+	want := map[string]string{"other-keys": "NOPERM", "no-scripts": "NOPERM", "no-publish": "+publish"}
 	for user, rule := range users {
 		if err := shared.SetUser(ctx, user, "pw", rule...); err != nil {
 			t.Fatal(err)
@@ -49,52 +60,12 @@ func TestACL_WithoutTheRuleLockSaysNOPERM(t *testing.T) {
 	}
 	eachTransport(t, func(t *testing.T, tr transport) {
 		for user := range users {
-			c := tr.dial(t, shared.URLAs(user, "pw"))
-			start := time.Now()
-			_, err := c.Mutex(uniqueName(t)).Lock(ctxT(t))
-			if err == nil || !strings.Contains(err.Error(), "NOPERM") {
-				t.Errorf("%s: Lock = %v, want an error naming NOPERM", user, err)
+			_, err := dialErr(t, tr.name, shared.URLAs(user, "pw"))
+			if !errors.Is(err, dlock.ErrDenied) || !strings.Contains(err.Error(), want[user]) {
+				t.Errorf("%s: Dial = %v, want ErrDenied naming %s", user, err, want[user])
 			} else {
 				t.Logf("%s: %v", user, err)
 			}
-			if d := time.Since(start); d > 5*time.Second {
-				t.Errorf("%s: Lock took %v to fail", user, d)
-			}
-		}
-	})
-}
-
-// Without +publish, the scripts that announce a release fail on Redis 7.0 with an ERR that says
-// the script's user may not run the command, after writing the released value (Redis does not
-// undo a script's earlier writes): Unlock reports the error although the lock is free.
-func TestACL_WithoutPublishUnlockFails(t *testing.T) {
-	needShared(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var rule []string
-	for _, r := range aclRule {
-		if r != "+publish" {
-			rule = append(rule, r)
-		}
-	}
-	if err := shared.SetUser(ctx, "no-publish", "pw", rule...); err != nil {
-		t.Fatal(err)
-	}
-	eachTransport(t, func(t *testing.T, tr transport) {
-		c := tr.dial(t, shared.URLAs("no-publish", "pw"))
-		name := uniqueName(t)
-		l, err := c.Mutex(name).Lock(ctxT(t))
-		if err != nil {
-			t.Fatalf("Lock without +publish: %v", err)
-		}
-		err = l.Unlock(ctxT(t))
-		if err == nil || !strings.Contains(err.Error(), "can't run this command") {
-			t.Errorf("Unlock without +publish = %v, want the script's ACL error", err)
-		} else {
-			t.Logf("Unlock: %v", err)
-		}
-		if v := redisDo(t, shared, "GET", keyOf(name)); !strings.HasPrefix(v, "- ") {
-			t.Errorf("value after the failed Unlock = %q, want the released value", v)
 		}
 	})
 }
@@ -127,6 +98,41 @@ func TestACL_PrefixPerApplication(t *testing.T) {
 		}
 		if _, err := c.Mutex(name, dlock.WithPrefix(dlock.DefaultPrefix)).Lock(ctxT(t)); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 			t.Errorf("Lock under dlock: as billing = %v, want NOPERM", err)
+		}
+	})
+}
+
+// Without +subscribe a waiting Lock cannot be woken: it fails with ErrDenied naming the rule
+// (at its first subscription), instead of waiting out every holder's lease.
+func TestACL_WithoutSubscribeLockSaysSo(t *testing.T) {
+	needShared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var rule []string
+	for _, r := range aclRule {
+		if r != "+subscribe" {
+			rule = append(rule, r)
+		}
+	}
+	if err := shared.SetUser(ctx, "no-subscribe", "pw", rule...); err != nil {
+		t.Fatal(err)
+	}
+	eachTransport(t, func(t *testing.T, tr transport) {
+		holder := tr.dial(t, shared.URL())
+		name := uniqueName(t)
+		l, err := holder.Mutex(name, dlock.WithTTL(30*time.Second)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+		c := tr.dial(t, shared.URLAs("no-subscribe", "pw"))
+		start := time.Now()
+		_, err = c.Mutex(name).Lock(ctx)
+		if !errors.Is(err, dlock.ErrDenied) || !strings.Contains(err.Error(), "+subscribe") {
+			t.Fatalf("Lock without +subscribe = %v, want ErrDenied naming +subscribe", err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("it took %v to fail (the holder's lease is 30 s)", took)
 		}
 	})
 }

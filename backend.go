@@ -36,6 +36,9 @@ type backend interface {
 	scan(ctx context.Context, cursor, pattern string) (any, error)
 	forceUnlock(ctx context.Context, key, channel string) (any, error)
 	masters(ctx context.Context, args ...string) []conn.MasterReply
+	// probe runs probe.lua on a key of a name nobody locks (keys: it and its queue keys) and
+	// returns the commands the user may not run, and the server that said so.
+	probe(ctx context.Context, keys []string, channel string) (denied []string, addr string, err error)
 
 	traits() traits
 	addr() string // the server(s), for error messages; never with a password

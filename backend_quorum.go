@@ -737,3 +737,29 @@ func parseMS(s string) time.Duration {
 	}
 	return time.Duration(v) * time.Millisecond
 }
+
+// probe runs on every server; the first that denies something (or, when none does, no server)
+// is reported. Servers that cannot be reached are left to the acquisitions to report.
+func (q *quorum) probe(ctx context.Context, keys []string, channel string) ([]string, string, error) {
+	type ans struct {
+		denied []string
+		err    error
+	}
+	res := make([]ans, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := evalStrings(ctx, n, scriptProbe, keys, channel, "p")
+			res[i] = ans{probeDenied(reply), err}
+		}()
+	}
+	wg.Wait()
+	for i, r := range res {
+		if len(r.denied) > 0 || (r.err != nil && classify(r.err) == ErrDenied) {
+			return r.denied, q.nodes[i].Addr(), r.err
+		}
+	}
+	return nil, "", nil
+}

@@ -299,3 +299,24 @@ func evalStrings(ctx context.Context, cn conn.Conn, s *conn.Script, keys []strin
 	}
 	return reply, err
 }
+
+func (s *oneServer) probe(ctx context.Context, keys []string, channel string) ([]string, string, error) {
+	pub := "p"
+	if s.cluster {
+		pub = "s"
+	}
+	reply, err := evalStrings(ctx, s.cn, scriptProbe, keys, channel, pub)
+	return probeDenied(reply), s.cn.Addr(), err
+}
+
+// probeDenied reads probe.lua's reply.
+func probeDenied(reply any) []string {
+	arr, _ := reply.([]any)
+	var out []string
+	for _, v := range arr {
+		if name, ok := v.(string); ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}

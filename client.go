@@ -139,6 +139,9 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 			return nil, err
 		}
 	}
+	if err := probe(ctx, b, o.prefix); err != nil {
+		return nil, err
+	}
 	var secret [24]byte
 	if _, err := rand.Read(secret[:]); err != nil {
 		return nil, fmt.Errorf("dlock: owner secret: %w", err)
@@ -315,4 +318,24 @@ func replicasShort(ctx context.Context, b backend, n int) error {
 		}
 	}
 	return nil
+}
+
+// probe fails with ErrDenied when the user may not run a command dlock's scripts call, naming
+// the commands: without it, the first Lock or Unlock that needs one would fail halfway (a
+// release that writes and then may not announce itself), or waits would fall back on lease
+// times. Subscribing is checked when it first happens (notify.go).
+func probe(ctx context.Context, b backend, prefix string) error {
+	var nonce [6]byte
+	rand.Read(nonce[:])
+	key := lockKey(prefix, "dlock-probe:"+hex.EncodeToString(nonce[:]))
+	q, w := queueKeys(key)
+	denied, addr, err := b.probe(ctx, []string{key, q, w}, releaseChannel(key))
+	switch {
+	case len(denied) > 0:
+		return fmt.Errorf("%w: server %s refuses this user the commands %s that dlock's scripts run: add +%s to its ACL rule (docs/SECURITY.md)",
+			ErrDenied, addr, strings.Join(denied, ", "), strings.Join(denied, " +"))
+	case err != nil && classify(err) == ErrDenied:
+		return fmt.Errorf("%w: server %s refuses this user dlock's scripts or keys: %v (docs/SECURITY.md gives the ACL rule)", ErrDenied, addr, err)
+	}
+	return nil // other failures: the acquisitions will say
 }

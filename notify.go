@@ -2,9 +2,11 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
@@ -36,6 +38,10 @@ type notifier struct {
 
 	dirty chan struct{} // capacity 1: subs changed
 	quit  chan struct{}
+
+	// denied: the server refused the subscription for its access rules; waiting Locks fail
+	// with it instead of falling back on lease times for ever.
+	denied atomic.Pointer[error]
 
 	// owned by run
 	ln     conn.Listener
@@ -185,7 +191,8 @@ func (n *notifier) run() {
 		case <-n.dirty:
 		case <-retry.C:
 		case <-expire.C:
-		case <-lost:
+		case err := <-lost:
+			n.refused(err)
 			n.closeListener()
 			n.wakeEveryHead()
 		}
@@ -193,7 +200,9 @@ func (n *notifier) run() {
 			expire.Reset(d)
 		}
 		if err := n.syncSubscriptions(); err != nil {
-			// Heads fall back on their holders' lease times until the subscription is back.
+			// Heads fall back on their holders' lease times until the subscription is back,
+			// unless the server refuses it for good.
+			n.refused(err)
 			n.closeListener()
 			n.wakeEveryHead()
 			backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
@@ -300,4 +309,22 @@ func (n *notifier) closeListener() {
 		n.ln = nil
 	}
 	clear(n.active)
+}
+
+// deniedErr returns the server's refusal of the subscription, if it refused.
+func (n *notifier) deniedErr() error {
+	if p := n.denied.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// refused records err if it is the server's refusal of the subscription for its access rules
+// (some clients report it when subscribing, others when the connection then ends).
+func (n *notifier) refused(err error) {
+	if err == nil || classify(err) != ErrDenied {
+		return
+	}
+	err = fmt.Errorf("%w: the server refuses this user SUBSCRIBE on the release channels, which waiting needs: add +subscribe +unsubscribe (and +ssubscribe +sunsubscribe on a Cluster) to its ACL rule (docs/SECURITY.md): %v", ErrDenied, err)
+	n.denied.Store(&err)
 }

@@ -113,8 +113,8 @@ func (r *renewer) add(st *leaseState) bool {
 
 // dueAfter returns when st must next be renewed after a successful request sent at sent.
 func dueAfter(st *leaseState, sent int64) int64 {
-	if st.confirm.Load() {
-		return mono() // granted for the acceptance window only: renew to its TTL at once
+	if st.confirm.Load() && !st.spec.renew {
+		return mono() // a fixed lease granted for the acceptance window: extend it to its TTL at once
 	}
 	if !st.spec.renew {
 		return st.deadline.Load()

@@ -31,6 +31,7 @@ var (
 	scriptPTTL        = mustScript("pttl.lua")
 	scriptHandover    = mustScript("handover.lua")
 	scriptQueue       = mustScript("queue.lua")
+	scriptProbe       = mustScript("probe.lua")
 	scriptInspect     = mustScript("inspect.lua")
 	scriptForceUnlock = mustScript("forceunlock.lua")
 )
@@ -38,7 +39,7 @@ var (
 // Scripts returns the Lua scripts dlock runs, for inspection and for loading them ahead of time
 // (SCRIPT LOAD) on servers that restrict EVAL.
 func Scripts() []*conn.Script {
-	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptQueue, scriptInspect, scriptForceUnlock}
+	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptQueue, scriptInspect, scriptForceUnlock, scriptProbe}
 }
 
 // ms is a duration as the scripts take it: whole milliseconds, in decimal.

@@ -97,8 +97,9 @@ type registration struct {
 	winArg string
 	place  string // the entry's place in the queue on every server (quorum mode); "" for one server
 
-	sent  atomic.Int64 // mono ns: send time of the newest request that made or refreshed the entry
-	state atomic.Int32 // regNew, regQueued, regDone
+	sent   atomic.Int64 // mono ns: send time of the newest request that made or refreshed the entry
+	state  atomic.Int32 // regNew, regQueued, regDone
+	grants atomic.Int32 // quorum mode: grants announced for it so far
 
 	// guarded by the queue's shard mu
 	q       *queue
@@ -289,6 +290,9 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 		}
 		for {
 			st, rearmed, err := e.pauseHead(ctx, w, q, timer, d)
+			if err == nil && st == nil {
+				err = e.notices.deniedErr()
+			}
 			if st != nil || err != nil {
 				got = st
 				return e.confirmedOrErr(ctx, st, err)
@@ -598,13 +602,21 @@ func (q *queue) drain() {
 func (e *engine) granted(id string, token uint64) {
 	qs := e.waits
 	if e.traits.majority > 1 {
-		// In quorum mode a grant is one server's: the head claims it where every server
-		// granted it, with one attempt (see attempt), and holds the lock if a majority did.
+		// In quorum mode a grant is one server's. Once a majority announced theirs, the head
+		// claims them with one attempt (see attempt) and holds the lock; the first grant sets a
+		// short timer in case the others never come (the head then claims what it has, and
+		// gives it back if that is not a majority).
 		qs.regMu.Lock()
 		reg := qs.regs[id]
 		qs.regMu.Unlock()
-		if reg != nil {
+		if reg == nil {
+			return
+		}
+		switch n := int(reg.grants.Add(1)); {
+		case n == e.traits.majority:
 			qs.entryGone(reg)
+		case n == 1:
+			qs.pokeSoon(reg, quorumTimeout(reg.spec.ttl))
 		}
 		return
 	}
@@ -629,7 +641,11 @@ func (e *engine) granted(id string, token uint64) {
 		return // not this client's, or claimed by an attempt already
 	}
 	e.renewer.removeEntry(reg)
+	// The server started the lease (the window) after it executed the request that last
+	// refreshed the entry, sent at reg.sent; the renewal loop renews it to the TTL before a
+	// third of the window has passed (at once for a fixed lease, which is not renewed later).
 	st := newLeaseState(e, reg.spec, context.Background(), reg.owner, token, reg.sent.Load())
+	st.ttl.Store(int64(reg.window))
 	st.deadline.Store(reg.sent.Load() + int64(reg.window-drift(reg.window)))
 	st.confirm.Store(true)
 	s := qs.shard(reg.spec.key)
@@ -697,6 +713,22 @@ func (qs *waitQueues) entryGone(reg *registration) {
 	s.mu.Unlock()
 	if q != nil {
 		q.wakeHead(anyToken)
+	}
+}
+
+// pokeSoon makes the head of reg's queue try again after d, unless woken before.
+func (qs *waitQueues) pokeSoon(reg *registration, d time.Duration) {
+	s := qs.shard(reg.spec.key)
+	s.mu.Lock()
+	q := reg.q
+	s.mu.Unlock()
+	if q == nil {
+		return
+	}
+	q.pokeAt.Store(mono() + int64(d))
+	select {
+	case q.rearm <- struct{}{}:
+	default:
 	}
 }
 

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 )
@@ -31,47 +33,91 @@ type serverFlags struct {
 }
 
 func (f *serverFlags) add(fs *flag.FlagSet) {
-	def := os.Getenv(redisEnv)
-	if def == "" {
-		def = defaultRedisURL
-	}
-	fs.StringVar(&f.url, "redis", def, "the Redis server's URL: redis://[user:password@]host:port[/db], rediss:// or unix://path (default: $"+redisEnv+", else "+defaultRedisURL+")")
-	fs.StringVar(&f.keyPrefix, "key-prefix", dlock.DefaultPrefix, "the prefix of dlock's keys, as set by dlock.WithPrefix")
+	// No flag default: it would show the environment's URL, password included, in --help, and
+	// "(default ...)" a second time after the text below.
+	fs.StringVar(&f.url, "redis", "", "the Redis server's `URL`: redis://[user:password@]host:port[/db], rediss://..., "+
+		"redis+sentinel://... or unix://path (default: $"+redisEnv+" when set, else "+defaultRedisURL+")")
+	fs.StringVar(&f.keyPrefix, "key-prefix", dlock.DefaultPrefix, "the key `prefix` of the deployment, as its programs set it with "+
+		"dlock.WithPrefix: lock NAME is the key <key-prefix>{NAME}. Not a filter on lock names")
 }
 
-// dial connects; on failure it prints one line and returns the exit code (69 when the server
-// cannot be reached, 2 for a bad URL or option).
+// serverURL is --redis, else $DLOCK_REDIS_URL, else defaultRedisURL.
+func (f *serverFlags) serverURL() string {
+	if f.url != "" {
+		return f.url
+	}
+	if u := os.Getenv(redisEnv); u != "" {
+		return u
+	}
+	return defaultRedisURL
+}
+
+// dial connects; on failure it prints one line and returns the exit code (see errCode).
 func (f *serverFlags) dial(ctx context.Context, std *stdio, cmd string, opts ...dlock.Option) (*dlock.Client, int) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	opts = append([]dlock.Option{dlock.WithPrefix(f.keyPrefix)}, opts...)
-	c, err := dlock.Dial(dctx, f.url, opts...)
+	c, err := dlock.Dial(dctx, f.serverURL(), opts...)
 	if err != nil {
-		code := exitNoServer
-		if errors.Is(err, dlock.ErrInvalid) || strings.Contains(err.Error(), "bad redis url") {
-			code = exitUsage
-		}
-		fail(std, cmd, err)
-		return nil, code
+		return nil, report(std, cmd, err)
 	}
 	return c, exitOK
 }
 
+// report prints err as one line on stderr, as fail does, and returns its exit code (errCode).
+// A refusal by the server's access rules says so and where the needed ACL rule is written.
+func report(std *stdio, cmd string, err error) int {
+	code := errCode(err)
+	if code != exitDenied {
+		fail(std, cmd, err)
+		return code
+	}
+	msg := oneLine(err)
+	// Said by "access denied": the class, as a suffix "(dlock: permission denied)" or a prefix.
+	msg = strings.TrimSuffix(msg, " ("+dlock.ErrDenied.Error()+")")
+	msg = strings.TrimPrefix(msg, strings.TrimPrefix(dlock.ErrDenied.Error(), "dlock: ")+": ")
+	// rueidisconn words every failed connection "cannot reach redis at ADDR", a refused login
+	// too: that one reached the server.
+	msg = strings.Replace(msg, "cannot reach redis at ", "login to ", 1)
+	fmt.Fprintf(std.err, "dlock %s: access denied: %s; %s\n", cmd, msg, deniedHint(msg))
+	return code
+}
+
+// deniedHint is what to do about the denial msg: for a refused login (user or password), check
+// them; in any case, give the user the ACL rule dlock needs.
+func deniedHint(msg string) string {
+	hint := "the user needs the ACL rule of docs/SECURITY.md (\"The minimal ACL rule\")"
+	if strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid username-password") {
+		hint = "check the user and password in the URL (--redis or $" + redisEnv + "); " + hint
+	}
+	return hint
+}
+
 // fail prints err as one line on stderr: "dlock <cmd>: <error>".
 func fail(std *stdio, cmd string, err error) {
+	fmt.Fprintf(std.err, "dlock %s: %s\n", cmd, oneLine(err))
+}
+
+// oneLine is err's message on one line, without the "dlock: " prefixes of the library.
+func oneLine(err error) string {
 	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 	for strings.HasPrefix(msg, "dlock: ") {
 		msg = strings.TrimPrefix(msg, "dlock: ")
 	}
-	fmt.Fprintf(std.err, "dlock %s: %s\n", cmd, msg)
+	return msg
 }
 
-// errCode is the exit code for an error from a library call after a successful dial: bad
-// input is a usage error, anything else comes from talking to the server.
+// errCode is the exit code for an error of the library, by its class: bad input (a bad URL
+// too) is a usage error (2), a refusal by the server's access rules 77, a lock that was not
+// held or an interrupted call 1, and anything else comes from the server: 69 when it cannot
+// be reached (ErrUnavailable), and also when it cannot be used (for example, it may evict
+// lock keys; the message says why).
 func errCode(err error) int {
 	switch {
 	case errors.Is(err, dlock.ErrInvalid):
 		return exitUsage
+	case errors.Is(err, dlock.ErrDenied):
+		return exitDenied
 	case errors.Is(err, dlock.ErrNotHeld), errors.Is(err, context.Canceled):
 		return exitFailure
 	}
@@ -99,14 +145,15 @@ func parseInterleaved(fs *flag.FlagSet, std *stdio, args []string) (positional [
 
 // jsonInfo is the JSON form of a lock in "dlock status --json" and "dlock list --json".
 type jsonInfo struct {
-	Name      string      `json:"name"`
-	Held      bool        `json:"held"`
-	Token     uint64      `json:"token"`
-	TokenTime string      `json:"token_time,omitempty"`
-	Holds     int         `json:"holds"`
-	TTLms     int64       `json:"ttl_ms"`
-	Holder    *jsonHolder `json:"holder,omitempty"`
-	Waiters   int         `json:"waiters"`
+	Name        string      `json:"name"`
+	Held        bool        `json:"held"`
+	Token       uint64      `json:"token"`
+	TokenTime   string      `json:"token_time,omitempty"`
+	Holds       int         `json:"holds"`
+	TTLms       int64       `json:"ttl_ms"`
+	Holder      *jsonHolder `json:"holder,omitempty"`
+	HolderAlive *bool       `json:"holder_alive"` // holderAlive's answer; null when unknown
+	Waiters     int         `json:"waiters"`
 }
 
 type jsonHolder struct {
@@ -126,36 +173,71 @@ func toJSON(i dlock.Info) jsonInfo {
 		if !i.Holder.Start.IsZero() {
 			j.Holder.Start = i.Holder.Start.UTC().Format(time.RFC3339)
 		}
+		j.HolderAlive, _ = holderAlive(i)
 	}
 	return j
 }
 
+// textOutputHelp says how status and list print names, hosts and labels (see display).
+const textOutputHelp = `Text output: lock names, hosts and labels are printed as they are, unless they hold a
+character that is not printable (a newline, a tab, ESC or another control character, invalid
+UTF-8, a Unicode format character) or begin with a double quote: then they are printed
+Go-quoted, as strconv.Quote does ("orders\n42", "\x1b[31mx"). So one lock is one line, and
+a name cannot fake lines of output. --json prints them unchanged (JSON-escaped).`
+
+// holderAliveHelp says how status and list tell whether a holder's process still runs (see
+// holderAlive).
+const holderAliveHelp = `Holder process: for a holder on this host (its host name is this machine's), dlock checks
+that its process still runs: that a process has its pid (signal 0) and, on Linux, that this
+process did not start after the holder did (the start stored with the lock), so a reused pid
+does not pass for the holder. A holder in another PID namespace (a container) that has this
+host's name is judged by this host's processes, and may be called not running. A holder
+whose process is gone (it crashed or was killed) keeps the lock until its lease runs out.`
+
+// serverExitHelp lists the exit codes of status, list and unlock when they cannot do their
+// work (run --help has its own, longer table).
+const serverExitHelp = `Exit codes: 2 bad command line or --redis URL; 69 the server cannot be reached (or used);
+77 access denied: the server refused the login or a command to the user (see "The minimal
+ACL rule" in docs/SECURITY.md).`
+
 const jsonFieldsHelp = `
 JSON fields (one object per lock):
-  name        the lock name
-  held        true while someone holds it
-  token       the holder's fencing token; for a free lock the last token while the server
-              keeps it (one minute after a release), else 0
-  token_time  the server time the token encodes (RFC 3339, UTC): tokens are the server clock
-              in microseconds at acquisition unless that was behind the previous token, so this
-              is when the lock was acquired (docs/PROTOCOL.md); omitted when token is 0
-  holds       the holder's hold count (re-entries count); 0 when free
-  ttl_ms      the remaining lease in milliseconds; 0 when free
-  holder      when held: {"host", "pid", "start" (the holding process's start, RFC 3339),
-              "label" (omitted when empty)}, from the description stored with the lock
-  waiters     clients waiting for the lock (subscribers of its release channel; each client
-              counts once however many of its goroutines wait); -1 when unknown`
+  name          the lock name
+  held          true while someone holds it
+  token         the holder's fencing token; for a free lock the last token while the server
+                keeps it (one minute after a release), else 0
+  token_time    the server time the token encodes (RFC 3339, UTC): tokens are the server
+                clock in microseconds at acquisition unless that was behind the previous
+                token, so this is when the lock was acquired (docs/PROTOCOL.md); omitted when
+                token is 0
+  holds         the holder's hold count (re-entries count); 0 when free
+  ttl_ms        the remaining lease in milliseconds; 0 when free
+  holder        when held: {"host", "pid", "start" (the holding process's start, RFC 3339),
+                "label" (omitted when empty)}, from the description stored with the lock
+  holder_alive  whether the holder's process still runs, for a holder on this host (see
+                "Holder process" above): true or false; null when it cannot be told, for a
+                holder on another host, and for a free lock
+  waiters       clients waiting for the lock (subscribers of its release channel; each
+                client counts once however many of its goroutines wait); -1 when unknown`
 
 func runStatus(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("status", "[flags] NAME", `
 Show whether the lock NAME is held and, if it is, by whom (host, pid, process start, label),
 its fencing token and when it was taken, its hold count, the remaining lease, and how many
-clients wait for it. The exit code is 0 whether the lock is held or free.
+clients wait for it. It exits 0 whether the lock is held or free.
 
 Examples:
   dlock status orders:42
   dlock status --json --redis redis://10.0.0.5:6379/0 nightly-report
-`+jsonFieldsHelp)
+
+`+holderAliveHelp+`
+Then status prints "holder process not running; lock frees in <lease left>" under the holder,
+with the reason.
+
+`+textOutputHelp+`
+A label is always quoted in status.
+
+`+serverExitHelp+"\n"+jsonFieldsHelp)
 	var sf serverFlags
 	sf.add(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object (fields below)")
@@ -173,8 +255,7 @@ Examples:
 	defer c.Close()
 	info, err := c.Inspect(ctx, pos[0])
 	if err != nil {
-		fail(std, "status", err)
-		return errCode(err)
+		return report(std, "status", err)
 	}
 	if *asJSON {
 		return printJSON(std, "status", toJSON(info))
@@ -204,14 +285,17 @@ func printJSON(std *stdio, cmd string, v any) int {
 
 func printStatus(w io.Writer, i dlock.Info) {
 	if !i.Held {
-		fmt.Fprintf(w, "%s: free\n", i.Name)
+		fmt.Fprintf(w, "%s: free\n", display(i.Name))
 		if i.Token != 0 {
 			fmt.Fprintf(w, "  last token: %d (released within the last minute)\n", i.Token)
 		}
 		return
 	}
-	fmt.Fprintf(w, "%s: held\n", i.Name)
+	fmt.Fprintf(w, "%s: held\n", display(i.Name))
 	fmt.Fprintf(w, "  holder:   %s\n", holderText(i.Holder))
+	if alive, why := holderAlive(i); alive != nil && !*alive {
+		fmt.Fprintf(w, "            %s (%s)\n", notRunning(i), why)
+	}
 	fmt.Fprintf(w, "  acquired: %s (server clock, from the token)\n", i.TokenTime().UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "  token:    %d\n", i.Token)
 	fmt.Fprintf(w, "  holds:    %d\n", i.Holds)
@@ -219,8 +303,13 @@ func printStatus(w io.Writer, i dlock.Info) {
 	fmt.Fprintf(w, "  waiters:  %s\n", waitersText(i.Waiters))
 }
 
+// notRunning says that the holder of i is gone, and when the lock frees.
+func notRunning(i dlock.Info) string {
+	return fmt.Sprintf("holder process not running; lock frees in %v", i.TTL)
+}
+
 func holderText(h dlock.Holder) string {
-	s := fmt.Sprintf("host %s, pid %d", orDash(h.Host), h.PID)
+	s := fmt.Sprintf("host %s, pid %d", orDash(display(h.Host)), h.PID)
 	if !h.Start.IsZero() {
 		s += ", process started " + h.Start.UTC().Format(time.RFC3339)
 	}
@@ -237,6 +326,24 @@ func waitersText(n int) string {
 	return fmt.Sprint(n)
 }
 
+// display returns s (a lock name, a holder's host or label: anyone who may write the keys
+// chooses them) for text output: as it is when all of it is printable (strconv.IsPrint:
+// letters, marks, numbers, punctuation, symbols and the ASCII space) and it does not begin
+// with a double quote, else Go-quoted by strconv.Quote ("a\nb", "\x1b[2J", "\u202e"). So one
+// lock stays one line, a name cannot move the cursor or fake lines of output, and a quoted
+// name never reads as one printed as it is. textOutputHelp tells the user.
+func display(s string) string {
+	if strings.HasPrefix(s, `"`) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -246,19 +353,32 @@ func orDash(s string) string {
 
 func runList(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSet("list", `
-List every held lock (or those whose name starts with --prefix), sorted by name: name, token,
-holds, remaining lease, holder and waiting clients. It walks the keys with SCAN, never KEYS,
-so it does not block the server; locks taken or released during the walk may or may not
+List every held lock (or those whose name starts with --name-prefix), sorted by name: name,
+token, holds, remaining lease, holder and waiting clients. It walks the keys with SCAN, never
+KEYS, so it does not block the server; locks taken or released during the walk may or may not
 appear. On Redis Cluster it lists the node it connects to only.
+
+Two prefixes, not to be confused: --key-prefix is the deployment's, under which all of its
+lock keys are (dlock.WithPrefix; "dlock:" unless its programs chose another); --name-prefix
+filters the lock names. "dlock list --key-prefix billing: --name-prefix orders:" lists the
+locks orders:... of the programs that use dlock.WithPrefix("billing:"), whose keys are
+billing:{orders:...}.
 
 Examples:
   dlock list
-  dlock list --prefix orders: --json
-`+jsonFieldsHelp+`
+  dlock list --name-prefix orders: --json
+
+`+holderAliveHelp+`
+Then list marks the holder "[not running]".
+
+`+textOutputHelp+`
+
+`+serverExitHelp+"\n"+jsonFieldsHelp+`
 With --json the output is one JSON array of such objects ([] when no lock is held).`)
 	var sf serverFlags
 	sf.add(fs)
-	prefix := fs.String("prefix", "", "list only locks whose name starts with this")
+	prefix := fs.String("name-prefix", "", "list only the locks whose name starts with this `text` (a filter on names, formerly --prefix; not --key-prefix)")
+	addAlias(fs, "prefix", "name-prefix")
 	asJSON := fs.Bool("json", false, "print a JSON array (fields below)")
 	if done, code := parseFlags(fs, std, args, false); done {
 		return code
@@ -270,8 +390,7 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 	defer c.Close()
 	infos, err := c.List(ctx, *prefix)
 	if err != nil {
-		fail(std, "list", err)
-		return errCode(err)
+		return report(std, "list", err)
 	}
 	if *asJSON {
 		out := make([]jsonInfo, len(infos))
@@ -287,11 +406,14 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 	tw := tabwriter.NewWriter(std.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tTOKEN\tHOLDS\tLEASE\tHOLDER\tSINCE\tWAITERS")
 	for _, i := range infos {
-		holder := fmt.Sprintf("%s:%d", orDash(i.Holder.Host), i.Holder.PID)
+		holder := fmt.Sprintf("%s:%d", orDash(display(i.Holder.Host)), i.Holder.PID)
 		if i.Holder.Label != "" {
-			holder += " (" + i.Holder.Label + ")"
+			holder += " (" + display(i.Holder.Label) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\n", i.Name, i.Token, i.Holds, i.TTL, holder,
+		if alive, _ := holderAlive(i); alive != nil && !*alive {
+			holder += " [not running]"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\n", display(i.Name), i.Token, i.Holds, i.TTL, holder,
 			i.TokenTime().UTC().Format(time.RFC3339), waitersText(i.Waiters))
 	}
 	tw.Flush()
@@ -307,7 +429,9 @@ a holder started with "dlock run" terminates its command and exits with 76. It p
 the lock. Exit code 1 when the lock was not held.
 
 Example:
-  dlock unlock --force orders:42`)
+  dlock unlock --force orders:42
+
+`+serverExitHelp)
 	var sf serverFlags
 	sf.add(fs)
 	force := fs.Bool("force", false, "required: confirms that the lock is to be taken from its holder")
@@ -329,10 +453,9 @@ Example:
 	defer c.Close()
 	info, err := c.ForceUnlock(ctx, pos[0])
 	if err != nil {
-		fail(std, "unlock", err)
-		return errCode(err)
+		return report(std, "unlock", err)
 	}
 	fmt.Fprintf(std.out, "released %s: it was held by %s (token %d, %d hold(s), %v of lease left); %d waiting client(s) woken\n",
-		info.Name, holderText(info.Holder), info.Token, info.Holds, info.TTL, info.Waiters)
+		display(info.Name), holderText(info.Holder), info.Token, info.Holds, info.TTL, info.Waiters)
 	return exitOK
 }

@@ -27,7 +27,10 @@ three ways, each on a fresh stock, and prints one row per way:
 
 In every mode the demo freezes (SIGSTOP) the worker that is inside a purchase for longer
 than the lease, then lets it go on (SIGCONT), a few times: the fault of a long GC pause.
-It exits 0 only if the dlock row sold exactly the stock.
+It exits 0 only if the dlock row sold exactly the stock; when the --redis server cannot be
+used, with the codes of the other commands: 2 for a bad URL, 69 when the server cannot be
+reached, 77 when it refuses the login or a command (see "The minimal ACL rule" in
+docs/SECURITY.md).
 
 Without --redis it starts a private server: redis-server on a free loopback port when one
 is on PATH, else an embedded one (miniredis) inside this process.
@@ -158,6 +161,15 @@ func runDemo(ctx context.Context, std *stdio, args []string) int {
 		if ctx.Err() != nil {
 			fmt.Fprintln(std.err, "dlock demo: interrupted")
 			return exitInterrupt
+		}
+		var se *serverError
+		if errors.As(err, &se) {
+			if se.code == exitDenied {
+				fmt.Fprintf(std.err, "dlock demo: access denied: %s; %s\n", se.msg, deniedHint(se.msg))
+			} else {
+				fmt.Fprintf(std.err, "dlock demo: %s\n", se.msg)
+			}
+			return se.code
 		}
 		fmt.Fprintf(std.err, "dlock demo: %v\n", err)
 		return exitFailure

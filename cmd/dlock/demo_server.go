@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/redisproc"
 )
 
@@ -29,14 +30,54 @@ const serverStartTimeout = 10 * time.Second
 func openServer(ctx context.Context, url string) (*demoServer, error) {
 	if url != "" {
 		if err := pingURL(ctx, url, 5*time.Second); err != nil {
-			return nil, fmt.Errorf("cannot use --redis %s: %w", url, err)
+			return nil, &serverError{code: serverErrCode(err),
+				msg: fmt.Sprintf("cannot use --redis %s: %s", redact.URL(url), redact.Text(err.Error(), urlPassword(url)))}
 		}
-		return &demoServer{url: url, about: "external server at " + url}, nil
+		return &demoServer{url: url, about: "external server at " + redact.URL(url)}, nil
 	}
 	if bin, err := redisproc.LookPath(); err == nil {
 		return startRedisServer(ctx, bin)
 	}
 	return startEmbedded()
+}
+
+// serverError is a --redis server the demo cannot use; msg shows no password.
+type serverError struct {
+	code int // exit code: see serverErrCode
+	msg  string
+}
+
+func (e *serverError) Error() string { return e.msg }
+
+// serverErrCode is the exit code for a failed ping of the --redis server, with the classes of
+// the other commands: 2 for a bad URL, 77 when the server refuses the login or the command to
+// the user, else 69.
+func serverErrCode(err error) int {
+	switch {
+	case strings.HasPrefix(err.Error(), "bad redis url"): // newRedisClient's
+		return exitUsage
+	case redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "NOPERM"):
+		return exitDenied
+	}
+	return exitNoServer
+}
+
+// urlPassword returns the password in the user info of a Redis URL ("" when none), found the
+// way redact.URL finds it, so that a message quoting the URL (a parser's error) can be
+// redacted with redact.Text even when the URL does not parse.
+func urlPassword(s string) string {
+	if _, rest, ok := strings.Cut(s, "://"); ok {
+		s = rest
+	}
+	if end := strings.IndexAny(s, "/?#"); end >= 0 {
+		s = s[:end]
+	}
+	at := strings.LastIndex(s, "@")
+	if at < 0 {
+		return ""
+	}
+	_, pass, _ := strings.Cut(s[:at], ":")
+	return pass
 }
 
 // startRedisServer runs bin on a free loopback port, without persistence, in a temporary

@@ -73,9 +73,10 @@ const (
 	exitOK        = 0
 	exitFailure   = 1   // the command ran and reports a failure
 	exitUsage     = 2   // bad command line
-	exitNoServer  = 69  // the Redis server cannot be reached (EX_UNAVAILABLE)
+	exitNoServer  = 69  // the Redis server cannot be reached, or cannot be used (EX_UNAVAILABLE)
 	exitBusy      = 75  // run: the lock was busy and --wait ran out (EX_TEMPFAIL)
 	exitLost      = 76  // run: the lock was lost while the command ran; it was terminated
+	exitDenied    = 77  // the server refused the login or a command to the user (EX_NOPERM)
 	exitInterrupt = 130 // stopped by Ctrl-C or SIGTERM
 )
 
@@ -129,14 +130,39 @@ func newFlagSetSynopsis(name, synopsis, usage string) *flag.FlagSet {
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "Usage: dlock %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(usage))
+		shown := shownFlags(fs)
 		var hasFlags bool
-		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		shown.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {
 			fmt.Fprintln(w, "\nFlags:")
-			fs.PrintDefaults()
+			shown.SetOutput(w)
+			shown.PrintDefaults()
 		}
 	}
 	return fs
+}
+
+// aliasFlag is the Value of an old name of a flag (addAlias): it sets the flag's value, and
+// --help does not list it.
+type aliasFlag struct{ flag.Value }
+
+// addAlias makes --alias another name of the flag --name, kept for the command lines written
+// before the flag was renamed. --help lists only --name.
+func addAlias(fs *flag.FlagSet, alias, name string) {
+	fs.Var(aliasFlag{fs.Lookup(name).Value}, alias, "old name of --"+name)
+}
+
+// shownFlags returns a copy of fs's flags without the aliases, with their defaults, for --help.
+func shownFlags(fs *flag.FlagSet) *flag.FlagSet {
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, alias := f.Value.(aliasFlag); alias {
+			return
+		}
+		shown.Var(f.Value, f.Name, f.Usage)
+		shown.Lookup(f.Name).DefValue = f.DefValue // not the value parsed before --help
+	})
+	return shown
 }
 
 // parseFlags parses args into fs; positional arguments after the flags (fs.Args) are an error

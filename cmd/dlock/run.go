@@ -40,11 +40,14 @@ reading from it stops it (SIGTTIN).
 
 Exit codes:
   the command's   it ran (128+N when signal N ended it)
-  2               bad command line
-  69              the Redis server cannot be reached (the message names its address)
+  2               bad command line, or a bad --redis URL
+  69              the Redis server cannot be reached (the message names its address), or
+                  cannot be used (for example, it may evict lock keys; the message says why)
   75              the lock is busy and --wait ran out (or --wait 0 and it was busy)
   76              the lock was lost while the command ran; the command was terminated (also
                   when the loss is found only at release, after the command exited)
+  77              access denied: the server refused the login (user, password) or a command
+                  or key to the user; see "The minimal ACL rule" in docs/SECURITY.md
   127             the command could not be started
   130             interrupted while waiting for the lock
 
@@ -190,12 +193,14 @@ func acquire(ctx context.Context, std *stdio, c *dlock.Client, name string, wait
 		cancel()
 		if ierr == nil && info.Held {
 			msg += fmt.Sprintf(": held by %s, token %d, %v of lease left", holderText(info.Holder), info.Token, info.TTL)
+			if alive, why := holderAlive(info); alive != nil && !*alive {
+				msg += fmt.Sprintf("; its process is not running (%s)", why)
+			}
 		}
 		fmt.Fprintf(std.err, "dlock run: %s\n", msg)
 		return nil, exitBusy
 	}
-	fail(std, "run", err)
-	return nil, errCode(err)
+	return nil, report(std, "run", err)
 }
 
 // superviseRun runs the command under the lease and returns dlock's exit code.
