@@ -36,6 +36,7 @@ func TestACL_DocumentedRuleIsTheTestedOne(t *testing.T) {
 // to announce itself) is refused at Dial and New, with ErrDenied naming the NOPERM denial or
 // the missing command.
 func TestACL_WithoutTheRuleDialSaysWhat(t *testing.T) {
+	needShared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var noPublish []string
@@ -72,6 +73,7 @@ func TestACL_WithoutTheRuleDialSaysWhat(t *testing.T) {
 // WithPrefix lets applications share a server: a user whose rule names its own prefix locks
 // under that prefix, and is refused the default one.
 func TestACL_PrefixPerApplication(t *testing.T) {
+	needShared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rule := make([]string, len(aclRule))
@@ -103,6 +105,7 @@ func TestACL_PrefixPerApplication(t *testing.T) {
 // Without +subscribe a waiting Lock cannot be woken: it fails with ErrDenied naming the rule
 // (at its first subscription), instead of waiting out every holder's lease.
 func TestACL_WithoutSubscribeLockSaysSo(t *testing.T) {
+	needShared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var rule []string

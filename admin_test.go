@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -10,15 +11,14 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// waitFor polls cond every 10 ms until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
+// waiters is a check for waitFor: Inspect through c counts n waiters for name.
+func waiters(c *dlock.Client, name string, n int) func(context.Context) error {
+	return func(ctx context.Context) error {
+		info, err := c.Inspect(ctx, name)
+		if err == nil && info.Waiters != n {
+			err = fmt.Errorf("%d waiters", info.Waiters)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return err
 	}
 }
 
@@ -38,6 +38,7 @@ type lockResult struct {
 }
 
 func TestInspect(t *testing.T) {
+	needShared(t)
 	host, _ := os.Hostname()
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
@@ -88,10 +89,7 @@ func TestInspect(t *testing.T) {
 
 		// A client waiting for the lock shows as a waiter.
 		waiting := lockAsync(ctx, other.Mutex(name))
-		waitFor(t, 5*time.Second, "one waiter", func() bool {
-			info, err := c.Inspect(ctx, name)
-			return err == nil && info.Waiters == 1
-		})
+		waitFor(t, 5*time.Second, "one waiter", waiters(c, name, 1))
 		if err := l2.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -116,6 +114,7 @@ func TestInspect(t *testing.T) {
 }
 
 func TestInspect_Errors(t *testing.T) {
+	needShared(t)
 	ctx := ctxT(t)
 	c := transports[0].dial(t, shared.URL())
 	if _, err := c.Inspect(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
@@ -142,6 +141,7 @@ func TestInspect_Errors(t *testing.T) {
 }
 
 func TestList(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		c := tr.dial(t, shared.URL(), dlock.WithTTL(5*time.Second))
@@ -207,6 +207,7 @@ func TestList(t *testing.T) {
 }
 
 func TestForceUnlock(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		holder := tr.dial(t, shared.URL(), dlock.WithTTL(600*time.Millisecond))
@@ -223,10 +224,7 @@ func TestForceUnlock(t *testing.T) {
 			t.Fatal(err)
 		}
 		waiting := lockAsync(ctx, waiter.Mutex(name))
-		waitFor(t, 5*time.Second, "one waiter", func() bool {
-			info, err := admin.Inspect(ctx, name)
-			return err == nil && info.Waiters == 1
-		})
+		waitFor(t, 5*time.Second, "one waiter", waiters(admin, name, 1))
 		waitSubscribed(t, name) // queued first, then subscribed: the notice must reach it
 
 		info, err := admin.ForceUnlock(ctx, name)

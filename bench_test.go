@@ -30,6 +30,7 @@ var benchSeq atomic.Int64
 // each adapter beside the raw floors (SET NX PX + DEL, no safety at all) of the same clients.
 // redis-cpu-µs/op is the server's CPU time per pair.
 func BenchmarkUncontended(b *testing.B) {
+	needShared(b)
 	ctx := context.Background()
 	for _, tr := range transports {
 		b.Run("dlock-"+tr.name, func(b *testing.B) {

@@ -200,68 +200,6 @@ func TestOOM_UnlockWorksAcquireSaysSo(t *testing.T) {
 	})
 }
 
-// An Unlock whose release never reached the server (the connection hung) is retried in the
-// background: the lock frees long before its lease would run out, and the error names it.
-func TestUnlock_FailedReleaseIsRetried(t *testing.T) {
-	eachTransport(t, func(t *testing.T, tr transport) {
-		ctx := ctxT(t)
-		proxy := redistest.NewProxy(t, shared.Addr)
-		url := strings.Replace(proxy.URL(), "://", "://"+testUser+":"+testPassword+"@", 1)
-		holder := tr.dial(t, url)
-		other := tr.dial(t, shared.URL())
-		name := uniqueName(t)
-		l, err := holder.Mutex(name, dlock.WithTTL(30*time.Second)).Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		proxy.Block()
-		uctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		err = l.Unlock(uctx)
-		cancel()
-		if err == nil || !strings.Contains(err.Error(), name) {
-			t.Fatalf("Unlock through a hung connection = %v, want an error naming %q", err, name)
-		}
-		t.Logf("Unlock: %v", err)
-		proxy.Unblock()
-		start := time.Now()
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l2, err := other.Mutex(name).Lock(wctx)
-		if err != nil {
-			t.Fatalf("the lock was not released within 10 s of the connection coming back (lease 30 s): %v", err)
-		}
-		t.Logf("another client got the lock %v after the connection came back", time.Since(start))
-		if err := l2.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
-func TestTokenRetention(t *testing.T) {
-	eachTransport(t, func(t *testing.T, tr transport) {
-		ctx := ctxT(t)
-		c := tr.dial(t, shared.URL(), dlock.WithTokenRetention(2*time.Second))
-		name := uniqueName(t)
-		l, err := c.Mutex(name).Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		pttl, err := shared.Do(ctx, "PTTL", keyOf(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ms, err := strconv.Atoi(pttl); err != nil || ms <= 0 || ms > 2000 {
-			t.Fatalf("released key's PTTL = %s ms, want within the 2 s retention", pttl)
-		}
-	})
-	if _, err := dlock.Dial(ctxT(t), shared.URL(), dlock.WithTokenRetention(time.Millisecond)); !errors.Is(err, dlock.ErrInvalid) {
-		t.Fatalf("retention below the minimum: %v, want ErrInvalid", err)
-	}
-}
-
 // infoField returns an integer field of an INFO reply.
 func infoField(t *testing.T, info, field string) int {
 	t.Helper()

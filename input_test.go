@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 // Bad input gets a clear error, never a panic and never a silent success.
 func TestBadInput(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) { testBadInput(t, tr.dial(t, shared.URL())) })
 }
 
@@ -55,135 +55,107 @@ func testBadInput(t *testing.T, c *dlock.Client) {
 	}
 }
 
-func TestExtendAndTTL(t *testing.T) {
+// A Lock whose context ends while its acquire is on the wire leaves nothing behind: if the
+// script did run, the client releases that lock itself instead of letting it sit for a TTL.
+func TestLock_AbandonedAcquireIsReleased(t *testing.T) {
+	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
-		ctx := ctxT(t)
-		c := tr.dial(t, shared.URL(), dlock.WithTTL(time.Second), dlock.WithoutRenewal())
-		l, err := c.Mutex(uniqueName(t)).Lock(ctx)
+		name := uniqueName(t)
+		proxy := redistest.NewProxy(t, shared.Addr)
+		slow := tr.dial(t, proxy.URL(), dlock.WithTTL(30*time.Second))
+		other := tr.dial(t, shared.URL())
+		proxy.SetDelay(150 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if _, err := slow.Mutex(name).Lock(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock with a 50ms context over a 150ms link: got %v, want DeadlineExceeded", err)
+		}
+		// The acquire reached the server; the orphan release follows it. Well before the 30 s
+		// lease, another client gets the lock.
+		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer wcancel()
+		l, err := other.Mutex(name).Lock(wctx)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("lock left behind by the abandoned acquire: %v", err)
 		}
-		defer l.Unlock(ctx)
-		if err := l.Extend(ctx, 5*time.Millisecond); !errors.Is(err, dlock.ErrInvalid) {
-			t.Fatalf("Extend below MinTTL: got %v, want ErrInvalid", err)
-		}
-		if err := l.Extend(ctx, 20*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		d, err := l.TTL(ctx)
-		if err != nil || d <= 10*time.Second || d > 20*time.Second {
-			t.Fatalf("TTL after Extend(20s) = %v, %v", d, err)
-		}
+		l.Unlock(wctx)
 	})
 }
 
-// An unreachable server fails fast, and the error names the address.
-func TestUnreachableServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// Lock names are arbitrary bytes: spaces, braces, newlines and non-UTF-8 all lock and release.
+func FuzzLockName(f *testing.F) {
+	needShared(f)
+	for _, s := range []string{"a", "orders:42", "with space", "{tag}", "a}b{c", "}", "{", "line\nbreak", "\xff\xfe", "ключ", strings.Repeat("z", dlock.MaxNameLen)} {
+		f.Add(s)
+	}
+	c, err := dlock.Dial(context.Background(), shared.URL(), dlock.WithTTL(time.Second))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { c.Close() })
+	f.Fuzz(func(t *testing.T, name string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m := c.Mutex(name)
+		l, err := m.TryLock(ctx)
+		if name == "" || len(name) > dlock.MaxNameLen {
+			if !errors.Is(err, dlock.ErrInvalid) {
+				t.Fatalf("name %q: got %v, want ErrInvalid", name, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("name %q: %v", name, err)
+		}
+		if _, err := m.TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("name %q held, second TryLock: got %v", name, err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("name %q: unlock: %v", name, err)
+		}
+		l2, err := m.TryLock(ctx)
+		if err != nil {
+			t.Fatalf("name %q after release: %v", name, err)
+		}
+		if l2.Token() <= l.Token() {
+			t.Fatalf("name %q: token %d after %d", name, l2.Token(), l.Token())
+		}
+		l2.Unlock(ctx)
+	})
+}
+
+// Re-entry with another lease than the held one is refused; TTLs beyond the limits are
+// refused; a renewed TTL within MaxTTL and a long fixed lease are accepted.
+func TestOptions_Limits(t *testing.T) {
+	needShared(t)
+	ctx := ctxT(t)
+	c := transports[0].dial(t, shared.URL())
+	name := uniqueName(t)
+	l, err := c.Mutex(name, dlock.WithTTL(5*time.Second)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	start := time.Now()
-	_, err = dlock.Dial(ctxT(t), "redis://"+addr+"/0")
-	if err == nil || !strings.Contains(err.Error(), addr) {
-		t.Fatalf("Dial to a closed port: got %v, want an error naming %s", err, addr)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("Dial took %v to fail", d)
-	}
-
-	// A server that goes away after Dial: calls fail with the address, they do not hang.
-	eachTransport(t, func(t *testing.T, tr transport) {
-		s := redistest.Start(t)
-		c := tr.dial(t, s.URL())
-		s.Kill()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err := c.Mutex("n").Lock(ctx)
-		if err == nil || !strings.Contains(err.Error(), s.Addr) {
-			t.Fatalf("Lock on a dead server: got %v, want an error naming %s", err, s.Addr)
-		}
-		if ctx.Err() != nil {
-			t.Fatal("Lock on a dead server waited for the context instead of failing")
-		}
-	})
-}
-
-// Close releases what the client holds, ends waiting calls, and refuses new ones.
-func TestClose(t *testing.T) {
-	eachTransport(t, func(t *testing.T, tr transport) {
-		ctx := ctxT(t)
-		name := uniqueName(t)
-		c := tr.dial(t, shared.URL())
-		other := tr.dial(t, shared.URL())
-		l, err := c.Mutex(name).Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lo, err := other.Mutex(name + "-other").Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitErr := make(chan error, 1)
-		go func() {
-			_, err := c.Mutex(name + "-other").Lock(ctx)
-			waitErr <- err
-		}()
-		waitSubscribed(t, name+"-other")
-		if err := c.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-waitErr; !errors.Is(err, dlock.ErrClosed) {
-			t.Fatalf("waiting Lock after Close: got %v, want ErrClosed", err)
-		}
-		if !errors.Is(context.Cause(l.Context()), dlock.ErrClosed) {
-			t.Fatalf("lease cause after Close = %v, want ErrClosed", context.Cause(l.Context()))
-		}
-		if v := lockValue(t, name); v[0] != "-" {
-			t.Fatalf("Close did not release the lock: value %q", v)
-		}
-		if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrClosed) {
-			t.Fatalf("TryLock after Close: got %v, want ErrClosed", err)
-		}
-		if err := c.Do(ctx, name, func(context.Context) error { return nil }); !errors.Is(err, dlock.ErrClosed) {
-			t.Fatalf("Do after Close: got %v, want ErrClosed", err)
-		}
-		if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrClosed) {
-			t.Fatalf("Unlock after Close: got %v, want ErrClosed", err)
-		}
-		if err := c.Close(); err != nil {
-			t.Fatalf("second Close: %v", err)
-		}
-		lo.Unlock(ctx)
-	})
-}
-
-// The pinned script hashes are what the server computes, and a flushed script cache is
-// refilled transparently (NOSCRIPT fallback).
-func TestScripts_SHAAndNoScriptFallback(t *testing.T) {
-	for _, s := range dlock.Scripts() {
-		if got := redisDo(t, shared, "SCRIPT", "LOAD", s.Src); got != s.SHA {
-			t.Errorf("%s: SCRIPT LOAD = %s, pinned %s", s.Name, got, s.SHA)
+	defer l.Unlock(ctx)
+	for _, opt := range []dlock.Option{dlock.WithTTL(6 * time.Second), dlock.WithoutRenewal(), dlock.WithLabel("other")} {
+		if _, err := c.Mutex(name, dlock.WithTTL(5*time.Second), opt).Lock(l.Context()); !errors.Is(err, dlock.ErrInvalid) {
+			t.Fatalf("re-entry with another lease = %v, want ErrInvalid", err)
 		}
 	}
-	eachTransport(t, func(t *testing.T, tr transport) {
-		ctx := ctxT(t)
-		c := tr.dial(t, shared.URL(), dlock.WithTTL(400*time.Millisecond))
-		redisDo(t, shared, "SCRIPT", "FLUSH")
-		l, err := c.Mutex(uniqueName(t)).Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
+	for _, opts := range [][]dlock.Option{
+		{dlock.WithTTL(dlock.MaxTTL + time.Second)},
+		{dlock.WithTTL(dlock.MaxFixedTTL + time.Second), dlock.WithoutRenewal()},
+		{dlock.WithWait(-time.Second)},
+	} {
+		if _, err := c.Mutex(uniqueName(t), opts...).TryLock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Fatalf("TryLock with %d bad options = %v, want ErrInvalid", len(opts), err)
 		}
-		redisDo(t, shared, "SCRIPT", "FLUSH")
-		time.Sleep(300 * time.Millisecond) // at least one renewal (every 133ms) after the flush
-		if err := l.Context().Err(); err != nil {
-			t.Fatalf("lease lost after SCRIPT FLUSH: %v", context.Cause(l.Context()))
-		}
-		redisDo(t, shared, "SCRIPT", "FLUSH")
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
+	}
+	fixed, err := c.Mutex(uniqueName(t), dlock.WithTTL(24*time.Hour), dlock.WithoutRenewal()).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("a fixed lease of a day: %v", err)
+	}
+	if err := fixed.Extend(ctx, dlock.MaxFixedTTL+time.Hour); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("Extend past MaxFixedTTL = %v, want ErrInvalid", err)
+	}
+	fixed.Unlock(ctx)
 }

@@ -18,7 +18,7 @@ var braceNames = []string{
 }
 
 // checkKeyForm checks, for one name, what every key form must give: the name back from the
-// key, and the key and channel in one cluster slot.
+// key, and the key, the channel and the queue keys in one cluster slot.
 func checkKeyForm(t *testing.T, prefix, name string) {
 	t.Helper()
 	key := lockKey(prefix, name)
@@ -28,6 +28,10 @@ func checkKeyForm(t *testing.T, prefix, name string) {
 	}
 	if ks, cs := slot.Of(key), slot.Of(releaseChannel(key)); ks != cs {
 		t.Fatalf("name %q: key %q in slot %d, channel in slot %d", name, key, ks, cs)
+	}
+	q, w := queueKeys(key)
+	if ks, qs, ws := slot.Of(key), slot.Of(q), slot.Of(w); qs != ks || ws != ks {
+		t.Fatalf("name %q: key %q in slot %d, queue keys %q and %q in slots %d and %d", name, key, ks, q, w, qs, ws)
 	}
 	if tag := hashTag(key); tag == "" {
 		t.Fatalf("name %q: key %q has no hash tag", name, key)

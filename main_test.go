@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -65,24 +67,34 @@ func TestMain(m *testing.M) {
 	default:
 		os.Exit(runHelper(role))
 	}
+	flag.Parse() // for testing.Short
 	s, err := redistest.StartProcess()
-	if err != nil {
+	switch {
+	case err == nil:
+		shared = s
+		if err := restrictShared(s); err != nil {
+			fmt.Fprintln(os.Stderr, "dlock tests:", err)
+			s.Close()
+			os.Exit(1)
+		}
+		exampleURL = s.URL()
+	case testing.Short() && errors.Is(err, redistest.ErrNotFound):
+		// go test -short on a machine without redis-server runs the tests that need none; the
+		// others skip (needShared, redistest.Start), and so do the Examples, which cannot.
+		fmt.Fprintln(os.Stderr, "dlock tests: -short without redis-server: tests that need a server skip, and Examples do not run:", err)
+		skipExamples()
+	default:
 		fmt.Fprintln(os.Stderr, "dlock tests:", err)
 		os.Exit(1)
 	}
-	shared = s
-	if err := restrictShared(s); err != nil {
-		fmt.Fprintln(os.Stderr, "dlock tests:", err)
-		s.Close()
-		os.Exit(1)
-	}
-	exampleURL = s.URL()
 	code := m.Run()
-	if os.Getenv("DLOCK_ACL_LOG") != "" {
-		out, _ := s.Do(context.Background(), "ACL", "LOG", "100")
-		fmt.Fprintln(os.Stderr, "ACL LOG:\n"+out)
+	if shared != nil {
+		if os.Getenv("DLOCK_ACL_LOG") != "" {
+			out, _ := s.Do(context.Background(), "ACL", "LOG", "100")
+			fmt.Fprintln(os.Stderr, "ACL LOG:\n"+out)
+		}
+		s.Close()
 	}
-	s.Close()
 	if code == 0 {
 		// rueidis closes the connections of nodes that left a cluster's topology 5 s later,
 		// from a goroutine of its own that outlives Client.Close.
@@ -94,6 +106,27 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// needShared skips t when the suite runs without the shared server. TestMain allows that only
+// under -short on a machine without redis-server; without -short a missing server fails the run.
+func needShared(t testing.TB) {
+	t.Helper()
+	if shared == nil {
+		t.Skip("no shared redis-server: -short, and redis-server is not on PATH")
+	}
+}
+
+// skipExamples adds the Examples to -test.skip: they print what they do against the shared
+// server, and an Example cannot skip itself. A -skip given with the command stays in force.
+func skipExamples() {
+	skip := "^Example"
+	if old := flag.Lookup("test.skip").Value.String(); old != "" {
+		skip = old + "|" + skip
+	}
+	if err := flag.Set("test.skip", skip); err != nil {
+		fmt.Fprintln(os.Stderr, "dlock tests:", err)
+	}
 }
 
 // transport makes Clients through one adapter.
@@ -182,6 +215,17 @@ func redisDo(t testing.TB, s *redistest.Server, args ...string) string {
 		t.Fatalf("redis %v: %v", args, err)
 	}
 	return out
+}
+
+// waitFor polls check with redistest.Poll until it returns nil, failing the test after within.
+// check says what it saw when it is not satisfied; the failure quotes its last complaint.
+func waitFor(t testing.TB, within time.Duration, what string, check func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := redistest.Poll(ctx, what, check); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func ctxT(t testing.TB) context.Context {

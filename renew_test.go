@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -9,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/goredisconn"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -92,6 +96,7 @@ func scriptCalls(t testing.TB, s *redistest.Server) int {
 // Close returns while renewals are in flight (a batch handed to the sender as the client
 // closes must still be answered, or Close would wait forever).
 func TestClose_DuringRenewals(t *testing.T) {
+	needShared(t)
 	ctx := ctxT(t)
 	for i := 0; i < 30; i++ {
 		c, err := dlock.Dial(ctx, shared.URL(), dlock.WithTTL(dlock.MinTTL))
@@ -112,4 +117,169 @@ func TestClose_DuringRenewals(t *testing.T) {
 			t.Fatalf("Close did not return (iteration %d)", i)
 		}
 	}
+}
+
+// Row "lease shorter than the work": renewal keeps a 200 ms lease held through 2 s of work.
+func TestRenewal_KeepsShortLeaseThroughLongWork(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		c := tr.dial(t, shared.URL(), dlock.WithTTL(200*time.Millisecond))
+		other := tr.dial(t, shared.URL())
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); <-tick.C {
+			if err := l.Context().Err(); err != nil {
+				t.Fatalf("lease ended during the work: %v", context.Cause(l.Context()))
+			}
+			if _, err := other.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("another client's TryLock during the work: got %v, want ErrNotAcquired", err)
+			}
+		}
+		if d, err := l.TTL(ctx); err != nil || d <= 0 || d > 200*time.Millisecond {
+			t.Fatalf("TTL after 2s = %v, %v; want in (0, 200ms]", d, err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(context.Cause(l.Context()), context.Canceled) {
+			t.Fatalf("cause after Unlock = %v, want context.Canceled", context.Cause(l.Context()))
+		}
+	})
+}
+
+// Row "lease shorter than the work" (the told-when-lost half): a holder cut off from Redis
+// has its lease context cancelled with ErrLost before anyone else can take the lock.
+func TestLostSignal_PartitionedHolder(t *testing.T) {
+	needShared(t)
+	// Also through a go-redis client left at its defaults, whose calls ignore context
+	// deadlines: the renewal loop must keep its deadlines anyway.
+	plain := transport{"goredis-default-timeouts", func(t testing.TB, url string, opts ...dlock.Option) *dlock.Client {
+		o, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc := redis.NewClient(o)
+		c, err := dlock.New(goredisconn.New(rc), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			c.Close()
+			rc.Close()
+		})
+		return c
+	}}
+	for _, tr := range append(transports[:len(transports):len(transports)], plain) {
+		t.Run(tr.name, func(t *testing.T) { testLostSignalPartitioned(t, tr) })
+	}
+}
+
+func testLostSignalPartitioned(t *testing.T, tr transport) {
+	const ttl = 300 * time.Millisecond
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	proxy := redistest.NewProxy(t, shared.Addr)
+	cut := tr.dial(t, proxy.URL(), dlock.WithTTL(ttl))
+	other := tr.dial(t, shared.URL())
+	l, err := cut.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostAt := make(chan time.Time, 1)
+	go func() {
+		<-l.Context().Done()
+		lostAt <- time.Now()
+	}()
+	proxy.Block()
+	defer proxy.Unblock()
+	l2, err := other.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquiredAt := time.Now()
+	defer l2.Unlock(ctx)
+	select {
+	case <-l.Context().Done(): // closed by the renewal loop, not by a check of Err
+	default:
+		t.Fatal("second holder acquired while the partitioned lease context was live")
+	}
+	select {
+	case at := <-lostAt:
+		t.Logf("lost signal %v before the second holder acquired", acquiredAt.Sub(at))
+		if !at.Before(acquiredAt) {
+			t.Logf("the watching goroutine ran %v after the second holder acquired (scheduling); Done was closed before", at.Sub(acquiredAt))
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no lost signal")
+	}
+	if !errors.Is(context.Cause(l.Context()), dlock.ErrLost) {
+		t.Fatalf("cause = %v, want ErrLost", context.Cause(l.Context()))
+	}
+}
+
+// Lost signal when the lock is taken away on the server (key deleted by an admin).
+func TestLostSignal_KeyRemoved(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		c := tr.dial(t, shared.URL(), dlock.WithTTL(300*time.Millisecond))
+		var fnErr error
+		err := c.Do(ctx, name, func(ctx context.Context) error {
+			redisDo(t, shared, "DEL", keyOf(name))
+			<-ctx.Done()
+			fnErr = ctx.Err()
+			return ctx.Err()
+		})
+		if !errors.Is(err, dlock.ErrLost) {
+			t.Fatalf("Do after the key was removed: got %v, want ErrLost", err)
+		}
+		if !errors.Is(fnErr, context.Canceled) {
+			t.Fatalf("fn's ctx.Err() = %v, want context.Canceled", fnErr)
+		}
+	})
+}
+
+// An Unlock whose release never reached the server (the connection hung) is retried in the
+// background: the lock frees long before its lease would run out, and the error names it.
+func TestUnlock_FailedReleaseIsRetried(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		proxy := redistest.NewProxy(t, shared.Addr)
+		url := strings.Replace(proxy.URL(), "://", "://"+testUser+":"+testPassword+"@", 1)
+		holder := tr.dial(t, url)
+		other := tr.dial(t, shared.URL())
+		name := uniqueName(t)
+		l, err := holder.Mutex(name, dlock.WithTTL(30*time.Second)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy.Block()
+		uctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		err = l.Unlock(uctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Fatalf("Unlock through a hung connection = %v, want an error naming %q", err, name)
+		}
+		t.Logf("Unlock: %v", err)
+		proxy.Unblock()
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l2, err := other.Mutex(name).Lock(wctx)
+		if err != nil {
+			t.Fatalf("the lock was not released within 10 s of the connection coming back (lease 30 s): %v", err)
+		}
+		t.Logf("another client got the lock %v after the connection came back", time.Since(start))
+		if err := l2.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

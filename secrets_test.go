@@ -44,6 +44,7 @@ func TestSecrets_ErrorsNeverShowPasswords(t *testing.T) {
 		noSecret(t, "Dial error", err.Error())
 	}
 	// A reachable server, the wrong password.
+	needShared(t)
 	_, err := dlock.Dial(ctx, shared.URLAs(testUser, secret))
 	if err == nil {
 		t.Fatal("Dial with a wrong password succeeded")

@@ -96,19 +96,13 @@ func TestSentinel_FollowsFailover(t *testing.T) {
 		h := leases[i]
 		// The client finds the new master: a new lock succeeds within the retry window.
 		var l *dlock.Lease
-		deadline := time.Now().Add(15 * time.Second)
-		for {
+		waitFor(t, 15*time.Second, tr.name+": a lock on the new master", func(ctx context.Context) error {
 			tctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			var err error
 			l, err = h.c.Mutex(uniqueName(t)).TryLock(tctx)
-			cancel()
-			if err == nil || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatalf("%s: no lock on the new master within 15 s: %v", tr.name, err)
-		}
+			return err
+		})
 		l.Unlock(ctx)
 		// The acknowledged lease is on the new master: still ours, and exclusive.
 		if err := h.l.Context().Err(); err != nil {

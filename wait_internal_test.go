@@ -3,6 +3,9 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,13 +23,37 @@ func queueLen(e *engine, key string) int {
 	return 0
 }
 
-// waitUntil polls cond every millisecond until it holds, failing the test after 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
+// waitFor polls check with redistest.Poll until it returns nil, failing the test after within.
+func waitFor(t *testing.T, within time.Duration, what string, check func(ctx context.Context) error) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := redistest.Poll(ctx, what, check); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// haveQueued is a check for waitFor: n callers of e wait in key's queue.
+func haveQueued(e *engine, key string, n int) func(context.Context) error {
+	return func(context.Context) error {
+		if got := queueLen(e, key); got != n {
+			return fmt.Errorf("%d queued", got)
 		}
+		return nil
+	}
+}
+
+// isLive is a check for waitFor: e's subscription to channel is live (the server confirmed it
+// and no unsubscribe was decided since), or, with !live, it is not.
+func isLive(e *engine, channel string, live bool) func(context.Context) error {
+	return func(context.Context) error {
+		e.notices.mu.Lock()
+		got := e.notices.live[channel]
+		e.notices.mu.Unlock()
+		if got != live {
+			return fmt.Errorf("live = %v", got)
+		}
+		return nil
 	}
 }
 
@@ -78,9 +105,7 @@ func TestLocalQueue_FIFO(t *testing.T) {
 			mu.Unlock()
 			l.Unlock(ctx)
 		}()
-		for queueLen(c.e, m.spec.key) != i+1 { // wait until waiter i is queued before starting i+1
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), haveQueued(c.e, m.spec.key, i+1)) // before starting i+1
 	}
 	holder.Unlock(ctx)
 	wg.Wait()
@@ -100,46 +125,294 @@ func TestLocalQueue_FIFO(t *testing.T) {
 	}
 }
 
-// A queue registered on a channel whose subscription is still live (its previous queue just
-// left and the unsubscribe was not sent yet) gets no confirmation of its own: add must wake its
-// head, which made its attempt before registering and could otherwise sleep through a release
-// in between until the holder's lease ran out.
-func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
-	_, ctx, dial := privateServer(t)
-	c := dial()
-	other := dial()
-	m := c.Mutex("live")
-	held, err := other.Mutex("live").Lock(ctx)
+// serverValue returns the owner and token stored under the lock key.
+func serverValue(t *testing.T, s *redistest.Server, key string) (owner string, token uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := s.Do(ctx, "GET", key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, stopWaiter := context.WithCancel(ctx)
-	waiter := make(chan error, 1)
-	go func() {
-		_, err := m.Lock(wctx)
-		waiter <- err
-	}()
-	live := func() bool {
-		c.e.notices.mu.Lock()
-		defer c.e.notices.mu.Unlock()
-		return c.e.notices.live[m.spec.channel]
+	f := strings.Fields(v)
+	if len(f) < 2 {
+		t.Fatalf("value %q: want owner and token", v)
 	}
-	waitUntil(t, "the waiter's subscription to be confirmed", live)
-	q2 := &queue{key: m.spec.key, channel: m.spec.channel, wake: make(chan struct{}, 1)}
-	c.e.notices.add(m.spec.channel, q2)
-	select {
-	case <-q2.wake:
-	default:
-		t.Fatal("a queue registered on a live channel was not woken")
+	n, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		t.Fatalf("value %q: %v", v, err)
 	}
-	c.e.notices.remove(m.spec.channel, q2)
-	stopWaiter()
-	if err := <-waiter; !errors.Is(err, context.Canceled) {
-		t.Fatalf("waiter: %v, want context.Canceled", err)
-	}
-	held.Unlock(ctx)
+	return f[0], n
+}
 
-	// Once the unsubscribe is decided the channel is no longer live: a new queue then waits
-	// for the confirmation of its own subscription.
-	waitUntil(t, "the channel to stop being live after its last queue left", func() bool { return !live() })
+// queueWaiters starts n goroutines that each Lock m (in FIFO order: each starts once the
+// previous one is queued) and call hold with the lease before unlocking it. An Unlock error
+// fails the test unless hold returned false.
+func queueWaiters(t *testing.T, ctx context.Context, m *Mutex, n int, hold func(i int, l *Lease) bool) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := m.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			check := hold(i, l)
+			if err := l.Unlock(ctx); err != nil && check {
+				t.Error(err)
+			}
+		}()
+		waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), haveQueued(m.e, m.spec.key, i+1))
+	}
+	return &wg
+}
+
+// A lock passes among one client's waiters without the server localHandoffs times in a row:
+// the server's value (owner, token) stays, each holder gets the next token; the next handoff
+// goes through the server (new owner, a larger server token), and so on. The final release
+// stores the last local token, and the next acquisition's token is larger still.
+func TestLocalHandoff_TokensAndServerValue(t *testing.T) {
+	s, ctx, dial := privateServer(t)
+	c := dial()
+	m := c.Mutex("chain")
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner0, token0 := serverValue(t, s, m.spec.key)
+	if token0 != first.Token() {
+		t.Fatalf("server token %d, lease token %d", token0, first.Token())
+	}
+	const n = 2*localHandoffs + 4
+	type hold struct {
+		token  uint64
+		owner  string // on the server while held
+		stored uint64
+	}
+	holds := make([]hold, n)
+	wg := queueWaiters(t, ctx, m, n, func(i int, l *Lease) bool {
+		o, tok := serverValue(t, s, m.spec.key)
+		holds[i] = hold{l.Token(), o, tok}
+		return true
+	})
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	base, owner := token0, owner0
+	for i, h := range holds {
+		k := uint64(i+1) % (localHandoffs + 1) // local handoffs since the last server token
+		if k == 0 {
+			// A handoff through the server: new owner secret, a token past the local ones.
+			if h.owner == owner || h.token <= base+localHandoffs || h.stored != h.token {
+				t.Fatalf("handoff %d: owner changed %v, token %d (previous server token %d), stored %d: want a server handoff",
+					i+1, h.owner != owner, h.token, base, h.stored)
+			}
+			base, owner = h.token, h.owner
+			continue
+		}
+		if h.owner != owner || h.stored != base || h.token != base+k {
+			t.Fatalf("handoff %d: token %d, server value (same owner %v, token %d), want local: token %d over server token %d",
+				i+1, h.token, h.owner == owner, h.stored, base+k, base)
+		}
+	}
+	last := holds[n-1].token
+	if o, tok := serverValue(t, s, m.spec.key); o != "-" || tok != last {
+		t.Fatalf("after the last Unlock: owner %q token %d, want released with token %d", o, tok, last)
+	}
+	other := dial()
+	l, err := other.Mutex("chain").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() <= last {
+		t.Fatalf("next acquisition's token %d, not above the chain's last %d", l.Token(), last)
+	}
+	l.Unlock(ctx)
+}
+
+// A holder that got the lock by a local handoff has a lease like any other: renewed past its
+// TTL, and told (ErrLost) when the lock is taken from it. The next holder's token is larger.
+func TestLocalHandoff_RenewedAndLost(t *testing.T) {
+	_, ctx, dial := privateServer(t)
+	c := dial(WithTTL(300 * time.Millisecond))
+	m := c.Mutex("renewed")
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lease, 1)
+	release := make(chan struct{})
+	wg := queueWaiters(t, ctx, m, 1, func(_ int, l *Lease) bool {
+		got <- l
+		<-release
+		return false // lost: its Unlock says so
+	})
+	first.Unlock(ctx)
+	l := <-got
+	if l.Token() != first.Token()+1 {
+		t.Fatalf("token %d after %d: not a local handoff", l.Token(), first.Token())
+	}
+	// Several TTLs later the lease is still held and the server's value still has a lease.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("lease ended while held: %v", context.Cause(l.Context()))
+		}
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+		t.Fatalf("TTL = %v, %v", ttl, err)
+	}
+	admin := dial()
+	if _, err := admin.ForceUnlock(ctx, "renewed"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Context().Done():
+		if !errors.Is(context.Cause(l.Context()), ErrLost) {
+			t.Fatalf("cause %v, want ErrLost", context.Cause(l.Context()))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder was not told that its lock was taken")
+	}
+	next, err := admin.Mutex("renewed").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token() <= l.Token() {
+		t.Fatalf("token %d after ForceUnlock, not above the local holder's %d", next.Token(), l.Token())
+	}
+	next.Unlock(ctx)
+	close(release)
+	wg.Wait()
+}
+
+// A waiter whose lease would differ (another TTL) gets the lock through the server.
+func TestLocalHandoff_DifferentLeaseGoesThroughServer(t *testing.T) {
+	s, ctx, dial := privateServer(t)
+	c := dial()
+	first, err := c.Mutex("ttl").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner0, _ := serverValue(t, s, first.st.spec.key)
+	m := c.Mutex("ttl", WithTTL(3*time.Second))
+	var owner string
+	var token uint64
+	wg := queueWaiters(t, ctx, m, 1, func(_ int, l *Lease) bool {
+		owner, _ = serverValue(t, s, m.spec.key)
+		token = l.Token()
+		return true
+	})
+	first.Unlock(ctx)
+	wg.Wait()
+	if owner == owner0 || token == first.Token()+1 {
+		t.Fatalf("owner unchanged %v, token %d after %d: want a handoff through the server", owner == owner0, token, first.Token())
+	}
+}
+
+// A lease received by local handoff can be re-entered: the server's value keeps the token of
+// the client's hold (below the lease's), which re-entry must accept.
+func TestLocalHandoff_Reentry(t *testing.T) {
+	_, ctx, dial := privateServer(t)
+	c := dial()
+	m := c.Mutex("reentry")
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inner error
+	var innerToken uint64
+	wg := queueWaiters(t, ctx, m, 1, func(_ int, l *Lease) bool {
+		r, err := m.Lock(l.Context())
+		if err != nil {
+			inner = err
+			return true
+		}
+		innerToken = r.Token()
+		inner = r.Unlock(ctx)
+		if err := l.Context().Err(); err != nil {
+			inner = fmt.Errorf("lease ended after the re-entry: %v", context.Cause(l.Context()))
+		}
+		return true
+	})
+	first.Unlock(ctx)
+	wg.Wait()
+	if inner != nil {
+		t.Fatalf("re-entering a locally handed-off lease: %v", inner)
+	}
+	if innerToken != first.Token()+1 {
+		t.Fatalf("re-entry token %d, want the lease's %d", innerToken, first.Token()+1)
+	}
+}
+
+// A client whose grant was announced while it was not subscribed (the announcement is lost)
+// claims the lock at its next attempt under the same registration: same owner, the granted
+// token, the full lease; and a later announcement of the same grant makes no second lease.
+func TestGrant_MissedAnnouncementIsClaimed(t *testing.T) {
+	_, ctx, dial := privateServer(t)
+	holder, waiter := dial(), dial()
+	name := "claimed"
+	l, err := holder.Mutex(name, WithTTL(30*time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := waiter.Mutex(name, WithTTL(5*time.Second))
+	e, spec := waiter.e, m.spec
+	reg := e.newRegistration(spec)
+	st, h, err := e.attempt(ctx, spec, reg) // queues on the server; not subscribed to anything
+	if err != nil || st != nil {
+		t.Fatalf("attempt on a held lock: %v, %v", st, err)
+	}
+	if h.token != l.Token() {
+		t.Fatalf("refused by token %d, want the holder's %d", h.token, l.Token())
+	}
+	if err := l.Unlock(ctx); err != nil { // grants it to reg, announced to nobody
+		t.Fatal(err)
+	}
+	st, _, err = e.attempt(ctx, spec, reg)
+	if err != nil || st == nil {
+		t.Fatalf("attempt after the grant: %v, %v; want the granted lease", st, err)
+	}
+	if st.owner != reg.owner || st.token <= l.Token() {
+		t.Fatalf("claimed lease owner %q token %d; want the registration's owner and a token above %d", st.owner, st.token, l.Token())
+	}
+	lease := &Lease{st: st}
+	if ttl, err := lease.TTL(ctx); err != nil || ttl <= time.Second {
+		t.Fatalf("claimed lease TTL %v, %v: want the full 5 s lease, not the 1 s window", ttl, err)
+	}
+	e.granted(reg.id, st.token, 0) // the announcement after all: ignored
+	if e.renewer.h.Len() != 1 {
+		t.Fatalf("%d leases in the renewal loop, want 1", e.renewer.h.Len())
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A grant announced before the reply to the attempt that registered (they travel on
+// different connections) is kept until that reply comes, then taken.
+func TestGrant_EarlyAnnouncement(t *testing.T) {
+	_, _, dial := privateServer(t)
+	c := dial()
+	m := c.Mutex("early")
+	e := c.e
+	reg := e.newRegistration(m.spec)
+	e.granted(reg.id, 12345, 0) // not registered yet: kept
+	if _, ok := e.waits.early[reg.id]; !ok {
+		t.Fatal("early grant not kept")
+	}
+	e.registered(reg, mono(), 1)
+	if reg.state.Load() != regDone {
+		t.Fatalf("registration state %d after its early grant, want done", reg.state.Load())
+	}
+	if reg.pending == nil || reg.pending.token != 12345 {
+		t.Fatalf("pending lease %+v, want the granted one", reg.pending)
+	}
+	reg.pending.end(endReleased, nil)
 }

@@ -3,6 +3,7 @@ package goredisconn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -85,29 +86,36 @@ func TestAutoBatch_QueuedCallsShareOnePipeline(t *testing.T) {
 		defer a.ab.mu.Unlock()
 		return len(a.ab.queue)
 	}
+	waitFor := func(what string, check func() error) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := redistest.Poll(wctx, what, func(context.Context) error { return check() }); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitQueued := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); queued() != n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d calls queued, want %d", queued(), n)
+		waitFor(fmt.Sprintf("%d calls queued", n), func() error {
+			if q := queued(); q != n {
+				return fmt.Errorf("%d queued", q)
 			}
-		}
+			return nil
+		})
 	}
 	// maxPipelines calls leave at once, alone, held by the gate.
 	for i := range maxPipelines {
 		go call(int64(i))
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitFor("the first calls to leave", func() error {
 		a.ab.mu.Lock()
 		out := a.ab.active
 		a.ab.mu.Unlock()
-		if out == maxPipelines && queued() == 0 {
-			break
+		if q := queued(); out != maxPipelines || q != 0 {
+			return fmt.Errorf("%d out, %d queued; want %d out", out, q, maxPipelines)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first calls did not leave")
-		}
-	}
+		return nil
+	})
 	// The next ones queue; one of them gives up while queued.
 	const more = 10
 	for i := range more {

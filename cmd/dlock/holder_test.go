@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -14,10 +15,14 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
+// exitAtOnce is a command that exits at once: this test binary running no test, which needs
+// no PATH (go test -short may run with only go on it).
+func exitAtOnce() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") }
+
 // deadPID returns the pid of a process that has exited and been reaped.
 func deadPID(t *testing.T) int {
 	t.Helper()
-	cmd := exec.Command("true")
+	cmd := exitAtOnce()
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
@@ -44,14 +49,17 @@ func TestHolderAlive(t *testing.T) {
 	}
 	held := func(h dlock.Holder) dlock.Info { return dlock.Info{Name: "x", Held: true, Holder: h, TTL: time.Second} }
 	// A child that exited and was not reaped yet: a zombie, not a holder that runs.
-	zombie := exec.Command("true")
+	zombie := exitAtOnce()
 	if err := zombie.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer zombie.Wait()
-	waitUntil(t, 5*time.Second, "the child to be a zombie", func() bool {
+	waitFor(t, 5*time.Second, "the child to be a zombie", func(context.Context) error {
 		_, z, err := procStart(zombie.Process.Pid)
-		return err == nil && z
+		if err == nil && !z {
+			err = fmt.Errorf("process %d is not a zombie yet", zombie.Process.Pid)
+		}
+		return err
 	})
 
 	for _, tc := range []struct {
@@ -175,7 +183,7 @@ func TestStatus_KilledRunHolder(t *testing.T) {
 	s := redistest.Start(t)
 	name := "killed-holder"
 	p := startDlock(t, "run", "--redis", s.URL(), "--ttl", "30s", name, "--", "sleep", "60")
-	waitUntil(t, 10*time.Second, "dlock run to hold the lock", func() bool { return heldToken(t, s, name) != 0 })
+	waitFor(t, 10*time.Second, "dlock run to hold the lock", heldByOther(t, s, name, 0))
 
 	alive := func() any {
 		t.Helper()

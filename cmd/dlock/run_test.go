@@ -136,15 +136,33 @@ func dlockCmd(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return p.stdout.String(), p.stderr.String(), code
 }
 
-// waitUntil polls cond every 10 ms, failing the test after within.
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+// waitFor polls check with redistest.Poll until it returns nil, failing the test after within.
+func waitFor(t *testing.T, within time.Duration, what string, check func(ctx context.Context) error) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := redistest.Poll(ctx, what, check); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exited is a check for waitFor: pid has exited (processGone).
+func exited(pid int) func(context.Context) error {
+	return func(context.Context) error {
+		if !processGone(pid) {
+			return fmt.Errorf("process %d still running", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}
+}
+
+// heldByOther is a check for waitFor: name is held with a token other than first.
+func heldByOther(t *testing.T, s *redistest.Server, name string, first uint64) func(context.Context) error {
+	return func(context.Context) error {
+		if tok := heldToken(t, s, name); tok == 0 || tok == first {
+			return fmt.Errorf("token %d (0: free), the first holder's %d", tok, first)
+		}
+		return nil
 	}
 }
 
@@ -174,13 +192,16 @@ func heldToken(t *testing.T, s *redistest.Server, name string) uint64 {
 func readPID(t *testing.T, file string) int {
 	t.Helper()
 	var pid int
-	waitUntil(t, 10*time.Second, "the command's pid in "+file, func() bool {
+	waitFor(t, 10*time.Second, "the command's pid in "+file, func(context.Context) error {
 		b, err := os.ReadFile(file)
-		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
-			return false
+		if err != nil {
+			return err
+		}
+		if !bytes.HasSuffix(b, []byte("\n")) {
+			return fmt.Errorf("%q: no full line yet", b)
 		}
 		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil
+		return err
 	})
 	return pid
 }
@@ -271,11 +292,12 @@ func TestRun_KilledHolder(t *testing.T) {
 	}
 	first := heldToken(t, s, name)
 	waiter := startDlock(t, "run", "--redis", s.URL(), "--ttl", "1s", name, "--", "sh", "-c", "echo got it; sleep 0.3")
-	waitUntil(t, 10*time.Second, "the waiter to wait (subscribe to the release channel)", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	waitFor(t, 10*time.Second, "the waiter to wait (subscribe to the release channel)", func(ctx context.Context) error {
 		v, err := s.Do(ctx, "PUBSUB", "NUMSUB", keyOf(name)+":rel")
-		return err == nil && strings.HasSuffix(v, "\n1")
+		if err == nil && !strings.HasSuffix(v, "\n1") {
+			err = fmt.Errorf("PUBSUB NUMSUB: %q", v)
+		}
+		return err
 	})
 	select {
 	case <-waiter.done:
@@ -285,10 +307,7 @@ func TestRun_KilledHolder(t *testing.T) {
 
 	killed := time.Now()
 	holder.signal(t, syscall.SIGKILL)
-	waitUntil(t, 10*time.Second, "the waiter to take the lock", func() bool {
-		tok := heldToken(t, s, name)
-		return tok != 0 && tok != first
-	})
+	waitFor(t, 10*time.Second, "the waiter to take the lock", heldByOther(t, s, name, first))
 	if d := time.Since(killed); d > 2*time.Second {
 		t.Errorf("the waiter got the lock %v after the holder was killed, want within TTL + 1s = 2s", d)
 	}
@@ -298,7 +317,7 @@ func TestRun_KilledHolder(t *testing.T) {
 	if !strings.Contains(waiter.stdout.String(), "got it") {
 		t.Errorf("waiter's command output %q", waiter.stdout.String())
 	}
-	waitUntil(t, 5*time.Second, "the killed holder's command to die with it", func() bool { return processGone(child) })
+	waitFor(t, 5*time.Second, "the killed holder's command to die with it", exited(child))
 }
 
 // A holding dlock run paused (SIGSTOP) past its lease loses the lock to another; when it
@@ -321,10 +340,7 @@ func TestRun_PausedHolderLosesLock(t *testing.T) {
 	release := filepath.Join(dir, "release")
 	other := startDlock(t, "run", "--redis", s.URL(), "--ttl", "1s", name, "--",
 		"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.02; done`, release)
-	waitUntil(t, 5*time.Second, "the other run to take the lock", func() bool {
-		tok := heldToken(t, s, name)
-		return tok != 0 && tok != first
-	})
+	waitFor(t, 5*time.Second, "the other run to take the lock", heldByOther(t, s, name, first))
 
 	holder.signal(t, syscall.SIGCONT)
 	if code := holder.wait(t, 5*time.Second); code != exitLost {
@@ -333,7 +349,7 @@ func TestRun_PausedHolderLosesLock(t *testing.T) {
 	if !strings.Contains(holder.stderr.String(), "lost") {
 		t.Errorf("resumed holder's stderr does not say the lock was lost: %q", holder.stderr.String())
 	}
-	waitUntil(t, 5*time.Second, "the paused holder's command to be terminated", func() bool { return processGone(child) })
+	waitFor(t, 5*time.Second, "the paused holder's command to be terminated", exited(child))
 
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -607,5 +623,5 @@ func TestRun_LostLockKillsAfterGrace(t *testing.T) {
 	if d := time.Since(forced); d < 300*time.Millisecond {
 		t.Errorf("holder exited %v after the loss, before its 300ms grace", d)
 	}
-	waitUntil(t, 5*time.Second, "the command to be killed", func() bool { return processGone(child) })
+	waitFor(t, 5*time.Second, "the command to be killed", exited(child))
 }

@@ -72,6 +72,7 @@ func processGone(pid int) bool {
 }
 
 func TestStartPingClose(t *testing.T) {
+	redistest.Require(t)
 	t.Parallel()
 	p := start(t, redisproc.Config{DirPrefix: "redisproc-test-", Args: []string{"--maxclients", "123"}})
 
@@ -131,6 +132,7 @@ func TestStartPingClose(t *testing.T) {
 }
 
 func TestKillRestartKeepsPort(t *testing.T) {
+	redistest.Require(t)
 	t.Parallel()
 	p := start(t, redisproc.Config{})
 	port, pid := p.Port(), p.PID()
@@ -183,6 +185,7 @@ func TestKillRestartKeepsPort(t *testing.T) {
 // TestRestartWaitsForTakenPort takes the port while the server is down: Restart, which cannot
 // move to another port, must keep trying until the port is free again.
 func TestRestartWaitsForTakenPort(t *testing.T) {
+	redistest.Require(t)
 	t.Parallel()
 	p := start(t, redisproc.Config{})
 	if err := p.Kill(); err != nil {
@@ -206,6 +209,7 @@ func TestRestartWaitsForTakenPort(t *testing.T) {
 }
 
 func TestPauseResume(t *testing.T) {
+	redistest.Require(t)
 	t.Parallel()
 	p := start(t, redisproc.Config{})
 	if err := p.Pause(); err != nil {
@@ -223,6 +227,7 @@ func TestPauseResume(t *testing.T) {
 }
 
 func TestStop(t *testing.T) {
+	redistest.Require(t)
 	t.Parallel()
 	p := start(t, redisproc.Config{})
 	pid := p.PID()
@@ -248,6 +253,7 @@ func TestStop(t *testing.T) {
 }
 
 func TestConfigFileAndExtraPorts(t *testing.T) {
+	redistest.Require(t)
 	t.Parallel()
 	var seen []redisproc.Ports
 	p, err := redisproc.New(redisproc.Config{
@@ -296,6 +302,7 @@ func TestConfigFileAndExtraPorts(t *testing.T) {
 }
 
 func TestBadArgsFailFast(t *testing.T) {
+	redistest.Require(t)
 	t.Parallel()
 	begin := time.Now()
 	_, err := redisproc.Start(ctxTimeout(t, 30*time.Second), redisproc.Config{Args: []string{"--no-such-option", "1"}})
@@ -311,6 +318,7 @@ func TestBadArgsFailFast(t *testing.T) {
 }
 
 func TestCanceledStart(t *testing.T) {
+	redistest.Require(t)
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -38,9 +38,11 @@ type ClusterGroup struct {
 
 // NewCluster starts a cluster like StartCluster and registers tb.Cleanup to
 // close it; it calls tb.Fatalf on failure. If the test failed, the nodes'
-// logs are logged at cleanup.
+// logs are logged at cleanup. Under -short it skips tb: six servers take
+// seconds to agree on a cluster.
 func NewCluster(tb testing.TB, opts ...Option) *ClusterGroup {
 	tb.Helper()
+	skipSlow(tb, "a Redis Cluster")
 	g, err := StartCluster(opts...)
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
@@ -76,9 +78,10 @@ func StartCluster(opts ...Option) (g *ClusterGroup, err error) {
 		return nil, fmt.Errorf("redistest: redis-cli not found on PATH (it comes with the redis-server package): %w", err)
 	}
 	g = &ClusterGroup{ids: make(map[*Server]string)}
+	started := g // "return nil, err" below sets g to nil before this runs
 	defer func() {
 		if err != nil {
-			_ = g.Close()
+			_ = started.Close()
 			g = nil
 		}
 	}()
@@ -403,7 +406,7 @@ func parseClusterNodes(text string) (*clusterView, error) {
 // every slot is served, every replica's link is up, and extra (if non-nil)
 // accepts the view.
 func (g *ClusterGroup) waitAgreed(ctx context.Context, extra func(*clusterView) error) error {
-	return poll(ctx, "cluster agrees", func(ctx context.Context) error {
+	return Poll(ctx, "cluster agrees", func(ctx context.Context) error {
 		var first *clusterView
 		for _, s := range g.nodes {
 			info, err := s.Do(ctx, "CLUSTER", "INFO")

@@ -7,9 +7,12 @@ import (
 	"time"
 )
 
-// poll calls check until it returns nil or ctx ends; then it returns the
-// context's error with check's last complaint.
-func poll(ctx context.Context, what string, check func(ctx context.Context) error) error {
+// Poll calls check until it returns nil or ctx ends, backing off from 5 ms to
+// 100 ms between calls; then it returns ctx's error with check's last
+// complaint. Tests use it to wait for a condition they cannot be told about,
+// instead of sleeping and hoping; the package waits for its deployments to
+// settle with it too. ctx must end: Poll has no bound of its own.
+func Poll(ctx context.Context, what string, check func(ctx context.Context) error) error {
 	backoff := 5 * time.Millisecond
 	for {
 		err := check(ctx)

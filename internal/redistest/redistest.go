@@ -7,6 +7,12 @@
 // matching Close (or testing.TB cleanup) has returned, so callers can check
 // for leaks with go.uber.org/goleak.
 //
+// Under go test -short, tests that need a server skip when no redis-server is
+// on PATH (Start, NewCluster and NewSentinel do it themselves; see Require for
+// the others), and the deployments that are slow to set up (Cluster, Sentinel,
+// TLS) skip even when it is there. Without -short nothing skips: a missing
+// redis-server fails every test that needs one.
+//
 // The package targets Linux (it relies on SIGSTOP/SIGCONT and Pdeathsig).
 package redistest
 
@@ -88,11 +94,21 @@ type Server struct {
 
 // Start starts a server like StartProcess and registers tb.Cleanup to close
 // it. On failure it calls tb.Fatalf; if the test has failed by cleanup time,
-// the server's log is logged before it is removed.
+// the server's log is logged before it is removed. Under -short it skips tb
+// instead when redis-server is not found, and always for a TLS server
+// (WithTLS).
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.tls {
+		skipSlow(tb, "a TLS server")
+	}
 	s, err := StartProcess(opts...)
 	if err != nil {
+		skipMissing(tb, err)
 		tb.Fatalf("redistest: %v", err)
 		return nil
 	}
@@ -105,6 +121,40 @@ func Start(tb testing.TB, opts ...Option) *Server {
 		}
 	})
 	return s
+}
+
+// Require skips tb under -short when no redis-server is on PATH, so that
+// go test -short runs the tests that need no server on a machine without one.
+// Without -short it does nothing, and a missing redis-server fails the test
+// where it starts one, as it must in a full run. Start, NewCluster and
+// NewSentinel need no Require; a test that starts servers otherwise
+// (StartProcess, package redisproc) calls it first.
+func Require(tb testing.TB) {
+	tb.Helper()
+	if !testing.Short() {
+		return
+	}
+	if _, err := redisproc.LookPath(); err != nil {
+		skipMissing(tb, err)
+	}
+}
+
+// skipMissing skips tb under -short when err says that redis-server was not
+// found.
+func skipMissing(tb testing.TB, err error) {
+	tb.Helper()
+	if testing.Short() && errors.Is(err, ErrNotFound) {
+		tb.Skipf("redistest: -short, and %v", err)
+	}
+}
+
+// skipSlow skips tb under -short: the deployments that start several processes
+// or take seconds to set up are left to full runs.
+func skipSlow(tb testing.TB, what string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skipf("redistest: -short skips tests that start %s", what)
+	}
 }
 
 // StartProcess starts redis-server on a free loopback port in a new temporary

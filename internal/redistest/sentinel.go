@@ -45,9 +45,11 @@ type SentinelGroup struct {
 
 // NewSentinel starts a group like StartSentinel and registers tb.Cleanup to
 // close it; it calls tb.Fatalf on failure. If the test failed, the servers'
-// logs are logged at cleanup.
+// logs are logged at cleanup. Under -short it skips tb: six processes take
+// seconds to settle.
 func NewSentinel(tb testing.TB, opts ...Option) *SentinelGroup {
 	tb.Helper()
+	skipSlow(tb, "a Sentinel group")
 	g, err := StartSentinel(opts...)
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
@@ -77,9 +79,10 @@ func StartSentinel(opts ...Option) (g *SentinelGroup, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), failoverWait)
 	defer cancel()
 	g = &SentinelGroup{name: sentinelMasterName, opts: opts}
+	started := g // "return nil, err" below sets g to nil before this runs
 	defer func() {
 		if err != nil {
-			_ = g.Close()
+			_ = started.Close()
 			g = nil
 		}
 	}()
@@ -192,7 +195,7 @@ func (g *SentinelGroup) Failover(ctx context.Context) (old, promoted *Server, er
 	if err := old.Kill(); err != nil {
 		return nil, nil, err
 	}
-	err = poll(ctx, "sentinels promote a replica", func(ctx context.Context) error {
+	err = Poll(ctx, "sentinels promote a replica", func(ctx context.Context) error {
 		addr, err := g.agreedMaster(ctx)
 		if err != nil {
 			return err
@@ -230,7 +233,7 @@ func (g *SentinelGroup) Failover(ctx context.Context) (old, promoted *Server, er
 	}
 	// Settle on whatever master the Sentinels agree on by then (should they
 	// have failed over once more meanwhile, follow them).
-	err = poll(ctx, "group settles after failover", func(ctx context.Context) error {
+	err = Poll(ctx, "group settles after failover", func(ctx context.Context) error {
 		addr, err := g.agreedMaster(ctx)
 		if err != nil {
 			return err
@@ -295,7 +298,7 @@ func (g *SentinelGroup) agreedMaster(ctx context.Context) (string, error) {
 // waitReplication waits until master has the master role and the other two
 // data servers are its replicas, online, with their link up.
 func (g *SentinelGroup) waitReplication(ctx context.Context, master *Server) error {
-	return poll(ctx, "replicas in sync with "+master.Addr, func(ctx context.Context) error {
+	return Poll(ctx, "replicas in sync with "+master.Addr, func(ctx context.Context) error {
 		return g.replicationOK(ctx, master)
 	})
 }
@@ -340,7 +343,7 @@ func (g *SentinelGroup) replicationOK(ctx context.Context, master *Server) error
 // Sentinels, and sees both replicas up (no down or disconnected flag), and no
 // failover is in progress: the state from which the next Failover works.
 func (g *SentinelGroup) waitSentinels(ctx context.Context, master *Server) error {
-	return poll(ctx, "sentinels settle on "+master.Addr, func(ctx context.Context) error {
+	return Poll(ctx, "sentinels settle on "+master.Addr, func(ctx context.Context) error {
 		return g.sentinelsOK(ctx, master)
 	})
 }

@@ -1,0 +1,135 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// An unreachable server fails fast, and the error names the address.
+func TestUnreachableServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	start := time.Now()
+	_, err = dlock.Dial(ctxT(t), "redis://"+addr+"/0")
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("Dial to a closed port: got %v, want an error naming %s", err, addr)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Dial took %v to fail", d)
+	}
+
+	// A server that goes away after Dial: calls fail with the address, they do not hang.
+	eachTransport(t, func(t *testing.T, tr transport) {
+		s := redistest.Start(t)
+		c := tr.dial(t, s.URL())
+		s.Kill()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := c.Mutex("n").Lock(ctx)
+		if err == nil || !strings.Contains(err.Error(), s.Addr) {
+			t.Fatalf("Lock on a dead server: got %v, want an error naming %s", err, s.Addr)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("Lock on a dead server waited for the context instead of failing")
+		}
+	})
+}
+
+// Close releases what the client holds, ends waiting calls, and refuses new ones.
+func TestClose(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		c := tr.dial(t, shared.URL())
+		other := tr.dial(t, shared.URL())
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo, err := other.Mutex(name + "-other").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitErr := make(chan error, 1)
+		go func() {
+			_, err := c.Mutex(name + "-other").Lock(ctx)
+			waitErr <- err
+		}()
+		waitSubscribed(t, name+"-other")
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-waitErr; !errors.Is(err, dlock.ErrClosed) {
+			t.Fatalf("waiting Lock after Close: got %v, want ErrClosed", err)
+		}
+		if !errors.Is(context.Cause(l.Context()), dlock.ErrClosed) {
+			t.Fatalf("lease cause after Close = %v, want ErrClosed", context.Cause(l.Context()))
+		}
+		if v := lockValue(t, name); v[0] != "-" {
+			t.Fatalf("Close did not release the lock: value %q", v)
+		}
+		if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrClosed) {
+			t.Fatalf("TryLock after Close: got %v, want ErrClosed", err)
+		}
+		if err := c.Do(ctx, name, func(context.Context) error { return nil }); !errors.Is(err, dlock.ErrClosed) {
+			t.Fatalf("Do after Close: got %v, want ErrClosed", err)
+		}
+		if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrClosed) {
+			t.Fatalf("Unlock after Close: got %v, want ErrClosed", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		lo.Unlock(ctx)
+	})
+}
+
+// Dial and DialQuorum refuse what cannot work, saying why: a context already done, a quorum
+// of fewer than three servers or of one server twice, replica acknowledgement on a server
+// without replicas; they accept the go-redis habit of a bare host:port; a wrong password is
+// ErrDenied, an unreachable server ErrUnavailable, a bad URL ErrInvalid.
+func TestDial_RefusesWhatCannotWork(t *testing.T) {
+	needShared(t)
+	ctx := ctxT(t)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := dlock.Dial(done, shared.URL()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Dial with a cancelled context = %v", err)
+	}
+	if _, err := dlock.DialQuorum(ctx, []string{shared.URL(), shared.URL() + "?x"}); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("DialQuorum of 2 = %v, want ErrInvalid", err)
+	}
+	if _, err := dlock.DialQuorum(ctx, []string{shared.URL(), shared.URL(), "redis://127.0.0.1:2"}); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("DialQuorum with a server twice = %v, want ErrInvalid naming it", err)
+	}
+	c, err := dlock.Dial(ctx, shared.Addr)
+	if err != nil {
+		t.Fatalf("Dial(%q): %v", shared.Addr, err)
+	}
+	c.Close()
+	_, err = dlock.Dial(ctx, shared.URL(), dlock.WithReplicaAck(1, 50*time.Millisecond))
+	if !errors.Is(err, dlock.ErrReplicaAck) || !strings.Contains(err.Error(), "0 replica") {
+		t.Fatalf("Dial with WithReplicaAck on a server without replicas = %v, want ErrReplicaAck saying it has none", err)
+	}
+	if _, err := dlock.Dial(ctx, shared.URLAs(testUser, "wrong")); !errors.Is(err, dlock.ErrDenied) {
+		t.Fatalf("wrong password = %v, want ErrDenied", err)
+	}
+	if _, err := dlock.Dial(ctx, "redis://127.0.0.1:1/0"); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("unreachable = %v, want ErrUnavailable", err)
+	}
+	if _, err := dlock.Dial(ctx, "redis://127.0.0.1:notaport/0"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("bad URL = %v, want ErrInvalid", err)
+	}
+}
