@@ -96,8 +96,12 @@ func TestACL_PrefixPerApplication(t *testing.T) {
 		if err := l.Unlock(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Mutex(name, dlock.WithPrefix(dlock.DefaultPrefix)).Lock(ctxT(t)); err == nil || !strings.Contains(err.Error(), "NOPERM") {
-			t.Errorf("Lock under dlock: as billing = %v, want NOPERM", err)
+		switch c2, err := dialErr(t, tr.name, shared.URLAs("billing", "pw")); {
+		case err == nil:
+			c2.Close()
+			t.Error("Dial as billing under the default prefix succeeded, want ErrDenied")
+		case !errors.Is(err, dlock.ErrDenied):
+			t.Errorf("Dial as billing under the default prefix = %v, want ErrDenied", err)
 		}
 	})
 }

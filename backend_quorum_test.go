@@ -61,9 +61,9 @@ func serverAddrs(srv []*redistest.Server) []string {
 // quorumTransports make quorum clients through each adapter.
 var quorumTransports = []struct {
 	name string
-	dial func(t testing.TB, addrs []string, opts ...dlock.Option) *dlock.Client
+	dial func(t testing.TB, addrs []string, opts ...dlock.ClientOption) *dlock.Client
 }{
-	{"rueidis", func(t testing.TB, addrs []string, opts ...dlock.Option) *dlock.Client {
+	{"rueidis", func(t testing.TB, addrs []string, opts ...dlock.ClientOption) *dlock.Client {
 		t.Helper()
 		c, err := dlock.DialQuorum(context.Background(), urlsOf(addrs...), opts...)
 		if err != nil {
@@ -72,7 +72,7 @@ var quorumTransports = []struct {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}},
-	{"goredis", func(t testing.TB, addrs []string, opts ...dlock.Option) *dlock.Client {
+	{"goredis", func(t testing.TB, addrs []string, opts ...dlock.ClientOption) *dlock.Client {
 		t.Helper()
 		var conns []dlock.Conn
 		var rcs []*redis.Client

@@ -73,8 +73,8 @@ type engine struct {
 //
 // WithCAFile or WithTLSConfig set up TLS. It fails fast, naming the address, when the server
 // cannot be reached, and when it can evict lock keys (see WithUnsafeEviction).
-func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
-	o := defaultOptions().with(opts)
+func Dial(ctx context.Context, url string, opts ...ClientOption) (*Client, error) {
+	o := defaultOptions().withClient(opts)
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -99,11 +99,11 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 // Close does not close the Redis client behind cn; its owner does. Like Dial, it reads the
 // server's memory policy (within newCheckTimeout) and fails when the server cannot be reached
 // or can evict lock keys (see WithUnsafeEviction).
-func New(cn Conn, opts ...Option) (*Client, error) {
+func New(cn Conn, opts ...ClientOption) (*Client, error) {
 	if cn == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalid)
 	}
-	o := defaultOptions().with(opts)
+	o := defaultOptions().withClient(opts)
 	if o.err != nil {
 		return nil, o.err
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-func clusterClients(t *testing.T, g *redistest.ClusterGroup, opts ...dlock.Option) map[string]*dlock.Client {
+func clusterClients(t *testing.T, g *redistest.ClusterGroup, opts ...dlock.ClientOption) map[string]*dlock.Client {
 	t.Helper()
 	r, err := dlock.Dial(context.Background(), g.URL(), opts...)
 	if err != nil {

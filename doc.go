@@ -15,6 +15,15 @@
 // Or, when the hold does not fit one function: l, err := c.Mutex("orders:42").Lock(ctx),
 // then l.Token(), l.Context(), and l.Unlock(ctx).
 //
+// # Options
+//
+// Two kinds, so that an option cannot land where it means nothing. An Option (WithTTL,
+// WithoutRenewal, WithLabel, WithWait, WithReplicaAck) configures one lock when passed to
+// Mutex or Do, and the default of every lock of a client when passed to Dial, New, DialQuorum
+// or NewQuorum. A ClientOption (WithPrefix, WithTLSConfig, WithCAFile, WithLogger,
+// WithUnsafeEviction, WithTokenRetention) is taken by those four alone: passing one to Mutex or
+// Do does not compile. A CA file is read once, when Dial applies the option.
+//
 // # What is guaranteed
 //
 // Mutual exclusion is by lease. A holder keeps the lock while its client renews the lease

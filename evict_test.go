@@ -20,7 +20,7 @@ import (
 )
 
 // dialErr makes a Client through tr's adapter and returns the error instead of failing.
-func dialErr(t *testing.T, tr string, url string, opts ...dlock.Option) (*dlock.Client, error) {
+func dialErr(t *testing.T, tr string, url string, opts ...dlock.ClientOption) (*dlock.Client, error) {
 	t.Helper()
 	var c *dlock.Client
 	var err error

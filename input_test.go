@@ -2,7 +2,10 @@ package dlock_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +32,8 @@ func testBadInput(t *testing.T, c *dlock.Client) {
 		{"ttl below minimum", func() error { _, err := c.Mutex("n", dlock.WithTTL(9*time.Millisecond)).Lock(ctx); return err }, dlock.ErrInvalid},
 		{"negative ttl", func() error { _, err := c.Mutex("n", dlock.WithTTL(-time.Second)).Lock(ctx); return err }, dlock.ErrInvalid},
 		{"zero ttl in Do", func() error { return c.Do(ctx, "n", func(context.Context) error { return nil }, dlock.WithTTL(0)) }, dlock.ErrInvalid},
-		{"prefix with braces", func() error { _, err := c.Mutex("n", dlock.WithPrefix("a{b}")).Lock(ctx); return err }, dlock.ErrInvalid},
+		{"prefix with braces", func() error { _, err := dlock.Dial(ctx, "redis://127.0.0.1:1", dlock.WithPrefix("a{b}")); return err }, dlock.ErrInvalid},
+		{"empty prefix", func() error { _, err := dlock.Dial(ctx, "redis://127.0.0.1:1", dlock.WithPrefix("")); return err }, dlock.ErrInvalid},
 		{"nil fn", func() error { return c.Do(ctx, "n", nil) }, dlock.ErrInvalid},
 		{"nil lease Unlock", func() error { var l *dlock.Lease; return l.Unlock(ctx) }, dlock.ErrNotHeld},
 		{"nil lease Extend", func() error { var l *dlock.Lease; return l.Extend(ctx, time.Second) }, dlock.ErrNotHeld},
@@ -158,4 +162,25 @@ func TestOptions_Limits(t *testing.T) {
 		t.Fatalf("Extend past MaxFixedTTL = %v, want ErrInvalid", err)
 	}
 	fixed.Unlock(ctx)
+}
+
+// Options that only make sense for a whole client are ClientOptions, not Options: a lock's
+// options cannot carry them. Every Option still works as a client default.
+func TestOptions_Scopes(t *testing.T) {
+	lockOpt := reflect.TypeFor[dlock.Option]()
+	for name, o := range map[string]dlock.ClientOption{
+		"WithPrefix":         dlock.WithPrefix("p:"),
+		"WithTLSConfig":      dlock.WithTLSConfig(&tls.Config{}),
+		"WithCAFile":         dlock.WithCAFile("/nonexistent"),
+		"WithLogger":         dlock.WithLogger(slog.Default()),
+		"WithUnsafeEviction": dlock.WithUnsafeEviction(),
+		"WithTokenRetention": dlock.WithTokenRetention(time.Minute),
+	} {
+		if reflect.TypeOf(o).AssignableTo(lockOpt) {
+			t.Errorf("%s can be passed to a lock", name)
+		}
+	}
+	for _, o := range []dlock.Option{dlock.WithTTL(time.Second), dlock.WithoutRenewal(), dlock.WithLabel("x"), dlock.WithWait(0), dlock.WithReplicaAck(1, time.Second)} {
+		var _ dlock.ClientOption = o // compiles: a lock option is a client default
+	}
 }

@@ -132,11 +132,11 @@ func skipExamples() {
 // transport makes Clients through one adapter.
 type transport struct {
 	name string
-	dial func(t testing.TB, url string, opts ...dlock.Option) *dlock.Client
+	dial func(t testing.TB, url string, opts ...dlock.ClientOption) *dlock.Client
 }
 
 var transports = []transport{
-	{"rueidis", func(t testing.TB, url string, opts ...dlock.Option) *dlock.Client {
+	{"rueidis", func(t testing.TB, url string, opts ...dlock.ClientOption) *dlock.Client {
 		t.Helper()
 		c, err := dlock.Dial(context.Background(), url, opts...)
 		if err != nil {
@@ -145,7 +145,7 @@ var transports = []transport{
 		t.Cleanup(func() { c.Close() })
 		return c
 	}},
-	{"goredis", func(t testing.TB, url string, opts ...dlock.Option) *dlock.Client {
+	{"goredis", func(t testing.TB, url string, opts ...dlock.ClientOption) *dlock.Client {
 		t.Helper()
 		o, err := redis.ParseURL(url)
 		if err != nil {

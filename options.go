@@ -33,9 +33,26 @@ const (
 	MinTokenRetention = time.Second
 )
 
-// Option configures a Client (as the default for all of its locks) or one lock (Mutex, Do),
-// where it overrides the Client's default.
+// Option configures one lock (Mutex, Do): its lease, label, wait bound and replica
+// acknowledgement. Passed to Dial, New, DialQuorum or NewQuorum, it sets the default of every
+// lock of that client, which a lock's own options override.
 type Option func(*options)
+
+// ClientOption configures a Client: Dial, New, DialQuorum and NewQuorum take them. Every
+// Option is also a ClientOption (the client's default for its locks); the options that only
+// make sense for a whole client (WithPrefix, WithTLSConfig, WithCAFile, WithLogger,
+// WithUnsafeEviction, WithTokenRetention) are ClientOptions alone, so passing one to a lock
+// does not compile.
+type ClientOption interface {
+	applyClient(*options)
+}
+
+func (f Option) applyClient(o *options) { f(o) }
+
+// clientOnly is a ClientOption that is not an Option.
+type clientOnly func(*options)
+
+func (f clientOnly) applyClient(o *options) { f(o) }
 
 type options struct {
 	ttl       time.Duration
@@ -61,6 +78,15 @@ func (o options) with(opts []Option) options {
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
+		}
+	}
+	return o
+}
+
+func (o options) withClient(opts []ClientOption) options {
+	for _, opt := range opts {
+		if opt != nil {
+			opt.applyClient(&o)
 		}
 	}
 	return o
@@ -93,17 +119,23 @@ func WithoutRenewal() Option {
 	return func(o *options) { o.renew = false }
 }
 
-// WithPrefix sets the prefix of every key and channel, so that several applications can share
-// one server. It must not contain '{' or '}' (the lock name is the cluster hash tag).
-// The default is DefaultPrefix ("dlock:").
-func WithPrefix(prefix string) Option {
-	return func(o *options) {
+// WithPrefix sets the prefix of every key and channel of the client, so that several
+// applications can share one server. It must not be empty (the keys would mix with the
+// application's own) nor contain '{' or '}' (the lock name is the cluster hash tag). Inspect,
+// List and the dlock command (--key-prefix) see the locks of one prefix at a time. The default
+// is DefaultPrefix ("dlock:").
+func WithPrefix(prefix string) ClientOption {
+	return clientOnly(func(o *options) {
+		if prefix == "" {
+			o.fail(fmt.Errorf("%w: empty prefix (lock keys would mix with the application's own keys)", ErrInvalid))
+			return
+		}
 		if strings.ContainsAny(prefix, "{}") {
 			o.fail(fmt.Errorf("%w: prefix %q contains '{' or '}'", ErrInvalid, prefix))
 			return
 		}
 		o.prefix = prefix
-	}
+	})
 }
 
 // WithLabel adds a free-form label to the holder description stored with each lock this
@@ -139,21 +171,21 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // WithTLSConfig makes Dial and DialQuorum connect with TLS using cfg, whatever the URL's scheme
 // (with a rediss:// URL and no TLS option, the system's root certificates verify the server).
 // New and NewQuorum ignore it: configure TLS on the client you pass them.
-func WithTLSConfig(cfg *tls.Config) Option {
-	return func(o *options) {
+func WithTLSConfig(cfg *tls.Config) ClientOption {
+	return clientOnly(func(o *options) {
 		if cfg == nil {
 			o.fail(fmt.Errorf("%w: nil TLS config", ErrInvalid))
 			return
 		}
 		o.tlsConfig = cfg
-	}
+	})
 }
 
 // WithCAFile makes Dial and DialQuorum connect with TLS and verify the server's certificate
 // against the PEM certificates in path (a private CA) instead of the system's roots.
 // New and NewQuorum ignore it.
-func WithCAFile(path string) Option {
-	return func(o *options) {
+func WithCAFile(path string) ClientOption {
+	return clientOnly(func(o *options) {
 		pem, err := os.ReadFile(path)
 		if err != nil {
 			o.fail(fmt.Errorf("%w: CA file: %v", ErrInvalid, err))
@@ -165,7 +197,7 @@ func WithCAFile(path string) Option {
 			return
 		}
 		o.tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	}
+	})
 }
 
 func checkName(name string) error {
@@ -191,22 +223,22 @@ func drift(ttl time.Duration) time.Duration {
 // is unsafe: an evicted lock can be taken by a second client while its holder still believes it
 // holds it, so mutual exclusion then rests on fencing tokens alone (see the package
 // documentation). A Client option; the default is to refuse.
-func WithUnsafeEviction() Option {
-	return func(o *options) { o.evictOK = true }
+func WithUnsafeEviction() ClientOption {
+	return clientOnly(func(o *options) { o.evictOK = true })
 }
 
 // WithLogger sets where the client logs what its caller cannot see from return values: a
 // server that can evict lock keys (with WithUnsafeEviction), and one that stops or starts doing
 // so while the client runs. It never logs an owner secret or a password. A Client option; the
 // default is slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) {
+func WithLogger(l *slog.Logger) ClientOption {
+	return clientOnly(func(o *options) {
 		if l == nil {
 			o.fail(fmt.Errorf("%w: nil logger", ErrInvalid))
 			return
 		}
 		o.logger = l
-	}
+	})
 }
 
 // WithTokenRetention sets how long a released lock keeps its last fencing token on the server
@@ -215,14 +247,14 @@ func WithLogger(l *slog.Logger) Option {
 // servers' clocks differ by less than it). Shorter saves memory where many distinct names are
 // locked once each; longer tolerates larger clock steps. A Client option; the default is
 // DefaultTokenRetention (1 minute), the minimum MinTokenRetention (1 second).
-func WithTokenRetention(d time.Duration) Option {
-	return func(o *options) {
+func WithTokenRetention(d time.Duration) ClientOption {
+	return clientOnly(func(o *options) {
 		if d < MinTokenRetention {
 			o.fail(fmt.Errorf("%w: token retention %v is below the minimum %v", ErrInvalid, d, MinTokenRetention))
 			return
 		}
 		o.retention = d
-	}
+	})
 }
 
 // WithWait bounds how long Lock and Do wait for the lock (not how long the lock is then held:

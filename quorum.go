@@ -20,8 +20,8 @@ import (
 // A majority of urls must be reachable now; the others are dialled again, at most once a
 // second, when a call needs them. Use an odd number of servers, typically 5. The fencing
 // token guarantee in quorum mode is weaker than on one server: see the package documentation.
-func DialQuorum(ctx context.Context, urls []string, opts ...Option) (*Client, error) {
-	o := defaultOptions().with(opts)
+func DialQuorum(ctx context.Context, urls []string, opts ...ClientOption) (*Client, error) {
+	o := defaultOptions().withClient(opts)
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -84,13 +84,13 @@ const minQuorum = 3
 
 // NewQuorum returns a quorum Client (see DialQuorum) over conns, one per independent Redis
 // master, made by the rueidisconn or goredisconn adapters. Close does not close them.
-func NewQuorum(conns []Conn, opts ...Option) (*Client, error) {
+func NewQuorum(conns []Conn, opts ...ClientOption) (*Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), newCheckTimeout)
 	defer cancel()
 	return newQuorumClient(ctx, conns, false, opts)
 }
 
-func newQuorumClient(ctx context.Context, conns []Conn, own bool, opts []Option) (*Client, error) {
+func newQuorumClient(ctx context.Context, conns []Conn, own bool, opts []ClientOption) (*Client, error) {
 	if len(conns) < minQuorum {
 		return nil, fmt.Errorf("%w: a quorum needs at least %d servers, got %d (use New for one)", ErrInvalid, minQuorum, len(conns))
 	}
@@ -105,7 +105,7 @@ func newQuorumClient(ctx context.Context, conns []Conn, own bool, opts []Option)
 			seen[a] = true
 		}
 	}
-	o := defaultOptions().with(opts)
+	o := defaultOptions().withClient(opts)
 	if o.err != nil {
 		return nil, o.err
 	}

@@ -159,7 +159,7 @@ func TestLostSignal_PartitionedHolder(t *testing.T) {
 	needShared(t)
 	// Also through a go-redis client left at its defaults, whose calls ignore context
 	// deadlines: the renewal loop must keep its deadlines anyway.
-	plain := transport{"goredis-default-timeouts", func(t testing.TB, url string, opts ...dlock.Option) *dlock.Client {
+	plain := transport{"goredis-default-timeouts", func(t testing.TB, url string, opts ...dlock.ClientOption) *dlock.Client {
 		o, err := redis.ParseURL(url)
 		if err != nil {
 			t.Fatal(err)

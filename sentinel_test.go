@@ -18,9 +18,9 @@ import (
 // sentinelTransports make clients that find the master through the Sentinels.
 var sentinelTransports = []struct {
 	name string
-	dial func(t testing.TB, g *redistest.SentinelGroup, opts ...dlock.Option) *dlock.Client
+	dial func(t testing.TB, g *redistest.SentinelGroup, opts ...dlock.ClientOption) *dlock.Client
 }{
-	{"rueidis-url", func(t testing.TB, g *redistest.SentinelGroup, opts ...dlock.Option) *dlock.Client {
+	{"rueidis-url", func(t testing.TB, g *redistest.SentinelGroup, opts ...dlock.ClientOption) *dlock.Client {
 		t.Helper()
 		c, err := dlock.Dial(context.Background(), g.URL(), opts...)
 		if err != nil {
@@ -29,7 +29,7 @@ var sentinelTransports = []struct {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}},
-	{"rueidis", func(t testing.TB, g *redistest.SentinelGroup, opts ...dlock.Option) *dlock.Client {
+	{"rueidis", func(t testing.TB, g *redistest.SentinelGroup, opts ...dlock.ClientOption) *dlock.Client {
 		t.Helper()
 		cn, err := rueidisconn.DialOptions(context.Background(), rueidis.ClientOption{
 			InitAddress: g.SentinelAddrs(),
@@ -48,7 +48,7 @@ var sentinelTransports = []struct {
 		})
 		return c
 	}},
-	{"goredis", func(t testing.TB, g *redistest.SentinelGroup, opts ...dlock.Option) *dlock.Client {
+	{"goredis", func(t testing.TB, g *redistest.SentinelGroup, opts ...dlock.ClientOption) *dlock.Client {
 		t.Helper()
 		rc := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName:            g.MasterName(),

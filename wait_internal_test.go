@@ -59,12 +59,12 @@ func isLive(e *engine, channel string, live bool) func(context.Context) error {
 
 // privateServer starts a redis-server for one test and returns it, a context that ends with
 // the test (30 s at most) and a dial function whose clients close when the test ends.
-func privateServer(t *testing.T) (*redistest.Server, context.Context, func(...Option) *Client) {
+func privateServer(t *testing.T) (*redistest.Server, context.Context, func(...ClientOption) *Client) {
 	t.Helper()
 	s := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	dial := func(opts ...Option) *Client {
+	dial := func(opts ...ClientOption) *Client {
 		t.Helper()
 		c, err := Dial(ctx, s.URL(), opts...)
 		if err != nil {

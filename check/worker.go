@@ -262,7 +262,7 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	var client *dlock.Client
 	var err error
-	opts := []dlock.Option{dlock.WithTTL(conf.TTL), dlock.WithLogger(slog.New(slog.NewTextHandler(logWriter{log}, nil)))}
+	opts := []dlock.ClientOption{dlock.WithTTL(conf.TTL), dlock.WithLogger(slog.New(slog.NewTextHandler(logWriter{log}, nil)))}
 	if conf.UnsafeEviction {
 		opts = append(opts, dlock.WithUnsafeEviction())
 	}

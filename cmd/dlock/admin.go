@@ -53,10 +53,10 @@ func (f *serverFlags) serverURL() string {
 }
 
 // dial connects; on failure it prints one line and returns the exit code (see errCode).
-func (f *serverFlags) dial(ctx context.Context, std *stdio, cmd string, opts ...dlock.Option) (*dlock.Client, int) {
+func (f *serverFlags) dial(ctx context.Context, std *stdio, cmd string, opts ...dlock.ClientOption) (*dlock.Client, int) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	opts = append([]dlock.Option{dlock.WithPrefix(f.keyPrefix)}, opts...)
+	opts = append([]dlock.ClientOption{dlock.WithPrefix(f.keyPrefix)}, opts...)
 	c, err := dlock.Dial(dctx, f.serverURL(), opts...)
 	if err != nil {
 		return nil, report(std, cmd, err)
