@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -147,6 +148,23 @@ func contenderByName(name string) *contender {
 		}
 	}
 	return nil
+}
+
+// openNamed opens the contender called name on addrs: a contender of one server (contenders)
+// when there is one address, a quorum contender (quorumContenders) when there are several.
+func openNamed(ctx context.Context, name string, addrs []string, ttl time.Duration) (client, error) {
+	if len(addrs) == 1 {
+		if c := contenderByName(name); c != nil {
+			return c.open(ctx, addrs[0], ttl)
+		}
+	} else {
+		for _, c := range quorumContenders {
+			if c.name == name {
+				return c.open(ctx, addrs, ttl)
+			}
+		}
+	}
+	return nil, fmt.Errorf("no contender %q for %d servers", name, len(addrs))
 }
 
 // --- dlock
