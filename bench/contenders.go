@@ -147,6 +147,11 @@ func contenderByName(name string) *contender {
 			return c
 		}
 	}
+	for _, c := range clientsOnly {
+		if c.name == name {
+			return c
+		}
+	}
 	return nil
 }
 
@@ -226,14 +231,18 @@ type redislockClient struct {
 	rdb *redis.Client
 	c   *redislock.Client
 	ttl time.Duration
+	// retry makes the retry strategy of one Obtain (nil: exponential, 16 ms to 256 ms).
+	retry func() redislock.RetryStrategy
 }
 
 func (r *redislockClient) mutex(name string) lockFunc {
 	return func(ctx context.Context) (func(context.Context) error, error) {
 		// The strategy counts attempts: a new one per Obtain.
-		l, err := r.c.Obtain(ctx, name, r.ttl, &redislock.Options{
-			RetryStrategy: redislock.ExponentialBackoff(16*time.Millisecond, 256*time.Millisecond),
-		})
+		retry := redislock.ExponentialBackoff(16*time.Millisecond, 256*time.Millisecond)
+		if r.retry != nil {
+			retry = r.retry()
+		}
+		l, err := r.c.Obtain(ctx, name, r.ttl, &redislock.Options{RetryStrategy: retry})
 		if err != nil {
 			return nil, err
 		}
