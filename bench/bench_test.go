@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -147,8 +148,11 @@ func TestClientsHelpers(t *testing.T) {
 		t.Errorf("linear ramp: %v", got)
 	}
 	s := shortAddrs(`lock "x" on quorum of 5 [127.0.0.1:1 127.0.0.1:22 127.0.0.1:333]: 127.0.0.1:4444: refused`)
-	if want := `lock "x" on quorum of 5 …: …: refused`; s != want {
+	if want := `lock on quorum of 5 …: …: refused`; s != want {
 		t.Errorf("shortAddrs: %q, want %q", s, want)
+	}
+	if s := oneLine(errors.New(strings.Repeat("é", 130))); s != strings.Repeat("é", 120)+"…" {
+		t.Errorf("oneLine cut inside a character: %q", s)
 	}
 	if s := msText(time.Millisecond); s != "1 ms" {
 		t.Errorf("msText: %q", s)

@@ -478,7 +478,7 @@ func measureClients(srv *server, cfg config) (string, bool) {
 			sorted := slices.Clone(tries)
 			slices.SortFunc(sorted, func(a, b frozenTry) int { return compareInt(int64(a.took), int64(b.took)) })
 			mid := sorted[len(sorted)/2]
-			returned := oneLine(errors.New(shortAddrs(fmt.Sprint(mid.err))))
+			returned := errCell(mid.err)
 			switch {
 			case mid.err == nil:
 				returned = "**acquired** (with a majority frozen)"
@@ -505,8 +505,24 @@ func measureClients(srv *server, cfg config) (string, bool) {
 // loopbackAddr is a server address as the errors give it.
 var loopbackAddr = regexp.MustCompile(`\[?127\.0\.0\.1:\d+( 127\.0\.0\.1:\d+)*\]?`)
 
-// shortAddrs replaces the servers' addresses (ports change from run to run) in s by "…".
-func shortAddrs(s string) string { return loopbackAddr.ReplaceAllString(s, "…") }
+// shortAddrs replaces the servers' addresses (ports change from run to run) in s by "…", and
+// drops the lock's name, so that what a TryLock returned fits a table cell.
+func shortAddrs(s string) string {
+	s = lockName.ReplaceAllString(s, "lock")
+	return loopbackAddr.ReplaceAllString(s, "…")
+}
+
+var lockName = regexp.MustCompile(`lock "[^"]*"`)
+
+// errCell is err on one line for a table cell: addresses shortened, at most 200 characters.
+func errCell(err error) string {
+	s := strings.Join(strings.Fields(shortAddrs(fmt.Sprint(err))), " ")
+	s = strings.ReplaceAll(s, "|", "/")
+	if r := []rune(s); len(r) > 200 {
+		s = string(r[:200]) + "…"
+	}
+	return s
+}
 
 // msText writes d in milliseconds with a space ("1 ms"), as the docs do.
 func msText(d time.Duration) string { return fmt.Sprintf("%g ms", ms(d)) }
