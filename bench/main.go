@@ -68,12 +68,12 @@ func defaultConfig(quick bool) config {
 		reps:                  3,
 		scenarios:             []int{1, 2, 3, 4, 5, 6, 7},
 		uncontendedGoroutines: []int{1, 16, 64},
-		uncontendedDuration:   800 * time.Millisecond,
-		warmUp:                150 * time.Millisecond,
+		uncontendedDuration:   500 * time.Millisecond,
+		warmUp:                100 * time.Millisecond,
 		pairTimeout:           5 * time.Second,
-		hotDuration:           1500 * time.Millisecond,
-		hotProcsDuration:      1200 * time.Millisecond,
-		redlockDuration:       time.Second,
+		hotDuration:           time.Second,
+		hotProcsDuration:      time.Second,
+		redlockDuration:       700 * time.Millisecond,
 		renewalLeases:         []int{10_000, 100_000},
 		renewalTTL:            3 * time.Second,
 		renewalPeriods:        3,
@@ -99,7 +99,7 @@ func defaultConfig(quick bool) config {
 		c.crashTTL = 500 * time.Millisecond
 		c.crashHold = 100 * time.Millisecond
 		c.clientsDuration = 400 * time.Millisecond
-		c.frozenTTLs = []time.Duration{time.Second, 3 * time.Second}
+		c.frozenTTLs = []time.Duration{time.Second, 2 * time.Second}
 		c.frozenTries = 1
 	}
 	return c
