@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -9,8 +10,8 @@ import (
 	"time"
 )
 
-// TestMain lets the test binary play the worker processes of scenario 3 and the crash-test holder
-// of scenario 6, as the bench binary does.
+// TestMain lets the test binary play the worker processes of scenarios 3 and 7 and the crash-test
+// holder of scenario 6, as the bench binary does.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == holderFlag {
 		os.Exit(runHolder(os.Args[2:]))
@@ -40,6 +41,9 @@ func TestHarness(t *testing.T) {
 	cfg.renewalAcquire = 10 * time.Second
 	cfg.crashTTL = 300 * time.Millisecond
 	cfg.crashHold = 50 * time.Millisecond
+	cfg.clientsDuration = 600 * time.Millisecond // ten processes dialling and contending from cold, as for scenario 3
+	cfg.frozenTTLs = []time.Duration{500 * time.Millisecond}
+	cfg.frozenTries = 1
 	cfg.log = io.Discard
 	cfg.plotDir = t.TempDir()
 	cfg.plotLink = "img/" + plotFile
@@ -51,7 +55,9 @@ func TestHarness(t *testing.T) {
 	if !ok {
 		t.Fatal("a measurement failed or mutual exclusion was broken")
 	}
-	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact"} {
+	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
+		"### 7.", "| 1 server, 10 clients × 1, 1 ms held | redislock, 1–10 ms linear |", "| 5 servers, 1 client × 10, empty | dlock quorum (rueidis) |",
+		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -129,5 +135,29 @@ func TestOverlaps(t *testing.T) {
 	}
 	if n := overlaps([]hold{{token: 5, acquired: 1, released: 2}, {token: 5, acquired: 3, released: 4}}, true); n != 1 {
 		t.Errorf("repeated token: %d overlaps, want 1", n)
+	}
+}
+
+func TestClientsHelpers(t *testing.T) {
+	r := &linearRamp{step: time.Millisecond, max: 10 * time.Millisecond}
+	var got []time.Duration
+	for range 12 {
+		got = append(got, r.NextBackoff())
+	}
+	if got[0] != time.Millisecond || got[4] != 5*time.Millisecond || got[9] != 10*time.Millisecond || got[11] != 10*time.Millisecond {
+		t.Errorf("linear ramp: %v", got)
+	}
+	s := shortAddrs(`lock "x" on quorum of 5 [127.0.0.1:1 127.0.0.1:22 127.0.0.1:333]: 127.0.0.1:4444: refused`)
+	if want := `lock on quorum of 5 …: …: refused`; s != want {
+		t.Errorf("shortAddrs: %q, want %q", s, want)
+	}
+	if s := oneLine(errors.New(strings.Repeat("é", 130))); s != strings.Repeat("é", 120)+"…" {
+		t.Errorf("oneLine cut inside a character: %q", s)
+	}
+	if s := msText(time.Millisecond); s != "1 ms" {
+		t.Errorf("msText: %q", s)
+	}
+	if r := aggregateClients([]hotProcsResult{{hotResult: hotResult{handoffs: 100, elapsed: time.Second, waitP99: 90 * time.Millisecond}}}, 10); r.p99Fair != 1 {
+		t.Errorf("p99 ÷ fair share: %v, want 1 (9 other holds of 10 ms each)", r.p99Fair)
 	}
 }

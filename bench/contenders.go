@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -146,7 +147,29 @@ func contenderByName(name string) *contender {
 			return c
 		}
 	}
+	for _, c := range clientsOnly {
+		if c.name == name {
+			return c
+		}
+	}
 	return nil
+}
+
+// openNamed opens the contender called name on addrs: a contender of one server (contenders)
+// when there is one address, a quorum contender (quorumContenders) when there are several.
+func openNamed(ctx context.Context, name string, addrs []string, ttl time.Duration) (client, error) {
+	if len(addrs) == 1 {
+		if c := contenderByName(name); c != nil {
+			return c.open(ctx, addrs[0], ttl)
+		}
+	} else {
+		for _, c := range quorumContenders {
+			if c.name == name {
+				return c.open(ctx, addrs, ttl)
+			}
+		}
+	}
+	return nil, fmt.Errorf("no contender %q for %d servers", name, len(addrs))
 }
 
 // --- dlock
@@ -208,14 +231,18 @@ type redislockClient struct {
 	rdb *redis.Client
 	c   *redislock.Client
 	ttl time.Duration
+	// retry makes the retry strategy of one Obtain (nil: exponential, 16 ms to 256 ms).
+	retry func() redislock.RetryStrategy
 }
 
 func (r *redislockClient) mutex(name string) lockFunc {
 	return func(ctx context.Context) (func(context.Context) error, error) {
 		// The strategy counts attempts: a new one per Obtain.
-		l, err := r.c.Obtain(ctx, name, r.ttl, &redislock.Options{
-			RetryStrategy: redislock.ExponentialBackoff(16*time.Millisecond, 256*time.Millisecond),
-		})
+		retry := redislock.ExponentialBackoff(16*time.Millisecond, 256*time.Millisecond)
+		if r.retry != nil {
+			retry = r.retry()
+		}
+		l, err := r.c.Obtain(ctx, name, r.ttl, &redislock.Options{RetryStrategy: retry})
 		if err != nil {
 			return nil, err
 		}

@@ -15,8 +15,8 @@ import (
 	"time"
 )
 
-// workerFlag re-executes this binary as one process of scenario 3: it opens a client, says
-// "ready", waits for "go" on stdin, runs its goroutines on the hot name and prints its holds.
+// workerFlag re-executes this binary as one process of scenarios 3 and 7: it opens a client,
+// says "ready", waits for "go" on stdin, runs its goroutines on the hot name and prints its holds.
 const workerFlag = "__hot-worker"
 
 const (
@@ -36,7 +36,9 @@ type hold struct {
 	counted  bool  // began before the end of the measured window
 }
 
-// runWorker is the body of a worker process. Args: CONTENDER ADDR NAME DURATION GOROUTINES PROC.
+// runWorker is the body of a worker process. Args: CONTENDER ADDRS NAME DURATION GOROUTINES PROC
+// HOLD. ADDRS is one address, or several separated by commas for a quorum contender (scenario
+// 4's list); HOLD is how long each hold lasts (a sleep inside the critical section; 0: empty).
 func runWorker(args []string) int {
 	// A worker never outlives its parent's interest: bound its whole life.
 	time.AfterFunc(2*time.Minute, func() { os.Exit(4) })
@@ -46,18 +48,18 @@ func runWorker(args []string) int {
 		fmt.Fprintln(out, "error:", oneLine(err))
 		return 1
 	}
-	if len(args) != 6 {
-		return fail(errors.New("usage: __hot-worker CONTENDER ADDR NAME DURATION GOROUTINES PROC"))
+	if len(args) != 7 {
+		return fail(errors.New("usage: __hot-worker CONTENDER ADDRS NAME DURATION GOROUTINES PROC HOLD"))
 	}
-	c := contenderByName(args[0])
 	d, err1 := time.ParseDuration(args[3])
 	g, err2 := strconv.Atoi(args[4])
 	proc, err3 := strconv.Atoi(args[5])
-	if c == nil || err1 != nil || err2 != nil || err3 != nil {
+	cs, err4 := time.ParseDuration(args[6])
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return fail(errors.New("bad arguments"))
 	}
 	octx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	cl, err := c.open(octx, args[1], 10*time.Second)
+	cl, err := openNamed(octx, args[0], strings.Split(args[1], ","), 10*time.Second)
 	cancel()
 	if err != nil {
 		return fail(err)
@@ -118,6 +120,9 @@ func runWorker(args []string) int {
 					break
 				}
 				held := time.Now()
+				if cs > 0 {
+					time.Sleep(cs)
+				}
 				rel := time.Now()
 				uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
 				err = unlock(uctx)
@@ -167,6 +172,26 @@ type hotProcsResult struct {
 // runMultiProc starts hotProcs worker processes of hotProcGoroutines goroutines each on one name,
 // starts them together, merges their holds and checks that no two overlap in time.
 func runMultiProc(srv *server, c *contender, d time.Duration, name string) hotProcsResult {
+	return runProcs(procsRun{contender: c.name, addrs: []string{srv.Addr}, procs: hotProcs, goroutines: hotProcGoroutines,
+		d: d, name: name, byToken: c.kind == kindDlock})
+}
+
+// procsRun is one multi-process measurement on one name.
+type procsRun struct {
+	contender         string   // a name in contenders (one address) or quorumContenders (several)
+	addrs             []string // the servers
+	procs, goroutines int      // worker processes, goroutines in each
+	d                 time.Duration
+	hold              time.Duration // time inside the critical section (0: empty)
+	name              string        // the lock name
+	byToken           bool          // order the holds by fencing token (dlock on one server)
+}
+
+// runProcs starts run.procs worker processes of run.goroutines goroutines each on one name,
+// starts them together, merges their holds and checks that no two overlap in time. Least
+// served, Jain's index and "to another" are over all run.procs × run.goroutines goroutines.
+func runProcs(run procsRun) hotProcsResult {
+	d := run.d
 	exe, err := os.Executable()
 	if err != nil {
 		return hotProcsResult{hotResult: hotResult{err: err}}
@@ -186,8 +211,9 @@ func runMultiProc(srv *server, c *contender, d time.Duration, name string) hotPr
 		}
 	}()
 	fail := func(err error) hotProcsResult { return hotProcsResult{hotResult: hotResult{err: err}} }
-	for p := 0; p < hotProcs; p++ {
-		cmd := exec.Command(exe, workerFlag, c.name, srv.Addr, name, d.String(), strconv.Itoa(hotProcGoroutines), strconv.Itoa(p))
+	for p := 0; p < run.procs; p++ {
+		cmd := exec.Command(exe, workerFlag, run.contender, strings.Join(run.addrs, ","), run.name, d.String(),
+			strconv.Itoa(run.goroutines), strconv.Itoa(p), run.hold.String())
 		cmd.SysProcAttr = childAttr()
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
@@ -256,14 +282,14 @@ func runMultiProc(srv *server, c *contender, d time.Duration, name string) hotPr
 		}
 	}
 	r := hotProcsResult{hotResult: hotResult{err: first, elapsed: d}, holdsChecked: len(all)}
-	r.overlaps = overlaps(all, c.kind == kindDlock)
+	r.overlaps = overlaps(all, run.byToken)
 	// Handoffs to another goroutine: in acquisition order over all processes.
 	slices.SortFunc(all, func(a, b hold) int { return compareInt(a.acquired, b.acquired) })
-	counts := make([]int64, hotProcs*hotProcGoroutines)
+	counts := make([]int64, run.procs*run.goroutines)
 	var waits []time.Duration
 	prev := -1
 	for _, h := range all {
-		id := h.proc*hotProcGoroutines + h.g
+		id := h.proc*run.goroutines + h.g
 		if h.counted {
 			counts[id]++
 			waits = append(waits, time.Duration(h.wait))

@@ -47,10 +47,14 @@ type config struct {
 	// Scenario 6 (crash_recovery.go).
 	crashTTL  time.Duration
 	crashHold time.Duration // how long after acquiring the holder is killed
-	log       io.Writer
-	fig       *figures // filled by scenarios 1 and 2 for the plot
-	plotDir   string   // where to write the plot ("" = no plot)
-	plotLink  string   // the plot's path as the markdown links it
+	// Scenario 7 (clients.go).
+	clientsDuration time.Duration   // per measurement
+	frozenTTLs      []time.Duration // the TTLs of the frozen-majority TryLock case
+	frozenTries     int             // TryLocks per contender and TTL
+	log             io.Writer
+	fig             *figures // filled by scenarios 1 and 2 for the plot
+	plotDir         string   // where to write the plot ("" = no plot)
+	plotLink        string   // the plot's path as the markdown links it
 }
 
 func (c config) logf(format string, args ...any) {
@@ -62,20 +66,23 @@ func (c config) logf(format string, args ...any) {
 func defaultConfig(quick bool) config {
 	c := config{
 		reps:                  3,
-		scenarios:             []int{1, 2, 3, 4, 5, 6},
+		scenarios:             []int{1, 2, 3, 4, 5, 6, 7},
 		uncontendedGoroutines: []int{1, 16, 64},
-		uncontendedDuration:   800 * time.Millisecond,
-		warmUp:                150 * time.Millisecond,
+		uncontendedDuration:   500 * time.Millisecond,
+		warmUp:                100 * time.Millisecond,
 		pairTimeout:           5 * time.Second,
-		hotDuration:           1500 * time.Millisecond,
-		hotProcsDuration:      1200 * time.Millisecond,
-		redlockDuration:       time.Second,
+		hotDuration:           time.Second,
+		hotProcsDuration:      time.Second,
+		redlockDuration:       700 * time.Millisecond,
 		renewalLeases:         []int{10_000, 100_000},
 		renewalTTL:            3 * time.Second,
 		renewalPeriods:        3,
 		renewalAcquire:        20 * time.Second,
 		crashTTL:              time.Second,
 		crashHold:             200 * time.Millisecond,
+		clientsDuration:       3 * time.Second,
+		frozenTTLs:            []time.Duration{3 * time.Second, 30 * time.Second},
+		frozenTries:           3,
 		log:                   os.Stderr,
 	}
 	if quick {
@@ -91,6 +98,9 @@ func defaultConfig(quick bool) config {
 		c.renewalAcquire = 8 * time.Second
 		c.crashTTL = 500 * time.Millisecond
 		c.crashHold = 100 * time.Millisecond
+		c.clientsDuration = 400 * time.Millisecond
+		c.frozenTTLs = []time.Duration{time.Second, 2 * time.Second}
+		c.frozenTries = 1
 	}
 	return c
 }
@@ -109,7 +119,7 @@ func run(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
 	reps := fs.Int("reps", 0, "repetitions per measurement, the tables give medians (default: 3, or 1 with --quick)")
-	scen := fs.String("scenarios", "1,2,3,4,5,6", "comma-separated scenarios to run (1 to 6)")
+	scen := fs.String("scenarios", "1,2,3,4,5,6,7", "comma-separated scenarios to run (1 to 7)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
@@ -130,8 +140,8 @@ func run(args []string, stdout io.Writer) int {
 	cfg.scenarios = nil
 	for _, f := range strings.Split(*scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 6 {
-			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 6)\n", f)
+		if err != nil || n < 1 || n > 7 {
+			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 7)\n", f)
 			return 2
 		}
 		cfg.scenarios = append(cfg.scenarios, n)
@@ -250,6 +260,8 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 			out, sok = measureRenewalCost(srv, cfg)
 		case 6:
 			out, sok = measureCrashRecovery(srv, cfg)
+		case 7:
+			out, sok = measureClients(srv, cfg)
 		}
 		b.WriteString("\n" + out)
 		ok = ok && sok
@@ -313,7 +325,7 @@ func header(cfg config, command string, start time.Time, loadBefore, loadAfter s
 		"Measured by the separate `bench/` module against a private `redis-server` on loopback that it "+
 		"starts itself; client and server share the machine. Medians of %d repetitions (%s mode); "+
 		"\"× best peer\" divides by the best of redsync, redislock and rueidislock in the same table. "+
-		"Scenario 4 (Redlock) runs against 5 more private servers.\n\n"+
+		"Scenario 4 (Redlock) and scenario 7's quorum cases run against 5 more private servers each.\n\n"+
 		"**Command:** %s\n**Machine:** %s\n**Run:** started %s%s\n**Load average** (1, 5, 15 min, `/proc/loadavg`; the machine is shared): %s before the run, %s after it\n",
 		cfg.reps, mode, strings.TrimSpace(command), machine(), start.UTC().Format("2006-01-02 15:04 MST"), gitCommit(), loadBefore, loadAfter)
 }

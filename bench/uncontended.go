@@ -302,8 +302,8 @@ func oneLine(err error) string {
 	}
 	s := strings.ReplaceAll(err.Error(), "\n", " ")
 	s = strings.ReplaceAll(s, "|", "/")
-	if len(s) > 120 {
-		s = s[:120] + "…"
+	if r := []rune(s); len(r) > 120 {
+		s = string(r[:120]) + "…" // cut between characters, not inside one
 	}
 	return s
 }
