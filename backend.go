@@ -103,6 +103,9 @@ type renewed struct {
 	ok  bool
 	err error
 	on  uint64 // quorum mode: the servers that renewed it
+	// released: not ok because the server holds the lock released (renew.lua's -1): someone
+	// other than the holder released it, an administrator's ForceUnlock.
+	released bool
 }
 
 // round is one renewal round: background releases, lease renewals, queue entry refreshes.

@@ -31,6 +31,8 @@ type quorum struct {
 
 	latency atomic.Int64 // ns: a moving average of the servers' answer times
 
+	ev *observer // reports the servers' errors (observe.go); set by the client
+
 	bg      sync.WaitGroup  // calls still running on slow servers after a decision was reached
 	closing context.Context // cancelled by close: abandons those calls
 	halt    context.CancelFunc
@@ -158,6 +160,9 @@ func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.
 			}
 			if r.res[0].Err == nil {
 				q.observe(time.Since(sent))
+			}
+			if q.ev != nil && cctx.Err() == nil {
+				q.nodeErrors(n.Addr(), calls, r.res)
 			}
 			ch <- r
 		}()
@@ -444,6 +449,7 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 	}
 	yes, no := make([]int, items), make([]int, items)
 	on := make([]uint64, items)
+	freed := make([]bool, items) // a server answered renew.lua's "released" for the lease
 	failed := make([]int, len(calls)) // servers whose answer to call c is an error
 	callOf := make([]int, items)
 	for c, sp := range spans {
@@ -482,6 +488,11 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 					oks = []bool{rel.owned}
 				case 1:
 					oks, err = readRenew(x.Ints, sp.to-sp.from)
+					for k, v := range x.Ints {
+						if err == nil && v == renewReleased {
+							freed[sp.from+k] = true
+						}
+					}
 				default:
 					oks, err = readQueue(x.Ints, sp.to-sp.from)
 				}
@@ -522,6 +533,7 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 			case yes[k] >= q.need:
 				(*out)[idx].ok = true
 			case no[k] >= n-q.need+1: // a majority refused: lost, or gone
+				(*out)[idx].released = freed[k]
 			default:
 				(*out)[idx].err = undecided()
 			}
@@ -843,5 +855,20 @@ func (q *quorum) observe(d time.Duration) {
 		if q.latency.CompareAndSwap(old, next) {
 			return
 		}
+	}
+}
+
+// nodeErrors reports the first error of one server's answer to calls, if any.
+func (q *quorum) nodeErrors(addr string, calls []conn.Call, res []conn.Result) {
+	for i, r := range res {
+		if r.Err == nil {
+			continue
+		}
+		op := "WAIT"
+		if i < len(calls) && calls[i].Script != nil {
+			op = calls[i].Script.Name
+		}
+		q.ev.nodeError(addr, op, r.Err)
+		return
 	}
 }

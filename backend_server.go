@@ -171,6 +171,7 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 				res.leases[idx].err = errNotAcked // renewed on the master only: try again
 			default:
 				res.leases[idx].ok = flags[k]
+				res.leases[idx].released = oks[k] == renewReleased
 			}
 		}
 	}

@@ -54,6 +54,10 @@ type engine struct {
 	waits   *waitQueues
 	notices *notifier
 	guard   *evictionGuard
+	// ev reports the client's events (observe.go); obs is ev when someone listens to the
+	// frequent ones (acquisitions, waits, releases), else nil: one branch on the fast paths.
+	ev  *observer
+	obs *observer
 
 	ownerID  string // 128 random bits; each lease's secret is ownerID + a sequence number
 	clientID string // 64 random bits, public: names this client's queue entries
@@ -154,8 +158,17 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 		clientID: hex.EncodeToString(secret[16:]),
 		done:     make(chan struct{}),
 	}
+	e.ev = newObserver(logger, o.observers)
+	if e.ev.hot() {
+		e.obs = e.ev
+	}
+	if qb, ok := b.(*quorum); ok {
+		qb.ev = e.ev
+	}
 	e.renewer = newRenewer(b, guard.check)
+	e.renewer.ev = e.ev
 	e.notices = newNotifier(b.listen, e.granted)
+	e.notices.ev = e.ev
 	e.waits = newWaitQueues(e.notices)
 	e.renewer.entryGone = e.waits.entryGone
 	c := &Client{e: e, opts: o, meta: holderMeta(o.label)}

@@ -55,12 +55,17 @@ type leaseState struct {
 	// owned by the renewer, under renewer.mu
 	idx int   // index in the renewer's heap, -1 when not in it
 	due int64 // mono ns of the next renewal (or, without renewal, of the deadline)
+
+	rec *leaseRecord // for the client's observer (observe.go); nil without one
 }
 
 func newLeaseState(e *engine, spec *lockSpec, parent context.Context, owner string, token uint64, sent int64) *leaseState {
 	st := &leaseState{e: e, spec: spec, owner: owner, token: token, lastSent: sent, holds: 1, parent: parent, idx: -1}
 	st.ttl.Store(int64(spec.ttl))
 	st.deadline.Store(sent + int64(spec.ttl-drift(spec.ttl)))
+	if e.obs != nil {
+		st.rec = &leaseRecord{since: mono()}
+	}
 	return st
 }
 
@@ -106,9 +111,9 @@ func (st *leaseState) lost(reason string) error {
 // planned end (ErrExpired, also ErrLost); for a renewed one, a loss.
 func (st *leaseState) runOut() error {
 	if !st.spec.renew && !st.confirm.Load() {
-		return fmt.Errorf("%w: %q: its fixed lease (WithoutRenewal) ran out (%w)", ErrExpired, st.spec.name, ErrLost)
+		return &lossError{kind: LostExpired, err: fmt.Errorf("%w: %q: its fixed lease (WithoutRenewal) ran out (%w)", ErrExpired, st.spec.name, ErrLost)}
 	}
-	return st.lost("no renewal succeeded before the lease could run out on the server")
+	return st.lostAs(LostDeadline, "no renewal succeeded before the lease could run out on the server")
 }
 
 // ending says how a lease ended.
@@ -157,6 +162,9 @@ func (st *leaseState) end(how ending, cause error) bool {
 	st.e.renewer.remove(st)
 	if how != endPassedOn {
 		st.e.waits.leaseEnded(st.spec.key, st.token)
+	}
+	if how == endLost || st.rec != nil {
+		st.e.ev.ended(st, how, cause) // log a loss; report the end to the observer
 	}
 	return true
 }
@@ -345,6 +353,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.spec.name)
 	case outs[0].err != nil:
 		return st.e.redisErr("extend", outs[0].err)
+	case outs[0].released:
+		st.end(endLost, st.lostAs(LostForceUnlocked, "Extend found it released by someone else (force-unlocked)"))
+		return st.endedErr()
 	case !outs[0].ok:
 		st.end(endLost, st.lost("Extend found it no longer held by this lease"))
 		return st.endedErr()

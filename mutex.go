@@ -93,6 +93,14 @@ func (m *Mutex) lock(ctx context.Context, wait bool) (*Lease, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
+	if o := m.e.obs; o != nil {
+		return o.lock(ctx, m, wait, func() (*Lease, error) { return m.acquire(ctx, wait) })
+	}
+	return m.acquire(ctx, wait)
+}
+
+// acquire is lock for a valid handle: re-entry, one attempt, or a wait.
+func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	e, spec := m.e, m.spec
 	if e.closed.Load() {
 		return nil, ErrClosed

@@ -46,6 +46,9 @@ type notifier struct {
 	// owned by run
 	ln     conn.Listener
 	active map[string]bool // channels subscribed on ln
+	down   bool            // the subscription dropped and has not been made again yet
+
+	ev *observer // reports the subscription dropping and coming back (observe.go)
 }
 
 func newNotifier(listen func(context.Context, conn.Handler) (conn.Listener, error), grant func(string, uint64, int)) *notifier {
@@ -200,6 +203,7 @@ func (n *notifier) run() {
 			n.refused(err)
 			n.closeListener()
 			n.wakeEveryHead()
+			n.dropped(err)
 		}
 		if d := n.nextExpiry(); d >= 0 {
 			expire.Reset(d)
@@ -210,11 +214,30 @@ func (n *notifier) run() {
 			n.refused(err)
 			n.closeListener()
 			n.wakeEveryHead()
+			n.dropped(err)
 			backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
 			retry.Reset(backoff)
 			continue
 		}
 		backoff = 0
+		if n.down && n.ln != nil {
+			n.down = false
+			if n.ev != nil {
+				n.ev.subscription(true, nil)
+			}
+		}
+	}
+}
+
+// dropped records that the subscription was lost (err says why), and reports it the first
+// time after it was up.
+func (n *notifier) dropped(err error) {
+	if n.down {
+		return
+	}
+	n.down = true
+	if n.ev != nil {
+		n.ev.subscription(false, err)
 	}
 }
 

@@ -66,6 +66,7 @@ type options struct {
 	retention time.Duration // WithTokenRetention
 	wait      time.Duration // WithWait; negative: no bound
 	logger    *slog.Logger  // WithLogger; nil: slog.Default()
+	observers []Observer    // WithObserver
 	ownerConn bool          // Dial: Close closes the connection it made
 	err       error
 }

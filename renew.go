@@ -24,6 +24,7 @@ type renewer struct {
 	b         backend
 	check     func(context.Context) (risk, err error) // the eviction check (evict.go)
 	entryGone func(*registration)                     // a queue entry the server no longer has (wait.go)
+	ev        *observer                               // reports rounds (observe.go)
 
 	mu       sync.Mutex
 	h        leaseHeap       // leases not yet due
@@ -56,7 +57,8 @@ type sendReq struct {
 // sendRes is the sender's answer.
 type sendRes struct {
 	roundResult
-	risk error // the check found a server that may evict lock keys
+	risk error         // the check found a server that may evict lock keys
+	took time.Duration // how long the round took to come back (0: nothing sent)
 }
 
 // orphanRecheck is when an orphan release is sent a second time. The transports spread calls
@@ -298,7 +300,9 @@ func (r *renewer) sendRound(rd sendReq) sendRes {
 		cancel()
 	}
 	if len(rd.releases) > 0 || len(rd.leases) > 0 || len(rd.entries) > 0 {
+		start := mono()
 		res.roundResult = r.b.renew(r.ctx, rd.round)
+		res.took = max(time.Duration(mono()-start), 1)
 	}
 	return res
 }
@@ -432,10 +436,22 @@ func (r *renewer) apply(res sendRes) {
 	r.mu.Unlock()
 	r.released(sending, res.relErrs)
 	r.refreshed(refresh, res.entries, sentAt)
+	ev := RenewalEvent{Leases: len(flying), Entries: len(refresh), Releases: len(sending), Latency: res.took}
 	for i, st := range flying {
 		out := renewed{err: errShortReply}
 		if i < len(res.leases) {
 			out = res.leases[i]
+		}
+		switch {
+		case out.err != nil:
+			ev.Failed++
+			if ev.Err == nil {
+				ev.Err = out.err
+			}
+		case out.ok:
+			ev.Renewed++
+		default:
+			ev.Refused++
 		}
 		switch {
 		case st.state.Load() != stateHeld:
@@ -452,9 +468,14 @@ func (r *renewer) apply(res sendRes) {
 			last := st.lastSent // an Extend may have answered a later request
 			st.mu.Unlock()
 			r.push(st, dueAfter(st, last))
+		case out.released:
+			st.end(endLost, st.lostAs(LostForceUnlocked, "a renewal found it released by someone else (force-unlocked)"))
 		default:
 			st.end(endLost, st.lost("a renewal found it no longer held by this lease (expired, force-unlocked, or taken over)"))
 		}
+	}
+	if res.took > 0 && r.ev != nil {
+		r.ev.renewal(ev)
 	}
 	if res.risk != nil {
 		// A server may have dropped any lease's key: none of them is safe any more.

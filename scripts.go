@@ -160,6 +160,9 @@ func renewCall(keys, owners, ttls []string) conn.Call {
 }
 
 // readRenew returns, per key of the call, whether its lease was extended.
+// renewReleased is renew.lua's answer for a lock released by someone other than its owner.
+const renewReleased = -1
+
 func readRenew(r []int64, n int) ([]bool, error) {
 	if len(r) != n {
 		return nil, fmt.Errorf("renew.lua: %d answers for %d keys", len(r), n)

@@ -137,6 +137,17 @@ func (qs *waitQueues) shard(key string) *qshard {
 	return &qs.shards[maphash.String(qs.seed, key)%uint64(len(qs.shards))]
 }
 
+// localWaiters returns how many callers of this client wait for key.
+func (qs *waitQueues) localWaiters(key string) int {
+	s := qs.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.m[key]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}
+
 // queued reports whether callers of this client wait for key.
 func (qs *waitQueues) queued(key string) bool {
 	s := qs.shard(key)
@@ -259,9 +270,15 @@ func (e *engine) registered(reg *registration, sent int64, mask uint64) {
 func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder, reg *registration, attempt attemptFunc) (*leaseState, error) {
 	qs := e.waits
 	q, w, head := qs.join(spec, ctx)
+	if o := e.obs; o != nil {
+		o.waiting(ctx, e, spec, true)
+	}
 	var got *leaseState // when set, the next head waits for this lease to end
 	defer func() {
 		stray, left := qs.leave(q, w, got)
+		if o := e.obs; o != nil {
+			o.waiting(ctx, e, spec, false)
+		}
 		if stray != nil {
 			(&Lease{st: stray}).Unlock(context.WithoutCancel(ctx))
 		}
@@ -959,6 +976,9 @@ func (st *leaseState) passOn(spec *lockSpec, parent context.Context) *leaseState
 	sent := st.lastSent
 	st.mu.Unlock()
 	next := newLeaseState(st.e, spec, parent, st.owner, st.token+1, sent)
+	if next.rec != nil {
+		next.rec.local = true
+	}
 	next.ttl.Store(st.ttl.Load())
 	next.deadline.Store(st.deadline.Load())
 	return next

@@ -2,7 +2,9 @@
 -- KEYS[i]      lock keys
 -- ARGV[2i-1]   owner secret for KEYS[i]
 -- ARGV[2i]     new lease in milliseconds for KEYS[i]
--- Reply        array: 1 where the lease was extended, 0 where the owner no longer holds the lock.
+-- Reply        array: 1 where the lease was extended, 0 where the owner no longer holds the lock,
+--              -1 where the lock is released ("- <token> 0"): someone else released it while the
+--              owner held it (an administrator's force unlock).
 local r = {}
 for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
@@ -11,6 +13,8 @@ for i = 1, #KEYS do
   if v and string.byte(v, #o + 1) == 32 and string.find(v, o, 1, true) == 1 then
     redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
     r[i] = 1
+  elseif v and string.byte(v, 1) == 45 and string.byte(v, 2) == 32 then
+    r[i] = -1
   else
     r[i] = 0
   end
