@@ -449,7 +449,7 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 	}
 	yes, no := make([]int, items), make([]int, items)
 	on := make([]uint64, items)
-	freed := make([]bool, items) // a server answered renew.lua's "released" for the lease
+	freed := make([]bool, items)      // a server answered renew.lua's "released" for the lease
 	failed := make([]int, len(calls)) // servers whose answer to call c is an error
 	callOf := make([]int, items)
 	for c, sp := range spans {

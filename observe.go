@@ -485,4 +485,3 @@ func lossCause(how ending, cause error) LostCause {
 func (st *leaseState) lostAs(kind LostCause, reason string) error {
 	return &lossError{kind: kind, err: st.lost(reason)}
 }
-
