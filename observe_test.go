@@ -10,8 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/goredisconn"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/rueidisconn"
 )
 
 // reqKey marks the contexts of the tests' calls, to check that events carry them.
@@ -597,5 +602,160 @@ func TestLogger_DebugAcquisitions(t *testing.T) {
 		if logged != (level == slog.LevelDebug) {
 			t.Fatalf("level %v: log %q", level, out)
 		}
+	}
+}
+
+// ctxCounter is a go-redis hook and a rueidis client wrapper (as tracing hooks are) that
+// records, for each dlock script command sent, the reqKey value of the context it runs under:
+// for a go-redis pipeline of several callers' calls, the context goredisconn.CallerContexts
+// gives for that command.
+type ctxCounter struct {
+	rueidis.Client
+	mu        sync.Mutex
+	seen      map[any]int // reqKey value (nil: none) -> commands
+	pipelines int         // pipelines that carried more than one caller's calls
+}
+
+func (h *ctxCounter) count(ctx context.Context) {
+	h.mu.Lock()
+	h.seen[ctx.Value(reqKey{})]++
+	h.mu.Unlock()
+}
+
+func isScript(name string) bool {
+	name = strings.ToLower(name)
+	return name == "evalsha" || name == "eval"
+}
+
+func (h *ctxCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *ctxCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd.Name()) {
+			h.count(ctx)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *ctxCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		callers := goredisconn.CallerContexts(ctx)
+		if len(callers) > 1 {
+			h.mu.Lock()
+			h.pipelines++
+			h.mu.Unlock()
+		}
+		for i, cmd := range cmds {
+			if !isScript(cmd.Name()) {
+				continue
+			}
+			if len(callers) == len(cmds) {
+				h.count(callers[i])
+			} else {
+				h.count(ctx)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *ctxCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if isScript(cmd.Commands()[0]) {
+		h.count(ctx)
+	}
+	return h.Client.Do(ctx, cmd)
+}
+
+func (h *ctxCounter) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	for _, cmd := range multi {
+		if isScript(cmd.Commands()[0]) {
+			h.count(ctx)
+		}
+	}
+	return h.Client.DoMulti(ctx, multi...)
+}
+
+// Under 64 concurrent Do calls, every lock command the transport sends runs under (go-redis:
+// links to) the context of the caller that made it, also when go-redis's calls go out batched
+// in one pipeline: a tracing hook attributes each to its request.
+func TestTraceContext_EveryLockCommandCarriesItsCaller(t *testing.T) {
+	needShared(t)
+	const callers = 64
+	for _, name := range []string{"rueidis", "goredis"} {
+		t.Run(name, func(t *testing.T) {
+			h := &ctxCounter{seen: make(map[any]int)}
+			var cn dlock.Conn
+			switch name {
+			case "rueidis":
+				opt, err := rueidisconn.ParseURL(shared.URL())
+				if err != nil {
+					t.Fatal(err)
+				}
+				opt.DisableCache = true
+				rc, err := rueidis.NewClient(opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(rc.Close)
+				h.Client = rc
+				cn = rueidisconn.New(h)
+			case "goredis":
+				o, err := redis.ParseURL(shared.URL())
+				if err != nil {
+					t.Fatal(err)
+				}
+				rc := redis.NewClient(o)
+				t.Cleanup(func() { rc.Close() })
+				rc.AddHook(h)
+				cn = goredisconn.New(rc)
+			}
+			c, err := dlock.New(cn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			h.mu.Lock()
+			clear(h.seen) // the client's own checks at New run under no caller's context
+			h.mu.Unlock()
+			ctx := ctxT(t)
+			base := uniqueName(t)
+			var wg sync.WaitGroup
+			errs := make(chan error, callers)
+			for i := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rctx := context.WithValue(ctx, reqKey{}, i)
+					for j := range 20 {
+						if err := c.Do(rctx, fmt.Sprintf("%s-%d-%d", base, i, j%2), func(context.Context) error { return nil }); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			total := 0
+			for v, n := range h.seen {
+				total += n
+				if v == nil {
+					t.Errorf("%d of the script commands ran under no caller's context", n)
+				}
+			}
+			if len(h.seen) != callers || h.seen[nil] != 0 {
+				t.Errorf("commands by caller: %v; want each of the %d callers", h.seen, callers)
+			}
+			t.Logf("%d script commands, %d pipelines of several callers' calls", total, h.pipelines)
+			if name == "goredis" && h.pipelines == 0 {
+				t.Error("no pipeline carried several callers' calls: the test did not exercise batching")
+			}
+		})
 	}
 }

@@ -33,6 +33,7 @@ type autoBatch struct {
 
 type evalReq struct {
 	call      conn.Call
+	ctx       context.Context // the caller's: its values go with the call (see callerBatch)
 	res       conn.Result
 	done      chan struct{} // closed when res is set
 	abandoned atomic.Bool   // the caller returned: not sent if it was still queued
@@ -52,7 +53,7 @@ func (b *autoBatch) eval(ctx context.Context, call conn.Call) ([]int64, error) {
 		b.finish()
 		return v, err
 	}
-	r := &evalReq{call: call, done: make(chan struct{})}
+	r := &evalReq{call: call, ctx: ctx, done: make(chan struct{})}
 	b.queue = append(b.queue, r)
 	var batch []*evalReq
 	if b.active < maxPipelines {
@@ -83,12 +84,14 @@ func (b *autoBatch) run(next []*evalReq) {
 		}
 		if len(reqs) > 0 {
 			calls := make([]conn.Call, len(reqs))
+			callers := make([]context.Context, len(reqs))
 			for i, r := range reqs {
-				calls[i] = r.call
+				calls[i], callers[i] = r.call, r.ctx
 			}
-			// The callers' contexts stay out of the shared pipeline: one caller giving up
-			// must not cut the others' calls. go-redis's read and write timeouts bound it.
-			for i, res := range batch(context.Background(), b.c, calls) {
+			// The callers' cancellations stay out of the shared pipeline: one caller giving
+			// up must not cut the others' calls. go-redis's read and write timeouts bound it.
+			// Their values go with it (callerBatch), for go-redis hooks.
+			for i, res := range batch(context.Background(), b.c, calls, callers...) {
 				reqs[i].res = res
 				close(reqs[i].done)
 			}
@@ -135,4 +138,38 @@ func direct(ctx context.Context, c redis.Cmdable, call conn.Call) ([]int64, erro
 		}
 		return ints(v)
 	}, isNoScript)
+}
+
+// callerBatch returns the context of a pipeline that carries calls of the callers whose
+// contexts are given, one per command in order: it is never cancelled and has no deadline (one
+// caller giving up must not cut the others' calls), its values are the first caller's, and
+// CallerContexts returns them all.
+func callerBatch(callers []context.Context) context.Context {
+	return &batchCtx{Context: context.WithoutCancel(callers[0]), callers: callers}
+}
+
+type batchCtx struct {
+	context.Context
+	callers []context.Context
+}
+
+type callersKey struct{}
+
+func (c *batchCtx) Value(key any) any {
+	if key == (callersKey{}) {
+		return c.callers
+	}
+	return c.Context.Value(key)
+}
+
+// CallerContexts returns, for the context of a pipeline that this package sends on behalf of
+// several concurrent callers (as a go-redis hook's ProcessPipelineHook receives it), the
+// context of the caller of each command, in the order of the commands; nil for any other
+// context. The pipeline's context itself has the values of the first caller's. A tracing hook
+// can link its pipeline span to every caller's span with it, or a metrics hook attribute each
+// command to the request that made it. The contexts are for their values: their callers may
+// have given up waiting already.
+func CallerContexts(ctx context.Context) []context.Context {
+	callers, _ := ctx.Value(callersKey{}).([]context.Context)
+	return callers
 }

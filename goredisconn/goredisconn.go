@@ -10,9 +10,12 @@
 //
 // Script calls (Lock, Unlock and the like) from concurrent goroutines are sent together in
 // pipelines, a few at a time (autoBatch): go-redis has no automatic pipelining, and one command
-// per pooled connection costs both ends a system call per command. Such a pipeline runs without
-// the callers' contexts (each caller still returns when its own context ends), so context values
-// do not reach go-redis hooks for these calls; go-redis's ReadTimeout and WriteTimeout bound it.
+// per pooled connection costs both ends a system call per command. Such a pipeline is never
+// cancelled by one of its callers (each caller still returns when its own context ends);
+// go-redis's ReadTimeout and WriteTimeout bound it. Its context, as go-redis hooks see it, has
+// the values of its first caller's context (so a tracing hook's pipeline span is a child of
+// that caller's span), and CallerContexts gives every caller's context, one per command, so
+// that a hook can attribute each command to the request that made it.
 //
 // A batch that holds a WAIT (dlock's replica acknowledgement) goes in one pipeline, on one
 // connection; go-redis reads a pipeline's replies within the client's ReadTimeout (3 s by
@@ -120,13 +123,25 @@ func queue(ctx context.Context, p redis.Pipeliner, c conn.Call, eval bool) redis
 
 // batch sends calls in one pipeline of c, and the scripts the server did not have again (see
 // package scriptcall). On a *redis.Client a pipeline goes on one connection, in order, so a WAIT
-// covers the scripts before it.
-func batch(ctx context.Context, c redis.Cmdable, calls []conn.Call) []conn.Result {
-	return scriptcall.Batch(calls, func(calls []conn.Call, eval bool) []conn.Result {
+// covers the scripts before it. callers, when set, are the contexts of the callers of the calls,
+// one per call (autoBatch's pipelines): the pipeline runs under callerBatch's context for them.
+func batch(ctx context.Context, c redis.Cmdable, calls []conn.Call, callers ...context.Context) []conn.Result {
+	return scriptcall.BatchOf(calls, func(idx []int, calls []conn.Call, eval bool) []conn.Result {
+		pctx := ctx
+		if len(callers) > 0 {
+			sent := callers
+			if idx != nil {
+				sent = make([]context.Context, len(idx))
+				for j, i := range idx {
+					sent[j] = callers[i]
+				}
+			}
+			pctx = callerBatch(sent)
+		}
 		cmds := make([]redis.Cmder, len(calls))
-		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := c.Pipelined(pctx, func(p redis.Pipeliner) error {
 			for i, call := range calls {
-				cmds[i] = queue(ctx, p, call, eval)
+				cmds[i] = queue(pctx, p, call, eval)
 			}
 			return nil
 		})

@@ -30,7 +30,14 @@ func Eval(do func(eval bool) ([]int64, error), noScript func(error) bool) ([]int
 // acknowledgements of its two answers (or an error if either is one). When every script before
 // it was re-sent, its first answer covered nothing of the batch and the second one stands.
 func Batch(calls []conn.Call, send func(calls []conn.Call, eval bool) []conn.Result, noScript func(error) bool) []conn.Result {
-	out := send(calls, false)
+	return BatchOf(calls, func(_ []int, calls []conn.Call, eval bool) []conn.Result { return send(calls, eval) }, noScript)
+}
+
+// BatchOf is Batch, with send also told which of calls it sends (their indexes, in order; nil
+// when it sends them all), for an adapter that keeps something per call beside it (the context
+// of the caller that made it).
+func BatchOf(calls []conn.Call, send func(idx []int, calls []conn.Call, eval bool) []conn.Result, noScript func(error) bool) []conn.Result {
+	out := send(nil, calls, false)
 	var again []int
 	var both []bool              // by index in again: a WAIT whose two answers count
 	resent, kept := false, false // since the last WAIT: a script answered NOSCRIPT; one answered otherwise
@@ -57,7 +64,7 @@ func Batch(calls []conn.Call, send func(calls []conn.Call, eval bool) []conn.Res
 	for j, i := range again {
 		resend[j] = calls[i]
 	}
-	for j, r := range send(resend, true) {
+	for j, r := range send(again, resend, true) {
 		i := again[j]
 		if both[j] {
 			r = fewer(out[i], r)
