@@ -25,7 +25,14 @@ type gate struct {
 	open  chan struct{}
 	mu    sync.Mutex
 	sizes []int
+	// per pipeline command of several callers: the callKey value of the context
+	// CallerContexts gives for it, and the number it echoes
+	callerOf, arg []any
+	first         []any // per such pipeline: the callKey value of its own context
 }
+
+// callKey marks each call's context with the number it echoes.
+type callKey struct{}
 
 func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -50,6 +57,15 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		}
 		<-g.open
 		g.record(len(cmds))
+		if callers := CallerContexts(ctx); callers != nil {
+			g.mu.Lock()
+			g.first = append(g.first, ctx.Value(callKey{}))
+			for i, cmd := range cmds {
+				args := cmd.Args()
+				g.callerOf, g.arg = append(g.callerOf, callers[i].Value(callKey{})), append(g.arg, args[len(args)-1])
+			}
+			g.mu.Unlock()
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -78,7 +94,8 @@ func TestAutoBatch_QueuedCallsShareOnePipeline(t *testing.T) {
 	}
 	replies := make(chan reply, 20)
 	call := func(n int64) {
-		v, err := a.Eval(ctx, echoScript, []string{"k"}, []string{strconv.FormatInt(n, 10)})
+		cctx := context.WithValue(ctx, callKey{}, strconv.FormatInt(n, 10))
+		v, err := a.Eval(cctx, echoScript, []string{"k"}, []string{strconv.FormatInt(n, 10)})
 		replies <- reply{n, v, err}
 	}
 	queued := func() int {
@@ -147,5 +164,14 @@ func TestAutoBatch_QueuedCallsShareOnePipeline(t *testing.T) {
 	want := append(slices.Repeat([]int{1}, maxPipelines), more)
 	if !slices.Equal(sizes, want) {
 		t.Fatalf("pipeline sizes %v: want %v (%d calls alone, then a pipeline of the %d queued calls; the abandoned call not sent)", g.sizes, want, maxPipelines, more)
+	}
+	// The pipeline runs under its callers' contexts: each command's, and the first one's values.
+	if len(g.callerOf) != more || len(g.first) != 1 || g.first[0] != g.callerOf[0] {
+		t.Fatalf("caller contexts %v, pipeline context value %v: want %d, the pipeline's the first one's", g.callerOf, g.first, more)
+	}
+	for i := range g.callerOf {
+		if g.callerOf[i] != g.arg[i] {
+			t.Fatalf("command %d echoes %v but its caller context is %v's", i, g.arg[i], g.callerOf[i])
+		}
 	}
 }
