@@ -34,6 +34,16 @@ type Info struct {
 	// channel (PUBSUB NUMSUB; in quorum mode clients wait without queueing). -1 when unknown.
 	// From ForceUnlock: the number of clients its release notice reached.
 	Waiters int
+	// WaitingGoroutines is the number of goroutines waiting for the lock in the clients
+	// queued for it on the server, as each client last reported in its queue entry (it
+	// refreshes the count with the entry, every third of its acceptance window: a third of a
+	// second by default; an entry without a count, of an older client or not refreshed yet,
+	// counts 1). So 100 goroutines of one replica waiting read as Waiters 1, WaitingGoroutines
+	// 100. 0 when nobody is queued; -1 when unknown (ForceUnlock).
+	WaitingGoroutines int
+	// LocalWaiters is the number of goroutines of the Client that made this Info (by Inspect
+	// or List) waiting for the lock right now: exact, and counted without the server.
+	LocalWaiters int
 }
 
 // Holder describes the process that holds a lock: the description the library stores with the
@@ -71,7 +81,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, c.e.redisErr("inspect "+strconv.Quote(name), err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 3 {
+	if !ok || len(arr) != inspectWidth {
 		return Info{}, c.badReply("inspect", name, reply)
 	}
 	info, err := parseLock(name, arr[0], arr[1])
@@ -79,6 +89,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	queued, _ := arr[2].(int64)
+	goroutines, _ := arr[3].(int64)
+	info.WaitingGoroutines = int(goroutines)
+	info.LocalWaiters = c.e.waits.localWaiters(key)
 	info.Waiters = -1
 	if n, err := c.numSub(ctx, []string{releaseChannel(key)}); err == nil {
 		info.Waiters = max(n[0], int(queued))
@@ -145,7 +158,7 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 		return nil, c.e.redisErr("list", err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 3*len(keys) {
+	if !ok || len(arr) != inspectWidth*len(keys) {
 		return nil, c.badReply("list", "", reply)
 	}
 	var held []Info
@@ -153,11 +166,15 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 	var queued []int
 	for i, key := range keys {
 		name, _ := nameOfKey(c.opts.prefix, key)
-		info, err := parseLock(name, arr[3*i], arr[3*i+1])
+		a := arr[inspectWidth*i : inspectWidth*(i+1)]
+		info, err := parseLock(name, a[0], a[1])
 		if err != nil || !info.Held {
 			continue // not a lock value (another application's key), or free
 		}
-		q, _ := arr[3*i+2].(int64)
+		q, _ := a[2].(int64)
+		g, _ := a[3].(int64)
+		info.WaitingGoroutines = int(g)
+		info.LocalWaiters = c.e.waits.localWaiters(key)
 		held = append(held, info)
 		channels = append(channels, releaseChannel(key))
 		queued = append(queued, int(q))
@@ -249,7 +266,7 @@ func (c *Client) numSub(ctx context.Context, channels []string) ([]int, error) {
 // parseLock decodes a lock's value and PTTL as the inspect and forceunlock scripts return them
 // (docs/PROTOCOL.md: "<owner> <token> <holds> <description>" or "- <token> 0").
 func parseLock(name string, value, pttl any) (Info, error) {
-	info := Info{Name: name, Waiters: -1}
+	info := Info{Name: name, Waiters: -1, WaitingGoroutines: -1}
 	if value == nil {
 		return info, nil
 	}

@@ -274,3 +274,63 @@ func TestForceUnlock(t *testing.T) {
 		}
 	})
 }
+
+// Waiting goroutines are told from waiting clients: two clients with 5 and 3 goroutines waiting
+// read as 2 waiters and 8 waiting goroutines, from any client; the client that inspects also
+// counts its own waiting goroutines exactly, without the server. List says the same.
+func TestInspect_WaitingGoroutines(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		holder := tr.dial(t, shared.URL())
+		b := tr.dial(t, shared.URL())
+		c := tr.dial(t, shared.URL())
+		name := uniqueName(t)
+		l, err := holder.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		var waits []<-chan lockResult
+		for range 5 {
+			waits = append(waits, lockAsync(wctx, b.Mutex(name)))
+		}
+		for range 3 {
+			waits = append(waits, lockAsync(wctx, c.Mutex(name)))
+		}
+		check := func(from *dlock.Client, local int) func(context.Context) error {
+			return func(ctx context.Context) error {
+				info, err := from.Inspect(ctx, name)
+				if err != nil {
+					return err
+				}
+				if info.Waiters != 2 || info.WaitingGoroutines != 8 || info.LocalWaiters != local {
+					return fmt.Errorf("waiters %d, goroutines %d, local %d", info.Waiters, info.WaitingGoroutines, info.LocalWaiters)
+				}
+				list, err := from.List(ctx, name)
+				if err != nil {
+					return err
+				}
+				if len(list) != 1 || list[0].WaitingGoroutines != 8 || list[0].LocalWaiters != local {
+					return fmt.Errorf("List: %+v", list)
+				}
+				return nil
+			}
+		}
+		waitFor(t, 10*time.Second, "2 clients, 8 goroutines waiting, 5 of this client's", check(b, 5))
+		waitFor(t, 10*time.Second, "3 of this client's", check(c, 3))
+		waitFor(t, 10*time.Second, "none of the holder's", check(holder, 0))
+		cancel()
+		for _, w := range waits {
+			if r := <-w; r.err == nil {
+				r.l.Unlock(ctx)
+			}
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := b.Inspect(ctx, name); err != nil || info.LocalWaiters != 0 {
+			t.Fatalf("after the waits ended: %+v, %v; want no local waiter", info, err)
+		}
+	})
+}

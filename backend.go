@@ -92,9 +92,10 @@ type renewal struct {
 
 // queued is one of a client's queue entries to keep alive.
 type queued struct {
-	key    string // the lock key
-	id     string // the entry's (its registration's)
-	window string // ms
+	key     string // the lock key
+	id      string // the entry's (its registration's)
+	window  string // ms
+	waiting string // goroutines of the client waiting for the lock (decimal); "" when unknown
 }
 
 // renewed is the outcome of one renewal: extended, lost (the owner no longer holds the

@@ -437,12 +437,12 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 	}
 	for i := 0; i < len(rd.entries); i += renewBatch {
 		j := min(i+renewBatch, len(rd.entries))
-		keys, ids, windows := make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i)
+		keys, ids, windows, waiting := make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i)
 		for _, e := range rd.entries[i:j] {
-			keys, ids, windows = append(keys, e.key), append(ids, e.id), append(windows, e.window)
+			keys, ids, windows, waiting = append(keys, e.key), append(ids, e.id), append(windows, e.window), append(waiting, e.waiting)
 			shorter(parseMS(e.window) / 3)
 		}
-		calls, spans = append(calls, queueCall(keys, ids, windows)), append(spans, span{nRel + nLease + i, nRel + nLease + j, 2})
+		calls, spans = append(calls, queueCall(keys, ids, windows, waiting)), append(spans, span{nRel + nLease + i, nRel + nLease + j, 2})
 	}
 	if limit < 0 {
 		limit = answerWait

@@ -127,11 +127,12 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 	entryChunks := s.chunks(entryKeys)
 	entryFrom := len(calls)
 	for _, ch := range entryChunks {
-		keys, ids, windows := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
+		keys, ids, windows, waiting := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
 		for k, idx := range ch {
-			keys[k], ids[k], windows[k] = rd.entries[idx].key, rd.entries[idx].id, rd.entries[idx].window
+			e := rd.entries[idx]
+			keys[k], ids[k], windows[k], waiting[k] = e.key, e.id, e.window, e.waiting
 		}
-		calls = append(calls, queueCall(keys, ids, windows))
+		calls = append(calls, queueCall(keys, ids, windows, waiting))
 	}
 	results := s.cn.EvalMulti(ctx, calls)
 	result := func(i int) conn.Result {
@@ -252,15 +253,18 @@ func (s *oneServer) inspect(ctx context.Context, keys []string) (any, error) {
 	return evalStrings(ctx, s.cn, scriptInspect, inspectKeys(keys))
 }
 
-// inspectKeys pairs each lock key with its queue, as inspect.lua takes them.
+// inspectKeys gives each lock key with its queue keys, as inspect.lua takes them.
 func inspectKeys(keys []string) []string {
-	out := make([]string, 0, 2*len(keys))
+	out := make([]string, 0, 3*len(keys))
 	for _, k := range keys {
-		q, _ := queueKeys(k)
-		out = append(out, k, q)
+		q, w := queueKeys(k)
+		out = append(out, k, q, w)
 	}
 	return out
 }
+
+// inspectWidth is how many elements inspect.lua answers per lock.
+const inspectWidth = 4
 
 func (s *oneServer) forceUnlock(ctx context.Context, key, channel string) (any, error) {
 	args := []string{s.retention, channel}

@@ -171,6 +171,7 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	e.notices.ev = e.ev
 	e.waits = newWaitQueues(e.notices)
 	e.renewer.entryGone = e.waits.entryGone
+	e.renewer.waiting = e.waits.entryWaiters
 	c := &Client{e: e, opts: o, meta: holderMeta(o.label)}
 	c.bg.Add(2)
 	go func() { defer c.bg.Done(); e.renewer.run() }()

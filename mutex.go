@@ -153,7 +153,7 @@ func (e *engine) notAcquired(ctx context.Context, spec *lockSpec, h holder, wait
 	defer cancel()
 	na := &NotAcquiredError{Name: spec.name, Waited: waited, Cause: cause}
 	reply, err := e.b.inspect(rctx, spec.keys[:1])
-	if arr, ok := reply.([]any); err == nil && ok && len(arr) == 3 {
+	if arr, ok := reply.([]any); err == nil && ok && len(arr) == inspectWidth {
 		if info, perr := parseLock(spec.name, arr[0], arr[1]); perr == nil && info.Held {
 			na.Holder = info
 			if v, ok := arr[0].(string); ok && strings.HasPrefix(v, e.ownerID) {
@@ -164,7 +164,7 @@ func (e *engine) notAcquired(ctx context.Context, spec *lockSpec, h holder, wait
 		}
 	}
 	if na.Holder.Token == 0 && h.token != 0 {
-		na.Holder = Info{Name: spec.name, Held: true, Token: h.token, TTL: max(h.pttl, 0), Waiters: -1}
+		na.Holder = Info{Name: spec.name, Held: true, Token: h.token, TTL: max(h.pttl, 0), Waiters: -1, WaitingGoroutines: -1}
 	}
 	return na
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -24,6 +25,7 @@ type renewer struct {
 	b         backend
 	check     func(context.Context) (risk, err error) // the eviction check (evict.go)
 	entryGone func(*registration)                     // a queue entry the server no longer has (wait.go)
+	waiting   func(*registration) int                 // goroutines waiting behind a queue entry (wait.go)
 	ev        *observer                               // reports rounds (observe.go)
 
 	mu       sync.Mutex
@@ -378,12 +380,14 @@ func (r *renewer) next() {
 		}
 	}
 	var rd sendReq
+	var regs []*registration // of rd.entries
 	send := false
 	if !r.inFlight {
 		for len(r.entries) > 0 && r.entries[0].due-int64(r.entries[0].window/6) <= now {
 			reg := heap.Pop(&r.entries).(*registration)
 			if reg.state.Load() == regQueued {
 				r.refresh = append(r.refresh, reg)
+				regs = append(regs, reg)
 				rd.entries = append(rd.entries, queued{key: reg.spec.key, id: reg.id, window: reg.winArg})
 			}
 		}
@@ -422,6 +426,11 @@ func (r *renewer) next() {
 	r.mu.Unlock()
 	for _, st := range lost {
 		st.end(endLost, st.runOut())
+	}
+	if r.waiting != nil {
+		for i, reg := range regs {
+			rd.entries[i].waiting = strconv.Itoa(r.waiting(reg))
+		}
 	}
 	if send {
 		r.rounds <- rd // capacity 1 and at most one round in flight: never blocks

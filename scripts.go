@@ -180,14 +180,18 @@ func pttlCall(keys []string, owner string) conn.Call {
 }
 
 // queueCall: queue.lua keeps queue entries alive: entry ids[i] of the lock at lockKeys[i],
-// for windows[i]. Keys must share a slot on a Cluster.
-func queueCall(lockKeys, ids, windows []string) conn.Call {
+// for windows[i], and, when waiting is set, records waiting[i] in it: how many goroutines of
+// the client wait for that lock. Keys must share a slot on a Cluster.
+func queueCall(lockKeys, ids, windows, waiting []string) conn.Call {
 	keys := make([]string, 0, 2*len(lockKeys))
-	args := make([]string, 0, 2*len(lockKeys))
+	args := make([]string, 0, 3*len(lockKeys))
 	for i, k := range lockKeys {
 		q, w := queueKeys(k)
 		keys = append(keys, q, w)
 		args = append(args, ids[i], windows[i])
+	}
+	if len(waiting) == len(lockKeys) {
+		args = append(args, waiting...)
 	}
 	return conn.Call{Script: scriptQueue, Keys: keys, Args: args}
 }

@@ -169,11 +169,15 @@ func TestPTTLCall(t *testing.T) {
 }
 
 // queue.lua: KEYS = the queue keys of each lock, in pairs; ARGV = the entry id and window ms of
-// each, in turn. Reply: 1 per entry kept alive, 0 per entry gone.
+// each, in turn, then, optionally, the goroutines waiting behind each. Reply: 1 per entry kept
+// alive, 0 per entry gone.
 func TestQueueCall(t *testing.T) {
-	c := queueCall([]string{"dlock:{a}", "dlock:{b}"}, []string{"ida", "idb"}, []string{"900", "1200"})
+	c := queueCall([]string{"dlock:{a}", "dlock:{b}"}, []string{"ida", "idb"}, []string{"900", "1200"}, nil)
 	checkCall(t, "queue", c, scriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{b}:q", "dlock:{b}:w"},
 		[]string{"ida", "900", "idb", "1200"})
+	c = queueCall([]string{"dlock:{a}", "dlock:{b}"}, []string{"ida", "idb"}, []string{"900", "1200"}, []string{"3", "1"})
+	checkCall(t, "queue", c, scriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{b}:q", "dlock:{b}:w"},
+		[]string{"ida", "900", "idb", "1200", "3", "1"})
 	got, err := readQueue([]int64{0, 1}, 2)
 	if err != nil || !slices.Equal(got, []bool{false, true}) {
 		t.Errorf("readQueue({0, 1}) = %v, %v", got, err)

@@ -148,6 +148,19 @@ func (qs *waitQueues) localWaiters(key string) int {
 	return 0
 }
 
+// entryWaiters returns how many callers of this client wait behind reg (its queue's): the
+// count its queue entry carries (docs/PROTOCOL.md, "The queue"). At least 1: an entry is
+// refreshed only while someone waits.
+func (qs *waitQueues) entryWaiters(reg *registration) int {
+	s := qs.shard(reg.spec.key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := reg.q; q != nil {
+		return max(len(q.waiters), 1)
+	}
+	return 1
+}
+
 // queued reports whether callers of this client wait for key.
 func (qs *waitQueues) queued(key string) bool {
 	s := qs.shard(key)

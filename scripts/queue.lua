@@ -3,18 +3,30 @@
 -- KEYS       pairs: <lock key>:q, <lock key>:w (see acquire.lua), one pair per entry
 -- ARGV[2i-1] the entry's id (the registration's) for pair i
 -- ARGV[2i]   its acceptance window in ms
+-- ARGV[2n+i] optional (n entries): how many goroutines of the client wait behind entry i; kept
+--            in the entry's description as "waiting":N, for inspection (inspect.lua)
 -- Reply      array: 1 per entry refreshed (it expires one window from now), 0 per entry the
 --            server no longer has (granted, or expired: its client queues again at its next
 --            attempt).
 local now = redis.call('TIME')
 local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+local n = #KEYS / 2
 local r = {}
-for i = 1, #KEYS / 2 do
+for i = 1, n do
   local q, w, id = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1]
   local e = redis.call('HGET', w, id)
   if e then
     local win = tonumber(ARGV[2 * i])
-    redis.call('HSET', w, id, string.format('%d', ms + win) .. string.sub(e, (string.find(e, ' ', 1, true))))
+    local rest = string.sub(e, (string.find(e, ' ', 1, true))) -- " <window> <owner> <description>"
+    local c = tonumber(ARGV[2 * n + i] or '')
+    if c then
+      -- The description is the client's JSON object: replace its count, or add one.
+      rest = string.gsub(rest, ',"waiting":%d+}$', '}', 1)
+      if string.sub(rest, -1) == '}' then
+        rest = string.sub(rest, 1, -2) .. ',"waiting":' .. string.format('%d', c) .. '}'
+      end
+    end
+    redis.call('HSET', w, id, string.format('%d', ms + win) .. rest)
     local keep = math.max(win, redis.call('PTTL', q))
     redis.call('PEXPIRE', q, keep)
     redis.call('PEXPIRE', w, keep)

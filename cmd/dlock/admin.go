@@ -151,6 +151,8 @@ type jsonInfo struct {
 	Holder      *jsonHolder `json:"holder,omitempty"`
 	HolderAlive *bool       `json:"holder_alive"` // holderAlive's answer; null when unknown
 	Waiters     int         `json:"waiters"`
+	// Goroutines: waiting in those clients, as their queue entries report (-1 when unknown).
+	Goroutines int `json:"waiting_goroutines"`
 }
 
 type jsonHolder struct {
@@ -161,7 +163,8 @@ type jsonHolder struct {
 }
 
 func toJSON(i dlock.Info) jsonInfo {
-	j := jsonInfo{Name: i.Name, Held: i.Held, Token: i.Token, Holds: i.Holds, TTLms: i.TTL.Milliseconds(), Waiters: i.Waiters}
+	j := jsonInfo{Name: i.Name, Held: i.Held, Token: i.Token, Holds: i.Holds, TTLms: i.TTL.Milliseconds(), Waiters: i.Waiters,
+		Goroutines: i.WaitingGoroutines}
 	if i.Token != 0 {
 		j.TokenTime = i.TokenTime().UTC().Format(time.RFC3339Nano)
 	}
@@ -215,13 +218,18 @@ JSON fields (one object per lock):
                 "Holder process" above): true or false; null when it cannot be told, for a
                 holder on another host, and for a free lock
   waiters       clients waiting for the lock (subscribers of its release channel; each
-                client counts once however many of its goroutines wait); -1 when unknown`
+                client counts once however many of its goroutines wait); -1 when unknown
+  waiting_goroutines
+                goroutines waiting for the lock in those clients, as each reports in its
+                queue entry (refreshed every third of a second by default; a client that
+                reports no count counts 1); -1 when unknown`
 
 func runStatus(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("status", "[flags] NAME", `
 Show whether the lock NAME is held and, if it is, by whom (host, pid, process start, label),
 its fencing token and when it was taken, its hold count, the remaining lease, and how many
-clients wait for it. It exits 0 whether the lock is held or free.
+clients wait for it, and how many goroutines in them. It exits 0 whether the lock is held or
+free.
 
 Examples:
   dlock status orders:42
@@ -297,7 +305,7 @@ func printStatus(w io.Writer, i dlock.Info) {
 	fmt.Fprintf(w, "  token:    %d\n", i.Token)
 	fmt.Fprintf(w, "  holds:    %d\n", i.Holds)
 	fmt.Fprintf(w, "  lease:    %v left\n", i.TTL)
-	fmt.Fprintf(w, "  waiters:  %s\n", waitersText(i.Waiters))
+	fmt.Fprintf(w, "  waiters:  %s\n", waitersDetail(i))
 }
 
 // notRunning says that the holder of i is gone, and when the lock frees.
@@ -321,6 +329,18 @@ func waitersText(n int) string {
 		return "unknown"
 	}
 	return fmt.Sprint(n)
+}
+
+// waitersDetail tells waiting clients from their waiting goroutines: "2 clients, 8 goroutines".
+func waitersDetail(i dlock.Info) string {
+	if i.Waiters < 0 || (i.Waiters == 0 && i.WaitingGoroutines <= 0) {
+		return waitersText(i.Waiters)
+	}
+	s := plural(i.Waiters, "client", "clients")
+	if i.WaitingGoroutines >= 0 {
+		s += ", " + plural(i.WaitingGoroutines, "goroutine", "goroutines")
+	}
+	return s
 }
 
 // display returns s (a lock name, a holder's host or label: anyone who may write the keys
@@ -401,7 +421,7 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(std.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tTOKEN\tHOLDS\tLEASE\tHOLDER\tSINCE\tWAITERS")
+	fmt.Fprintln(tw, "NAME\tTOKEN\tHOLDS\tLEASE\tHOLDER\tSINCE\tWAITERS\tGOROUTINES")
 	for _, i := range infos {
 		holder := fmt.Sprintf("%s:%d", orDash(display(i.Holder.Host)), i.Holder.PID)
 		if i.Holder.Label != "" {
@@ -410,8 +430,8 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 		if alive, _ := holderAlive(i); alive != nil && !*alive {
 			holder += " [not running]"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\n", display(i.Name), i.Token, i.Holds, i.TTL, holder,
-			i.TokenTime().UTC().Format(time.RFC3339), waitersText(i.Waiters))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\t%s\n", display(i.Name), i.Token, i.Holds, i.TTL, holder,
+			i.TokenTime().UTC().Format(time.RFC3339), waitersText(i.Waiters), waitersText(i.WaitingGoroutines))
 	}
 	tw.Flush()
 	return exitOK

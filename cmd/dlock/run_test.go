@@ -475,12 +475,12 @@ func TestStatusListUnlock(t *testing.T) {
 
 	checkHeld := func(t *testing.T, m map[string]any) {
 		t.Helper()
-		for _, f := range []string{"name", "held", "token", "token_time", "holds", "ttl_ms", "holder", "waiters"} {
+		for _, f := range []string{"name", "held", "token", "token_time", "holds", "ttl_ms", "holder", "waiters", "waiting_goroutines"} {
 			if _, ok := m[f]; !ok {
 				t.Errorf("no field %q in %v", f, m)
 			}
 		}
-		if m["name"] != "jobs:a" || m["held"] != true || m["token"] != float64(l.Token()) || m["holds"] != float64(1) || m["waiters"] != float64(0) {
+		if m["name"] != "jobs:a" || m["held"] != true || m["token"] != float64(l.Token()) || m["holds"] != float64(1) || m["waiters"] != float64(0) || m["waiting_goroutines"] != float64(0) {
 			t.Errorf("fields %v, want jobs:a held, token %d, 1 hold, 0 waiters", m, l.Token())
 		}
 		if ttl, _ := m["ttl_ms"].(float64); ttl <= 0 || ttl > 900 {
@@ -624,4 +624,56 @@ func TestRun_LostLockKillsAfterGrace(t *testing.T) {
 		t.Errorf("holder exited %v after the loss, before its 300ms grace", d)
 	}
 	waitFor(t, 5*time.Second, "the command to be killed", exited(child))
+}
+
+// status tells waiting clients from their waiting goroutines: one client with 4 goroutines
+// waiting reads "1 client, 4 goroutines" (and so in JSON and in list).
+func TestStatus_WaitingGoroutines(t *testing.T) {
+	s := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holder, err := dlock.Dial(ctx, s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	waiter, err := dlock.Dial(ctx, s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	l, err := holder.Mutex("hot:sku").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l, err := waiter.Mutex("hot:sku").Lock(wctx); err == nil {
+				l.Unlock(ctx)
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer stop()
+	err = redistest.Poll(ctx, "status counts 4 goroutines", func(context.Context) error {
+		out, errOut, code := dlockCmd(t, "status", "--redis", s.URL(), "hot:sku")
+		if code != 0 || !strings.Contains(out, "waiters:  1 client, 4 goroutines") {
+			return fmt.Errorf("exit %d, %s%s", code, out, errOut)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := dlockCmd(t, "list", "--json", "--redis", s.URL())
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil || len(list) != 1 ||
+		list[0]["waiters"] != float64(1) || list[0]["waiting_goroutines"] != float64(4) {
+		t.Fatalf("list --json: exit %d, %v, %v", code, err, list)
+	}
 }
