@@ -14,17 +14,17 @@ func TestParseLock(t *testing.T) {
 		value, pttl any
 		want        Info
 	}{
-		{"no key", nil, int64(-2), Info{Name: "n", Waiters: -1}},
-		{"held", "secret:1 1700000000000000 2 " + desc, int64(1500), Info{Name: "n", Waiters: -1, Held: true,
+		{"no key", nil, int64(-2), Info{Name: "n", Waiters: -1, WaitingGoroutines: -1}},
+		{"held", "secret:1 1700000000000000 2 " + desc, int64(1500), Info{Name: "n", Waiters: -1, WaitingGoroutines: -1, Held: true,
 			Token: 1700000000000000, Holds: 2, TTL: 1500 * time.Millisecond,
 			Holder: Holder{Host: "web-3", PID: 4711, Start: time.Unix(1796000000, 0), Label: "billing"}}},
-		{"owner beginning with '-'", "-xyz:1 42 1 " + desc, int64(10), Info{Name: "n", Waiters: -1, Held: true,
+		{"owner beginning with '-'", "-xyz:1 42 1 " + desc, int64(10), Info{Name: "n", Waiters: -1, WaitingGoroutines: -1, Held: true,
 			Token: 42, Holds: 1, TTL: 10 * time.Millisecond,
 			Holder: Holder{Host: "web-3", PID: 4711, Start: time.Unix(1796000000, 0), Label: "billing"}}},
-		{"held, description not JSON", "secret:1 42 1 {oops", int64(10), Info{Name: "n", Waiters: -1, Held: true,
+		{"held, description not JSON", "secret:1 42 1 {oops", int64(10), Info{Name: "n", Waiters: -1, WaitingGoroutines: -1, Held: true,
 			Token: 42, Holds: 1, TTL: 10 * time.Millisecond}},
-		{"held without expiry", "secret:1 42 1 {}", int64(-1), Info{Name: "n", Waiters: -1, Held: true, Token: 42, Holds: 1}},
-		{"released", "- 42 0", int64(59000), Info{Name: "n", Waiters: -1, Token: 42}},
+		{"held without expiry", "secret:1 42 1 {}", int64(-1), Info{Name: "n", Waiters: -1, WaitingGoroutines: -1, Held: true, Token: 42, Holds: 1}},
+		{"released", "- 42 0", int64(59000), Info{Name: "n", Waiters: -1, WaitingGoroutines: -1, Token: 42}},
 	} {
 		got, err := parseLock("n", tc.value, tc.pttl)
 		if err != nil || got != tc.want {

@@ -235,7 +235,14 @@ type observer struct {
 	log *slog.Logger
 	// renewFailing: the last round had a renewal without an answer (the next success is logged).
 	renewFailing atomic.Bool
+	// warnedAt: mono ns of the last warning for a failed round; failedSince: rounds failed since.
+	warnedAt, failedSince atomic.Int64
 }
+
+// renewWarnEvery is the least time between two warnings for failed renewal rounds: while a
+// server is unreachable, rounds are retried often (a tenth of a TTL), and one line per round
+// would flood the log. The rounds in between are logged at DEBUG and counted in the next one.
+const renewWarnEvery = 10 * time.Second
 
 func newObserver(log *slog.Logger, fns []Observer) *observer {
 	return &observer{log: log, fn: combine(fns)}
@@ -427,9 +434,19 @@ func (o *observer) renewal(ev RenewalEvent) {
 	}
 	switch {
 	case ev.Failed > 0:
-		o.renewFailing.Store(true)
-		o.log.Warn("dlock: renewal round failed; retrying until the leases' deadlines", "leases", ev.Leases, "failed", ev.Failed, "latency", ev.Latency, "error", ev.Err)
+		first := o.renewFailing.CompareAndSwap(false, true)
+		n := o.failedSince.Add(1)
+		now, last := mono(), o.warnedAt.Load()
+		if first || now-last >= int64(renewWarnEvery) {
+			o.warnedAt.Store(now)
+			o.failedSince.Store(0)
+			o.log.Warn("dlock: renewal round failed; retrying until the leases' deadlines", "leases", ev.Leases, "failed", ev.Failed,
+				"latency", ev.Latency, "failed_rounds", n, "error", ev.Err)
+		} else {
+			o.log.Debug("dlock: renewal round failed", "leases", ev.Leases, "failed", ev.Failed, "latency", ev.Latency, "error", ev.Err)
+		}
 	case ev.Leases > 0 && o.renewFailing.CompareAndSwap(true, false):
+		o.failedSince.Store(0)
 		o.log.Info("dlock: renewals succeed again", "leases", ev.Leases, "latency", ev.Latency)
 	case o.log.Enabled(context.Background(), slog.LevelDebug):
 		o.log.Debug("dlock: renewal round", "leases", ev.Leases, "refused", ev.Refused, "entries", ev.Entries, "releases", ev.Releases, "latency", ev.Latency)
