@@ -1,4 +1,4 @@
-# make test   — everything CI runs: installs redis-server (and PostgreSQL for examples/inventory) when missing, vet, race tests with leak checks.
+# make test   — everything CI runs: installs redis-server (and PostgreSQL for examples/inventory) when missing, vet, race tests with leak checks (the library, the dlockprom and dlockotel adapters, the example, the bench harness, the checker).
 # make bench  — dlock beside its peers (bench/ module, ≤ 6 min); writes docs/BENCHMARKS.md and docs/img/.
 # make bench-quick — the same scenarios, shorter (≤ 60 s), printed only.
 # make bench-go — the Go benchmarks of the library against a private redis-server.
@@ -13,9 +13,18 @@ SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 # under -race can starve the renewal loop longer than that.
 test: deps fmt-check vet
 	$(GO) test -race -count=1 -p 1 -timeout 8m ./...
+	@$(MAKE) --no-print-directory test-adapters
 	@$(MAKE) --no-print-directory test-examples
 	@$(MAKE) --no-print-directory test-bench
 	@$(MAKE) --no-print-directory test-check
+
+# The metrics and tracing adapters are modules of their own (dlockprom/: prometheus/client_golang;
+# dlockotel/: OpenTelemetry), so their dependencies stay out of the library's. Each starts its
+# own redis-server.
+.PHONY: test-adapters
+test-adapters: deps
+	cd dlockprom && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 3m ./...
+	cd dlockotel && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 3m ./...
 
 # examples/inventory is its own module (SQLite and PostgreSQL drivers stay out of the library's
 # dependencies); its end-to-end tests start redis-server, PostgreSQL and three service replicas.
