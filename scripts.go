@@ -91,6 +91,8 @@ type acquired struct {
 	dirty bool
 	// queuedOn (quorum mode, with a queue entry): the servers that queued or refreshed it.
 	queuedOn uint64
+	// tokensOn (quorum mode, !ok): the holder's token on each server that refused (0: none).
+	tokensOn []uint64
 }
 
 func readAcquire(r []int64) (acquired, error) {
