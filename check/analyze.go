@@ -62,6 +62,9 @@ type findings struct {
 	OOMPassedOn       int   // ...as held still, by the sibling the lock was passed to locally
 	OOMTakenAgain     int   // ...as held by a later grant
 
+	// Waiter faults (waiterFaults): the stall each one caused is its Recovery figure.
+	WaiterGranted int // faults whose hit waiter the server granted the lock to while it was frozen or dead
+
 	Failures []string // claimed guarantees broken, each naming the operations involved
 	Notes    []string
 }
@@ -99,6 +102,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	a.checkHitHoldersTold(signalled)
 	a.checkLeaseContexts()
 	a.checkRecovery()
+	a.checkWaiterStalls()
 	a.checkEvictions()
 	a.checkOutOfMemory()
 	a.checkRegister(linTimeout)
@@ -422,8 +426,12 @@ func (a *analysis) checkLeaseContexts() {
 // lease just runs out), it must come within TTL + killRecoverySlack. Where the fault puts the
 // server out of memory (outOfMemory), the lock can pass between goroutines of one process all
 // through it, without the server: there recovery runs from the fault's end (memory back) to
-// the next grant by the server.
+// the next grant by the server. Where the fault hits a waiter (waiterFaults), the holder is
+// unharmed and recovery is the stall the waiter caused: checkWaiterStalls measures it.
 func (a *analysis) checkRecovery() {
+	if a.sc.waiterFaults {
+		return
+	}
 	var byR []acq
 	for _, q := range a.acqs {
 		if !a.sc.outOfMemory || !q.local {

@@ -68,6 +68,18 @@ type scenario struct {
 	// server must grant the lock again: recovery is measured from the fault's end to the next
 	// grant by the server.
 	outOfMemory bool
+	// waiterFaults: the fault hits a process waiting for the lock (queued on the server), not
+	// the holder (waiter.go). The run's TTL is --waiter-ttl, so that a waiter can be frozen
+	// past its acceptance window and yet within its TTL. The analysis measures, per fault, how
+	// long the others go without the lock: from the fault to the next acquisition by another
+	// process after the hit waiter's grant (its recovery figure); one over the acceptance
+	// window + TTL means the queue stalled, and fails the run. A run in which no hit waiter was
+	// granted the lock while frozen or dead proves nothing, and fails too.
+	waiterFaults bool
+	// noPoll: every goroutine waits in Lock; no worker polls with TryLock. A poller tries every
+	// 10 ms, so it finds a grant's window run out at once and passes the lock on to the queue:
+	// it would hide how long the waiters in Lock alone take.
+	noPoll bool
 }
 
 // killRecoverySlack is how long past the TTL a dead holder's lock may stay out of reach
@@ -186,6 +198,15 @@ var scenarios = []scenario{
 		fault:       exhaustMemory,
 		outOfMemory: true,
 	},
+	{
+		name:         "waiter-faults",
+		help:         "grant on release: while the holder reads, the process first in the lock's server-side queue (a waiter, not the holder) is SIGSTOPped past its acceptance window (min(TTL, 1 s)) but within the TTL, or past the TTL, or SIGKILLed (a new worker process takes its place), in turn; TTL --waiter-ttl. The others must get the lock within the window + TTL of the fault",
+		deploy:       standalone,
+		fault:        hitWaiter,
+		minFaults:    len(waiterVariants), // one of each
+		waiterFaults: true,
+		noPoll:       true,
+	},
 }
 
 // notRun are scenarios the checker was built for whose deployment or API is not in the
@@ -209,6 +230,15 @@ func scenarioNames() []string {
 		names[i] = s.name
 	}
 	return names
+}
+
+// ttl is the lease TTL of s's runs: --waiter-ttl where the fault hits waiters, else its
+// deployment's.
+func (s *scenario) ttl(o options) time.Duration {
+	if s.waiterFaults {
+		return o.waiterTTL
+	}
+	return s.deploy.ttl(o)
 }
 
 // faults is the number of faults a run of s needs: its deployment's flag, but at least
