@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -106,6 +107,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	a.checkEvictions()
 	a.checkOutOfMemory()
 	a.checkRegister(linTimeout)
+	a.noteScriptErrors()
 	return a.f
 }
 
@@ -947,4 +949,26 @@ func joinN(xs []string, n int) string {
 		out += x
 	}
 	return out
+}
+
+// scriptError matches a Lua runtime error of a dlock script as Redis reports it
+// ("user_script:<line>: <what went wrong>"), not a command the server refused inside a script
+// (such as OOM, which names "@user_script:<line>." at the end).
+var scriptError = regexp.MustCompile(`(^|[^@])user_script:\d+: `)
+
+// noteScriptErrors notes the Lock and Unlock calls that failed because a dlock script broke on
+// the server: a library bug, whatever the fault. Noted, not failed: the guarantees the run
+// claims are judged on their own, and the report names the script and line.
+func (a *analysis) noteScriptErrors() {
+	var ex []string
+	n := map[string]int{}
+	for _, e := range a.d.events {
+		if (e.K == "acq" || e.K == "unl") && scriptError.MatchString(e.Res) {
+			n[e.K]++
+			ex = append(ex, fmt.Sprintf("%s at %s: %s", e.who(), ts(e.R, a.d.start), strings.TrimPrefix(e.Res, "err: ")))
+		}
+	}
+	if len(ex) > 0 {
+		a.note("a dlock script broke on the server (a library bug): %d Lock calls and %d Unlocks failed with a Lua error, e.g. %s", n["acq"], n["unl"], joinN(ex, 2))
+	}
 }

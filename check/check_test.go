@@ -731,6 +731,21 @@ func TestAnalyze_WaiterFaultStall(t *testing.T) {
 	}
 }
 
+// A Lua error inside a dlock script is noted in any scenario; a command the server refused
+// inside a script (out of memory) is not such an error.
+func TestAnalyze_ScriptErrorsNoted(t *testing.T) {
+	h := newHist("kill", true)
+	h.acq(w0, 10, 0, 1)
+	h.ev(w1, event{K: "acq", S: msT(2), R: msT(3), Res: `err: dlock: lock "x" on 127.0.0.1:1: user_script:111: attempt to concatenate local 'meta' (a nil value) script: 3b73, on @user_script:111.`})
+	h.ev(w1, event{K: "acq", S: msT(4), R: msT(5), Res: `err: dlock: lock "x": out of memory: OOM command not allowed when used memory > 'maxmemory'. script: 3b73, on @user_script:24.`})
+	f := analyze(h.d, time.Second)
+	if !slices.ContainsFunc(f.Notes, func(n string) bool {
+		return strings.Contains(n, "1 Lock calls and 0 Unlocks failed with a Lua error") && strings.Contains(n, "user_script:111")
+	}) {
+		t.Fatalf("notes %q", f.Notes)
+	}
+}
+
 func TestClockMap_PlacesTokensOnTheMonotonicTimeline(t *testing.T) {
 	samples := []clockSample{sampleClocks()}
 	before := mono()
