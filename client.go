@@ -57,8 +57,8 @@ type engine struct {
 	ownerID  string // 128 random bits; each lease's secret is ownerID + a sequence number
 	clientID string // 64 random bits, public: names this client's queue entries
 	seq      atomic.Uint64
-	closed  atomic.Bool
-	done    chan struct{} // closed by Close: waiters stop waiting
+	closed   atomic.Bool
+	done     chan struct{} // closed by Close: waiters stop waiting
 }
 
 // Dial connects to Redis at url through rueidis and returns a Client that owns the connection.
@@ -131,9 +131,9 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 		return nil, fmt.Errorf("dlock: owner secret: %w", err)
 	}
 	e := &engine{
-		b:       b,
-		traits:  tr,
-		guard:   guard,
+		b:        b,
+		traits:   tr,
+		guard:    guard,
 		ownerID:  base64.RawURLEncoding.EncodeToString(secret[:16]) + ":",
 		clientID: hex.EncodeToString(secret[16:]),
 		done:     make(chan struct{}),

@@ -81,6 +81,24 @@ type helperProc struct {
 
 func startHelper(t *testing.T, role, url, name string, ttl time.Duration) (*helperProc, uint64) {
 	t.Helper()
+	h := spawnHelper(t, role, url, name, ttl)
+	return h, h.locked(t, 20*time.Second)
+}
+
+// locked waits for the helper's "locked <token>" line and returns the token.
+func (h *helperProc) locked(t *testing.T, within time.Duration) uint64 {
+	t.Helper()
+	line := h.next(t, within)
+	var token uint64
+	if _, err := fmt.Sscanf(line, "locked %d", &token); err != nil {
+		t.Fatalf("helper said %q, want \"locked <token>\"", line)
+	}
+	return token
+}
+
+// spawnHelper starts a helper that takes the lock (waiting for it as long as it must).
+func spawnHelper(t *testing.T, role, url, name string, ttl time.Duration) *helperProc {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -110,12 +128,7 @@ func startHelper(t *testing.T, role, url, name string, ttl time.Duration) (*help
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	line := h.next(t, 20*time.Second)
-	var token uint64
-	if _, err := fmt.Sscanf(line, "locked %d", &token); err != nil {
-		t.Fatalf("helper said %q, want \"locked <token>\"", line)
-	}
-	return h, token
+	return h
 }
 
 func (h *helperProc) next(t *testing.T, within time.Duration) string {

@@ -97,7 +97,9 @@ func (m *Mutex) lock(ctx context.Context, wait bool) (*Lease, error) {
 	if st := heldIn(ctx, e, spec.key); st != nil {
 		return e.reenter(ctx, st)
 	}
-	attempt := func(ctx context.Context, reg *registration) (*leaseState, holder, error) { return e.attempt(ctx, spec, reg) }
+	attempt := func(ctx context.Context, reg *registration) (*leaseState, holder, error) {
+		return e.attempt(ctx, spec, reg)
+	}
 	if !wait {
 		st, h, err := attempt(ctx, nil)
 		if err != nil || st != nil {

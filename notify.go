@@ -44,15 +44,15 @@ type notifier struct {
 
 func newNotifier(listen func(context.Context, conn.Handler) (conn.Listener, error), grant func(string, uint64)) *notifier {
 	return &notifier{
-		listen: listen,
-		grant:  grant,
-		subs:   make(map[string]*queue),
+		listen:   listen,
+		grant:    grant,
+		subs:     make(map[string]*queue),
 		live:     make(map[string]bool),
 		idle:     make(map[string]int64),
 		released: make(map[string]uint64),
 		dirty:    make(chan struct{}, 1),
-		quit:   make(chan struct{}),
-		active: make(map[string]bool),
+		quit:     make(chan struct{}),
+		active:   make(map[string]bool),
 	}
 }
 
@@ -107,7 +107,6 @@ func (n *notifier) markDirty() {
 
 func (n *notifier) stop() { close(n.quit) }
 
-
 func (n *notifier) lookup(channel string) *queue {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -120,13 +119,14 @@ func (n *notifier) lookup(channel string) *queue {
 func (n *notifier) onMessage(channel, payload string) {
 	if rest, ok := strings.CutPrefix(payload, "g "); ok {
 		tok, rest, _ := strings.Cut(rest, " ")
-		id, _, _ := strings.Cut(rest, " ")
+		id, win, _ := strings.Cut(rest, " ")
 		token, err := strconv.ParseUint(tok, 10, 64)
 		if err != nil {
 			return
 		}
+		window, _ := strconv.ParseInt(win, 10, 64)
 		if q := n.lookup(channel); q != nil {
-			q.heldBy(token)
+			q.heldBy(token, time.Duration(window)*time.Millisecond)
 		}
 		n.grant(id, token)
 		return

@@ -26,24 +26,24 @@ type renewer struct {
 	entryGone func(*registration)                     // a queue entry the server no longer has (wait.go)
 
 	mu       sync.Mutex
-	h        leaseHeap     // leases not yet due
-	pending  []*leaseState // due, waiting for the round in flight to come back
-	flying   []*leaseState // in the round in flight
-	entries  entryHeap     // queue registrations, by when their entry is next refreshed
+	h        leaseHeap       // leases not yet due
+	pending  []*leaseState   // due, waiting for the round in flight to come back
+	flying   []*leaseState   // in the round in flight
+	entries  entryHeap       // queue registrations, by when their entry is next refreshed
 	refresh  []*registration // those in the round in flight
-	releases []release     // background releases not yet sent
-	sending  []release     // those in the round in flight
-	sentAt   int64         // mono ns when the round in flight was handed to the sender
-	inFlight bool          // a round is in flight
+	releases []release       // background releases not yet sent
+	sending  []release       // those in the round in flight
+	sentAt   int64           // mono ns when the round in flight was handed to the sender
+	inFlight bool            // a round is in flight
 	stopped  bool
 	wakeAt   int64 // mono ns the loop's timer is set for, -1 when it sleeps until poked
 	checkDue int64 // mono ns when the next eviction check is due
 
 	kick   chan struct{} // capacity 1: the earliest due time changed, or there is a release
 	quit   chan struct{}
-	rounds chan sendReq // to the sender
-	done   chan sendRes // from the sender
-	ctx    context.Context  // cancelled by stop, to abandon a round in flight
+	rounds chan sendReq    // to the sender
+	done   chan sendRes    // from the sender
+	ctx    context.Context // cancelled by stop, to abandon a round in flight
 	halt   context.CancelFunc
 }
 

@@ -69,6 +69,8 @@ type queue struct {
 
 	wake      chan struct{} // capacity 1: the head is woken
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
+	rearm     chan struct{} // capacity 1: the lock was granted to another client until pokeAt
+	pokeAt    atomic.Int64  // mono ns: when that grant's first lease runs out unless renewed
 }
 
 type waiter struct {
@@ -264,9 +266,18 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 		if h.pttl < 0 {
 			d = spec.ttl
 		}
-		if st, err := e.pause(ctx, w, timer, q.wake, d); st != nil || err != nil {
-			got = st
-			return e.confirmedOrErr(ctx, st, err)
+		for {
+			st, rearmed, err := e.pauseHead(ctx, w, q, timer, d)
+			if st != nil || err != nil {
+				got = st
+				return e.confirmedOrErr(ctx, st, err)
+			}
+			if !rearmed {
+				break
+			}
+			// Granted to another client: try again only if its first lease runs out (a
+			// grantee that crashed renews nothing), or when woken.
+			d = time.Duration(q.pokeAt.Load()-mono()) + time.Millisecond
 		}
 	}
 }
@@ -320,6 +331,27 @@ func (e *engine) pause(ctx context.Context, w *waiter, timer *time.Timer, wake <
 	return nil, nil
 }
 
+// pauseHead waits, as the head of q, for d to pass, to be woken, or for a lease given to w. It
+// reports rearmed when the lock was granted to another client meanwhile (q.pokeAt says until
+// when), and returns the lease, or an error when ctx ends or the client closes.
+func (e *engine) pauseHead(ctx context.Context, w *waiter, q *queue, timer *time.Timer, d time.Duration) (*leaseState, bool, error) {
+	timer.Reset(d)
+	defer timer.Stop()
+	select {
+	case <-q.wake:
+	case <-q.rearm:
+		return nil, true, nil
+	case st := <-w.grant:
+		return st, false, nil
+	case <-timer.C:
+	case <-ctx.Done():
+		return nil, false, w.spec.ctxErr(ctx)
+	case <-e.done:
+		return nil, false, ErrClosed
+	}
+	return nil, false, nil
+}
+
 // join appends a waiter to key's queue, making the queue if needed, and reports whether the
 // waiter is the head.
 func (qs *waitQueues) join(spec *lockSpec, ctx context.Context) (*queue, *waiter, bool) {
@@ -329,7 +361,7 @@ func (qs *waitQueues) join(spec *lockSpec, ctx context.Context) (*queue, *waiter
 	defer s.mu.Unlock()
 	q := s.m[spec.key]
 	if q == nil {
-		q = &queue{key: spec.key, channel: spec.channel, wake: make(chan struct{}, 1)}
+		q = &queue{key: spec.key, channel: spec.channel, wake: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}
 		s.m[spec.key] = q
 	}
 	q.waiters = append(q.waiters, w)
@@ -494,14 +526,20 @@ func (q *queue) wakeHead(token uint64) {
 	}
 }
 
-// heldBy records that the lock was granted to another registration with token: release
-// notices older than it are stale. The head keeps waiting for its own grant.
-func (q *queue) heldBy(token uint64) {
+// heldBy records that the lock was granted with token for window: release notices older than
+// it are stale, and the head, which keeps waiting for its own grant, re-arms its timer to the
+// end of the grant's first lease.
+func (q *queue) heldBy(token uint64, window time.Duration) {
 	for {
 		old := q.blockedOn.Load()
 		if token <= old || q.blockedOn.CompareAndSwap(old, token) {
-			return
+			break
 		}
+	}
+	q.pokeAt.Store(mono() + int64(window))
+	select {
+	case q.rearm <- struct{}{}:
+	default:
 	}
 }
 

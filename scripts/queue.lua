@@ -14,7 +14,7 @@ for i = 1, #KEYS / 2 do
   local e = redis.call('HGET', w, id)
   if e then
     local win = tonumber(ARGV[2 * i])
-    redis.call('HSET', w, id, string.format('%d', ms + win) .. string.sub(e, string.find(e, ' ', 1, true)))
+    redis.call('HSET', w, id, string.format('%d', ms + win) .. string.sub(e, (string.find(e, ' ', 1, true))))
     local keep = math.max(win, redis.call('PTTL', q))
     redis.call('PEXPIRE', q, keep)
     redis.call('PEXPIRE', w, keep)
