@@ -602,7 +602,7 @@ func TestAnalyze_OutOfMemory(t *testing.T) {
 	if len(f.Recovery) != 1 || f.Recovery[0] != 20*time.Millisecond {
 		t.Fatalf("recovery %v", f.Recovery)
 	}
-	if cell := memoryCell(f); !strings.Contains(cell, "2 acquisitions refused (ErrOutOfMemory), 0 granted; 1 Unlocks ok, then released 1") {
+	if cell := memoryCell(f); !strings.Contains(cell, "2 acquisitions refused (ErrOutOfMemory), 0 granted (0 by a release); 1 Unlocks ok, then released 1") {
 		t.Fatalf("memory cell %q", cell)
 	}
 
@@ -646,9 +646,26 @@ func TestAnalyze_OutOfMemory(t *testing.T) {
 	h.ev(w1, event{K: "acq", S: msT(800), R: msT(801), Res: "err: OOM command not allowed when used memory > 'maxmemory'"})
 	f = analyze(h.d, 10*time.Second)
 	if len(f.Failures) != 3 || !strings.Contains(f.Failures[0], "1 Unlocks failed while the server was out of memory: worker 1.1 g0 token 20") ||
-		!strings.Contains(f.Failures[1], "granted the lock 1 times while out of memory: worker 0.1 g0 token 20 at t+0.400s") ||
+		!strings.Contains(f.Failures[1], "granted the lock 1 times while out of memory, not by a release: worker 0.1 g0 token 20 at t+0.400s") ||
 		!strings.Contains(f.Failures[2], "1 acquisitions refused for memory with an error that does not wrap ErrOutOfMemory") {
 		t.Fatalf("failed Unlock, grant, unmarked refusal: failures %q", f.Failures)
+	}
+
+	// A grant made by a release (grant on release): worker 0's Unlock under OOM gives the lock
+	// to worker 1, queued; the key then reads held by worker 1's token. Counted, not failed.
+	h = oomHistory()
+	for i, e := range h.d.events {
+		if e.K == "key" {
+			h.d.events[i].Res = `owner1 20 1 {"pid":2,}`
+		}
+	}
+	h.acq(w1, 20, 150, 200.8) // its grant instant is bounded by the Lock call: 150 to 200.8 ms
+	h.d.events[len(h.d.events)-1].S = msT(200.2)
+	h.d.events[len(h.d.events)-1].R = msT(200.8)
+	h.unl(w1, 20, 250, 251)
+	f = analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 0 || f.OOMGrants != 1 || f.OOMGrantsOnRelease != 1 || f.OOMTakenAgain != 1 {
+		t.Fatalf("grant on release: failures %q, grants %d (%d by a release), taken again %d", f.Failures, f.OOMGrants, f.OOMGrantsOnRelease, f.OOMTakenAgain)
 	}
 
 	// Nothing refused, no release on the server, no grant by the server after memory is back:

@@ -70,8 +70,8 @@ func memoryCell(f *findings) string {
 	case s.memory.filler:
 		return fmt.Sprintf("evicted %d keys, the lock's %d times (%d under a holder); %d warnings", f.EvictedKeys, f.LockEvictions, f.LockEvictionsHeld, f.Warnings)
 	case s.outOfMemory:
-		return fmt.Sprintf("OOM: %d acquisitions refused (ErrOutOfMemory), %d granted; %d Unlocks ok, then released %d / passed on %d / taken again %d",
-			f.OOMRefused, f.OOMGrants, f.OOMReleases, f.OOMReleased, f.OOMPassedOn, f.OOMTakenAgain)
+		return fmt.Sprintf("OOM: %d acquisitions refused (ErrOutOfMemory), %d granted (%d by a release); %d Unlocks ok, then released %d / passed on %d / taken again %d",
+			f.OOMRefused, f.OOMGrants, f.OOMGrantsOnRelease, f.OOMReleases, f.OOMReleased, f.OOMPassedOn, f.OOMTakenAgain)
 	}
 	return "–"
 }

@@ -63,7 +63,9 @@ type scenario struct {
 	// outOfMemory: the fault puts the server out of memory (maxmemory below used_memory under
 	// noeviction). Every Unlock that overlaps it must succeed and leave the lock released (each
 	// worker reads the key right after its Unlock), and one at least must release it on the
-	// server; the server must grant no acquisition meanwhile, and one refused for memory must
+	// server; the server must grant no acquisition meanwhile but by a release (grant on release:
+	// the releasing holder's Unlock gives the lock to the first client queued, and Redis lets a
+	// script that has written go on writing), and one refused for memory must
 	// say so (an error wrapping ErrOutOfMemory), one at least; and once memory is back the
 	// server must grant the lock again: recovery is measured from the fault's end to the next
 	// grant by the server.
@@ -192,7 +194,7 @@ var scenarios = []scenario{
 	},
 	{
 		name:        "oom",
-		help:        "a redis-server with maxmemory-policy noeviction: while a holder works, maxmemory is set below used_memory for TTL + 0.5–1 s, then set back. Every Unlock must succeed and leave the lock released; acquisitions fail with ErrOutOfMemory; the server grants the lock again once memory is back",
+		help:        "a redis-server with maxmemory-policy noeviction: while a holder works, maxmemory is set below used_memory for TTL + 0.5–1 s, then set back. Every Unlock must succeed and leave the lock released (or granted on to a waiter); acquisitions fail with ErrOutOfMemory, but for grants made by a release; the server grants the lock again once memory is back",
 		deploy:      standalone,
 		memory:      boundedNoEviction,
 		fault:       exhaustMemory,
