@@ -201,6 +201,10 @@ func TestScenarioTable(t *testing.T) {
 			t.Errorf("%s: TTL %v, %d faults, max run %v; want %v, %d, %v", c.name, ttl, faults, maxRun, c.ttl, c.faults, c.maxRun)
 		}
 	}
+	o.minFaults = 5
+	if s, _ := scenarioNamed("waiter-faults"); s.faults(o) != 6 {
+		t.Errorf("waiter-faults plays %d faults for --min-faults 5, want 6: whole rounds of its variants", s.faults(o))
+	}
 	both := []bool{true, false}
 	for _, s := range scenarios {
 		if n := len(s.modes(both)); n != map[bool]int{true: 1, false: 2}[s.dialRefused != ""] {

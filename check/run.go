@@ -302,7 +302,13 @@ func run(conf runConf) (*runData, error) {
 	<-schedDone      // a fault under way plays out first (SIGCONT, Unblock, Redis back up)
 	r.faultWG.Wait() // and whatever it started (a respawn)
 	// Let traffic recover from the last fault, so that its recovery is in the record: wait for
-	// a few more applied writes (bounded: a run whose traffic never recovers says so).
+	// a few more applied writes (bounded: a run whose traffic never recovers says so). Where the
+	// fault hits a waiter, the holder's process goes on writing (its goroutines pass the lock
+	// among themselves) until it releases, which grants the lock to the hit waiter for its
+	// acceptance window: the writes that show recovery come after that window.
+	if r.sc.waiterFaults {
+		time.Sleep(acceptWindow(conf.TTL) + killRecoverySlack)
+	}
 	w0 := r.res.acceptedWrites()
 	recoverBy := time.Now().Add(3*conf.TTL + 15*time.Second)
 	for r.res.acceptedWrites() < w0+5 {

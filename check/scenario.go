@@ -244,12 +244,17 @@ func (s *scenario) ttl(o options) time.Duration {
 }
 
 // faults is the number of faults a run of s needs: its deployment's flag, but at least
-// s.minFaults; none where the run is a refused Dial.
+// s.minFaults (where the fault hits waiters, rounded up to whole rounds of its variants); none
+// where the run is a refused Dial.
 func (s *scenario) faults(o options) int {
 	if s.dialRefused != "" {
 		return 0
 	}
-	return max(s.deploy.faults(o), s.minFaults)
+	n := max(s.deploy.faults(o), s.minFaults)
+	if s.waiterFaults {
+		n = (n + len(waiterVariants) - 1) / len(waiterVariants) * len(waiterVariants) // whole rounds of the variants
+	}
+	return n
 }
 
 // modes are the modes s runs in, of those asked for: the first one alone where the run is a
