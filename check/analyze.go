@@ -59,6 +59,7 @@ type findings struct {
 	OOMRefused         int   // acquisitions refused with an error wrapping ErrOutOfMemory
 	OOMGrants          int   // acquisitions the server granted while out of memory
 	OOMGrantsOnRelease int   // ...of them by a release (grant on release): inside another holder's Unlock
+	OOMLostBefore      int   // Unlocks that overlapped an out-of-memory period and returned ErrLost for a lease already reported lost
 	OOMReleases        int   // Unlocks that overlapped an out-of-memory period and returned nil
 	OOMReleased        int   // ...after which the key read as released (or was gone)
 	OOMPassedOn        int   // ...as held still, by the sibling the lock was passed to locally
@@ -546,8 +547,10 @@ func (a *analysis) checkEvictions() {
 }
 
 // checkOutOfMemory checks, where the fault puts the server out of memory (outOfMemory), what
-// dlock promises there. Every Unlock that overlapped an out-of-memory period must return nil,
-// and every Unlock that returned nil must leave the lock released: the key its worker read
+// dlock promises there. Every Unlock that overlapped an out-of-memory period must return nil
+// (but for an ErrLost from a lease whose context had already said it was lost: such an Unlock
+// has nothing to release, and is noted), and every Unlock that returned nil must leave the
+// lock released: the key its worker read
 // right after (worker.readBack) is gone, or released ("- <token> 0"), or held by a later grant
 // (a larger token), or held still under this lease's token because the Unlock passed the lock
 // to a sibling goroutine (the next token is that local handoff). Acquisitions refused for
@@ -577,12 +580,16 @@ func (a *analysis) checkOutOfMemory() {
 		tok uint64
 	}
 	read := map[lease]event{}
+	told := map[lease]int64{} // when the lease's context reported it lost
 	for _, e := range a.d.events {
-		if e.K == "key" {
+		switch e.K {
+		case "key":
 			read[lease{e.who(), e.Tok}] = e
+		case "sig":
+			told[lease{e.who(), e.Tok}] = e.S
 		}
 	}
-	var unmarked, failed, held []string
+	var unmarked, failed, held, lostBefore []string
 	unread := 0
 	for _, e := range a.d.events {
 		switch {
@@ -591,7 +598,14 @@ func (a *analysis) checkOutOfMemory() {
 		case e.K == "acq" && e.Res != "ok" && strings.Contains(e.Res, "OOM"):
 			unmarked = append(unmarked, fmt.Sprintf("%s at %s: %s", e.who(), ts(e.R, a.d.start), e.Res))
 		case e.K == "unl" && e.Res != "":
-			if during(e.S, e.R) {
+			at, wasTold := told[lease{e.who(), e.Tok}]
+			switch {
+			case !during(e.S, e.R):
+			case e.is(errKindLost) && wasTold && at <= e.S:
+				// The lease was lost before its Unlock, which had nothing to release.
+				f.OOMLostBefore++
+				lostBefore = append(lostBefore, fmt.Sprintf("%s token %d, Lock returned at %s", e.who(), e.Tok, ts(a.lockReturn(e.who(), e.Tok), a.d.start)))
+			default:
 				failed = append(failed, fmt.Sprintf("%s token %d at %s: %s", e.who(), e.Tok, ts(e.S, a.d.start), e.Res))
 			}
 		case e.K == "unl":
@@ -661,6 +675,19 @@ func (a *analysis) checkOutOfMemory() {
 	if unread > 0 {
 		a.note("%d Unlocks without a read of the key after them (the worker stopped, or the read failed)", unread)
 	}
+	if len(lostBefore) > 0 {
+		a.note("%d leases were lost before their Unlock while the server was out of memory (their context said lost at its first check, and Unlock returned ErrLost): %s", len(lostBefore), joinN(lostBefore, 3))
+	}
+}
+
+// lockReturn is when the Lock call that got w the lease of tok returned (0 when unknown).
+func (a *analysis) lockReturn(w who, tok uint64) int64 {
+	for _, q := range a.acqs {
+		if q.tok == tok && q.w == w {
+			return q.r
+		}
+	}
+	return 0
 }
 
 // releaseState judges what the key read right after a successful Unlock (unl) says: "released"

@@ -672,6 +672,27 @@ func TestAnalyze_OutOfMemory(t *testing.T) {
 		t.Fatalf("grant on release: failures %q, grants %d (%d by a release), taken again %d", f.Failures, f.OOMGrants, f.OOMGrantsOnRelease, f.OOMTakenAgain)
 	}
 
+	// A lease granted while out of memory that its client already counts as lost (its context
+	// said so at its first check): its Unlock returns ErrLost, with nothing to release. Noted;
+	// the same Unlock without the loss reported before it fails.
+	lostLease := func(told bool) *findings {
+		h := oomHistory()
+		h.acq(w1, 20, 200.2, 200.8) // granted by worker 0's release
+		if told {
+			h.sig(w1, 20, 201)
+		}
+		h.unl(w1, 20, 401, 402)
+		h.d.events[len(h.d.events)-1].Res = `dlock: lock lost: "x" was lost before Unlock (dlock: not held)`
+		h.d.events[len(h.d.events)-1].Is = errKindLost
+		return analyze(h.d, 10*time.Second)
+	}
+	if f := lostLease(true); len(f.Failures) != 0 || f.OOMLostBefore != 1 {
+		t.Fatalf("lost before Unlock: failures %q, lost before %d", f.Failures, f.OOMLostBefore)
+	}
+	if f := lostLease(false); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "1 Unlocks failed while the server was out of memory") {
+		t.Fatalf("lost at Unlock: failures %q", f.Failures)
+	}
+
 	// Nothing refused, no release on the server, no grant by the server after memory is back:
 	// the run proves nothing, and the lock did not come back.
 	h = newHist("oom", true)
