@@ -78,6 +78,8 @@ type waiterHit struct {
 
 func (h waiterHit) process() who { return who{Slot: h.Slot, Inc: h.Inc, G: -1} }
 
+func (h waiterHit) String() string { return fmt.Sprintf("worker %d.%d (pid %d)", h.Slot, h.Inc, h.PID) }
+
 // client is the id of the hit process's dlock client: its entries, and the grants to them, are
 // named "<client>.<n>".
 func (h waiterHit) client() string {
@@ -377,7 +379,7 @@ func (a *analysis) checkWaiterStalls() {
 			}
 		}
 		if next == nil {
-			a.fail("%s fault (%s) at %s on waiting %s: no acquisition by another process followed it", flt.Kind, flt.Variant, ts(flt.Start, a.d.start), hit)
+			a.fail("%s fault (%s) at %s on waiting %s: no acquisition by another process followed it", flt.Kind, flt.Variant, ts(flt.Start, a.d.start), h)
 			continue
 		}
 		if !waiting(a.d.events, hit, from) {
@@ -396,7 +398,7 @@ func (a *analysis) checkWaiterStalls() {
 				granted = fmt.Sprintf("granted token %d at %s", g.token, ts(g.at, a.d.start))
 			}
 			a.fail("%s fault (%s) at %s on waiting %s (entry %d of %d; %s): the next acquisition by another process (%s, token %d, Lock %s–%s) came %v after the fault, over the acceptance window + TTL = %v: the queue stalled",
-				flt.Kind, flt.Variant, ts(flt.Start, a.d.start), hit, h.Pos+1, h.Queue, granted,
+				flt.Kind, flt.Variant, ts(flt.Start, a.d.start), h, h.Pos+1, h.Queue, granted,
 				next.w, next.tok, ts(next.s, a.d.start), ts(next.r, a.d.start), stall.Round(time.Millisecond), bound)
 		}
 	}
