@@ -63,6 +63,7 @@ type findings struct {
 	OOMReleases        int   // Unlocks that overlapped an out-of-memory period and returned nil
 	OOMReleased        int   // ...after which the key read as released (or was gone)
 	OOMPassedOn        int   // ...as held still, by the sibling the lock was passed to locally
+	OOMPassedBack      int   // ...of them to a sibling whose Lock failed at that moment, and released it again
 	OOMTakenAgain      int   // ...as held by a later grant
 
 	// Waiter faults (waiterFaults): the stall each one caused is its Recovery figure.
@@ -627,6 +628,9 @@ func (a *analysis) checkOutOfMemory() {
 				f.OOMReleased++
 			case "passed on":
 				f.OOMPassedOn++
+			case "passed back":
+				f.OOMPassedOn++
+				f.OOMPassedBack++
 			case "taken again":
 				f.OOMTakenAgain++
 			}
@@ -670,8 +674,8 @@ func (a *analysis) checkOutOfMemory() {
 	if f.OOMReleased+f.OOMTakenAgain == 0 && len(a.d.faults) > 0 { // taken again: the release ran, and granted it on
 		a.fail("no Unlock released the lock on the server while it was out of memory: the run proves nothing")
 	}
-	a.note("out of memory: %d acquisitions refused with ErrOutOfMemory, %d granted by the server (%d of them by a release, inside another holder's Unlock); %d Unlocks returned nil (the key then read released %d times, passed on locally %d, taken again %d)",
-		f.OOMRefused, f.OOMGrants, f.OOMGrantsOnRelease, f.OOMReleases, f.OOMReleased, f.OOMPassedOn, f.OOMTakenAgain)
+	a.note("out of memory: %d acquisitions refused with ErrOutOfMemory, %d granted by the server (%d of them by a release, inside another holder's Unlock); %d Unlocks returned nil (the key then read released %d times, passed on locally %d (%d of them to a sibling whose Lock failed at that moment and released it again), taken again %d)",
+		f.OOMRefused, f.OOMGrants, f.OOMGrantsOnRelease, f.OOMReleases, f.OOMReleased, f.OOMPassedOn, f.OOMPassedBack, f.OOMTakenAgain)
 	if unread > 0 {
 		a.note("%d Unlocks without a read of the key after them (the worker stopped, or the read failed)", unread)
 	}
@@ -690,11 +694,17 @@ func (a *analysis) lockReturn(w who, tok uint64) int64 {
 	return 0
 }
 
+// passBackWithin bounds how long after an Unlock a sibling's failing Lock may end for the lock
+// to count as passed back (releaseState).
+const passBackWithin = 50 * time.Millisecond
+
 // releaseState judges what the key read right after a successful Unlock (unl) says: "released"
 // (gone, or "- <token> 0"), "taken again" (held under a larger token: a later grant by the
 // server), "passed on" (held under this lease's token or below, and the lease of the next
 // token is a local handoff from this holder: the lock passed to a sibling inside the Unlock,
-// and the server's record of it did not change), or "held": the Unlock left the lock held.
+// and the server's record of it did not change), "passed back" (the same, to a sibling whose
+// Lock call failed at that moment and released the lease it was handed), or "held": the
+// Unlock left the lock held.
 func (a *analysis) releaseState(unl, key event) string {
 	if !key.Live || strings.HasPrefix(key.Res, "- ") {
 		return "released"
@@ -708,6 +718,16 @@ func (a *analysis) releaseState(unl, key event) string {
 	i := sort.Search(len(a.acqs), func(i int) bool { return a.acqs[i].tok > unl.Tok })
 	if i < len(a.acqs) && a.acqs[i].tok == unl.Tok+1 && a.acqs[i].local && a.acqs[i].w.sameProcess(unl.who()) {
 		return "passed on"
+	}
+	// The Unlock passed the lock to a sibling goroutine whose Lock call was failing at that very
+	// moment (its own attempt refused, for memory): that Lock returned its error and released
+	// the lease it had just been handed, which no Lock call returned, so the key still names
+	// this process's hold when the read comes. That sibling's attempt was in flight when the
+	// lock came: its Lock fails within passBackWithin of the Unlock's return.
+	for _, e := range a.d.events {
+		if e.K == "acq" && e.Res != "ok" && e.who().sameProcess(unl.who()) && e.G != unl.G && e.S <= unl.S && e.R >= unl.R && e.R <= unl.R+int64(passBackWithin) {
+			return "passed back"
+		}
 	}
 	return "held"
 }

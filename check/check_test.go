@@ -624,6 +624,15 @@ func TestAnalyze_OutOfMemory(t *testing.T) {
 		!strings.Contains(f.Failures[1], "no Unlock released the lock on the server") {
 		t.Fatalf("held after Unlock: failures %q", f.Failures)
 	}
+	// ...or when it passed the lock to a sibling whose Lock call failed at that moment (its
+	// attempt refused for memory), which released the lease it was handed.
+	h = oomHistory()
+	stillHeld(h)
+	h.ev(w0b, event{K: "acq", S: msT(150), R: msT(203), Res: "err: dlock: server out of memory", Is: errKindOutOfMemory})
+	if f := analyze(h.d, 10*time.Second); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "no Unlock released the lock on the server") ||
+		f.OOMPassedBack != 1 || f.OOMPassedOn != 1 {
+		t.Fatalf("passed back: failures %q, passed on %d (back %d)", f.Failures, f.OOMPassedOn, f.OOMPassedBack)
+	}
 	// ...which is right when the Unlock passed the lock to a sibling goroutine, whose release
 	// then reached the server.
 	h = oomHistory()
