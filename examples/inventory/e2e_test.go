@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -127,6 +128,25 @@ func steady(t *testing.T, db string) {
 	}
 	t.Logf("load: %v", res)
 	sum := checkSold(t, rs, "widget", res)
+	// The lock metrics add up with the answers: every purchase, and the seed, took the lock
+	// or timed out waiting for it; nothing is held or waiting any more.
+	var acquired, timedOut, held, waiting float64
+	for _, r := range rs {
+		m := r.metrics(t)
+		for _, path := range []string{"server", "local"} {
+			acquired += m[`dlock_acquire_wait_seconds_count{lock="sku",outcome="acquired",path="`+path+`"}`]
+		}
+		timedOut += m[`dlock_acquire_wait_seconds_count{lock="sku",outcome="timed_out",path="none"}`]
+		held += m[`dlock_leases_held{lock="sku"}`]
+		waiting += m[`dlock_waiters{lock="sku"}`]
+		if m[`dlock_hold_seconds_count{lock="sku"}`] == 0 {
+			t.Errorf("%s: no hold in dlock_hold_seconds", r.name)
+		}
+	}
+	if int64(acquired) != int64(res.Sent)-sum.LockTimeout+1 || int64(timedOut) != sum.LockTimeout || held != 0 || waiting != 0 {
+		t.Errorf("metrics: %v acquired, %v timed out, %v held, %v waiting; want %d acquired (purchases and the seed, less the %d lock timeouts), %d timed out, none held or waiting",
+			acquired, timedOut, held, waiting, int64(res.Sent)-sum.LockTimeout+1, sum.LockTimeout, sum.LockTimeout)
+	}
 	t.Logf("FIGURES steady: sold %d of %d, oversold %d, 409 %d, 503 %d (lock timeouts %d), fence rejections %d",
 		len(res.Sales), e2eStock, max(0, len(res.Sales)-e2eStock), res.ByStatus[409], res.ByStatus[503], sum.LockTimeout, sum.FenceRejected)
 }
@@ -163,6 +183,19 @@ func sigstop(t *testing.T, db string) {
 	}
 	if sum.FenceRejected < 1 {
 		t.Errorf("no stale write rejected by the fence; the freeze of r1 should have caused one")
+	}
+	// The leases lost while frozen show in the metrics: at least one per purchase aborted
+	// for it (by a deadline that passed during the freeze, or a renewal refused after it).
+	var lost float64
+	for _, r := range rs {
+		for series, v := range r.metrics(t) {
+			if strings.HasPrefix(series, "dlock_leases_lost_total{") {
+				lost += v
+			}
+		}
+	}
+	if int64(lost) < sum.LeaseLost {
+		t.Errorf("dlock_leases_lost_total adds up to %v, want at least the %d purchases aborted by a lost lease", lost, sum.LeaseLost)
 	}
 	if n := rs[1].logCount("stale write rejected by the fence"); int64(n) != rs[1].stats(t).FenceRejected {
 		t.Errorf("r1 logged %d fence rejections, counted %d", n, rs[1].stats(t).FenceRejected)

@@ -428,3 +428,31 @@ func (p *postgres) stop() error {
 }
 
 func (p *postgres) cleanup() { os.RemoveAll(p.base) }
+
+// metrics reads the replica's /metrics: each sample by its name and labels as exposed,
+// name{label="value",...} (labels in the exposition's order, which is sorted), or name alone.
+func (r *replica) metrics(t testing.TB) map[string]float64 {
+	t.Helper()
+	resp, err := testHTTP.Get(r.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %d, %v", resp.StatusCode, err)
+	}
+	out := make(map[string]float64)
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if i < 0 || err != nil {
+			t.Fatalf("GET /metrics: bad line %q", line)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}

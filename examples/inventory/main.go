@@ -8,6 +8,8 @@
 //	GET  /healthz           200 when the database answers
 //	GET  /stats             this replica's counters (sold, sold_out, lock_timeout, lease_lost,
 //	                        fence_rejected, ...)
+//	GET  /metrics           Prometheus metrics: the locks' (dlockprom), with the lock class
+//	                        "sku" as label, and the Go runtime's
 //	POST /admin/seed?sku=S&qty=N   set the stock of S (under its lock)
 //
 // See README.md for running three replicas and the load generator (cmd/loadgen) by hand.
@@ -28,7 +30,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockprom"
 )
 
 type seedList []string
@@ -92,7 +99,16 @@ func run() error {
 		return err
 	}
 	defer st.Close()
-	locks, err := dlock.Dial(startCtx, *redisURL, dlock.WithTTL(*ttl), dlock.WithLabel("inventory "+*name))
+	// The locks' metrics, by lock class: every lock of this service is "sku:<SKU>", so the
+	// class is "sku" (never the SKU itself: one time series per SKU would grow without bound).
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	lockMetrics, err := dlockprom.New(reg, dlockprom.WithLockLabel(lockClass))
+	if err != nil {
+		return err
+	}
+	locks, err := dlock.Dial(startCtx, *redisURL, dlock.WithTTL(*ttl), dlock.WithLabel("inventory "+*name),
+		dlock.WithObserver(lockMetrics.Observer()), dlock.WithLogger(log))
 	if err != nil {
 		return err
 	}
@@ -110,6 +126,7 @@ func run() error {
 	srv := &server{
 		locks: locks, store: st, log: log, name: *name,
 		ttl: *ttl, lockWait: *lockWait, txTimeout: *txTimeout, work: *work, faults: *faults,
+		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}
 	hs := &http.Server{
 		Handler:           srv.routes(),
@@ -143,4 +160,11 @@ func run() error {
 	log.Info("stopped", "sold", s.Sold, "sold_out", s.SoldOut, "lock_timeout", s.LockTimeout,
 		"lease_lost", s.LeaseLost, "fence_rejected", s.FenceRejected, "failed", s.Failed)
 	return nil
+}
+
+// lockClass is the metrics label of a lock name: the part before the first ':' ("sku:widget"
+// is "sku").
+func lockClass(name string) string {
+	class, _, _ := strings.Cut(name, ":")
+	return class
 }

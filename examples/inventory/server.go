@@ -26,6 +26,7 @@ type server struct {
 	txTimeout time.Duration // bound on one purchase's transaction
 	work      time.Duration // artificial work done while holding the lock, before the transaction
 	faults    bool          // POST /admin/fault is enabled
+	metrics   http.Handler  // GET /metrics; nil: not served
 
 	stats stats
 
@@ -64,6 +65,9 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /stock/{sku}", s.handleStock)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.HandleFunc("GET /stats", s.handleStats)
+	if s.metrics != nil {
+		mux.Handle("GET /metrics", s.metrics)
+	}
 	mux.HandleFunc("POST /admin/seed", s.handleSeed)
 	if s.faults {
 		mux.HandleFunc("POST /admin/fault", s.handleFault)
