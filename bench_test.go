@@ -125,3 +125,41 @@ func serverCPU(b *testing.B) time.Duration {
 }
 
 var _ = dlock.DefaultTTL
+
+// BenchmarkObserver: the uncontended pairs of BenchmarkUncontended (64 goroutines, distinct
+// names) without an observer and with one whose every function does nothing, side by side, per
+// transport: what WithObserver costs before the observer does any work of its own
+// (docs/BENCHMARKS.md, "Observer overhead"). Run with -count N: the variants then alternate.
+func BenchmarkObserver(b *testing.B) {
+	needShared(b)
+	ctx := context.Background()
+	noop := dlock.Observer{
+		AcquireDone:  func(context.Context, dlock.AcquireEvent) {},
+		Waiting:      func(context.Context, dlock.WaitingEvent) {},
+		Released:     func(context.Context, dlock.ReleaseEvent) {},
+		Lost:         func(context.Context, dlock.LostEvent) {},
+		Renewal:      func(dlock.RenewalEvent) {},
+		Subscription: func(dlock.SubscriptionEvent) {},
+		NodeError:    func(dlock.NodeErrorEvent) {},
+	}
+	for _, tr := range transports {
+		for _, v := range []struct {
+			name string
+			opts []dlock.ClientOption
+		}{{"none", nil}, {"noop", []dlock.ClientOption{dlock.WithObserver(noop)}}} {
+			b.Run(tr.name+"/"+v.name, func(b *testing.B) {
+				c := tr.dial(b, shared.URL(), v.opts...)
+				benchPairs(b, func() func() error {
+					m := c.Mutex("bench:" + strconv.FormatInt(benchSeq.Add(1), 10))
+					return func() error {
+						l, err := m.Lock(ctx)
+						if err != nil {
+							return err
+						}
+						return l.Unlock(ctx)
+					}
+				})
+			})
+		}
+	}
+}

@@ -95,7 +95,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool) (*Lease, error) {
 		return nil, m.err
 	}
 	if o := m.e.obs; o != nil {
-		return o.lock(ctx, m, wait, func() (*Lease, error) { return m.acquire(ctx, wait) })
+		return o.lock(ctx, m, wait)
 	}
 	return m.acquire(ctx, wait)
 }

@@ -328,12 +328,16 @@ const (
 	seenEnded    uint32 = 2
 )
 
-// lock runs acquire (one Lock, TryLock or Do acquisition of m) and reports it.
-func (o *observer) lock(ctx context.Context, m *Mutex, wait bool, acquire func() (*Lease, error)) (*Lease, error) {
+// lock makes one Lock, TryLock or Do acquisition of m (Mutex.acquire) and reports it.
+func (o *observer) lock(ctx context.Context, m *Mutex, wait bool) (*Lease, error) {
 	start := time.Now()
-	reentry := heldIn(ctx, m.e, m.spec.key) != nil
-	l, err := acquire()
-	if reentry {
+	l, err := m.acquire(ctx, wait)
+	// A re-entry is no acquisition: it returns a lease whose acquisition was reported, or
+	// fails with one in ctx (looked up only then: ctx.Value allocates its key).
+	if err == nil && l.st.rec != nil && l.st.rec.seen.Load()&seenAcquired != 0 {
+		return l, err
+	}
+	if err != nil && heldIn(ctx, m.e, m.spec.key) != nil {
 		return l, err
 	}
 	ev := AcquireEvent{Name: m.name, Start: start, Wait: time.Since(start), Err: err}
