@@ -20,7 +20,7 @@
 // Two kinds, so that an option cannot land where it means nothing. An Option (WithTTL,
 // WithoutRenewal, WithLabel, WithWait, WithReplicaAck) configures one lock when passed to
 // Mutex or Do, and the default of every lock of a client when passed to Dial, New, DialQuorum
-// or NewQuorum. A ClientOption (WithPrefix, WithTLSConfig, WithCAFile, WithLogger,
+// or NewQuorum. A ClientOption (WithPrefix, WithTLSConfig, WithCAFile, WithLogger, WithObserver,
 // WithUnsafeEviction, WithTokenRetention) is taken by those four alone: passing one to Mutex or
 // Do does not compile. A CA file is read once, when Dial applies the option.
 //
@@ -217,10 +217,45 @@
 // # Inspection
 //
 // Client.Inspect reads one lock (held or free, holder's host, pid and label, token, holds,
-// remaining lease, waiting clients), Client.List the held locks by name prefix (with SCAN),
+// remaining lease, waiting clients and their waiting goroutines, and the inspecting client's
+// own waiting goroutines), Client.List the held locks by name prefix (with SCAN),
 // and Client.ForceUnlock releases a lock whoever holds it, waking its waiters; the former
 // holder's lease is lost at its next renewal. The dlock command (cmd/dlock) offers them as
 // dlock status, list and unlock --force, and dlock run runs a command under a lock.
+//
+// # Observability
+//
+// WithObserver gives a client an Observer: functions it calls for each acquisition (its name,
+// wait, outcome: acquired, busy, timed out, cancelled or error; whether it came from the
+// server or by a local handoff; its token), each goroutine that starts or stops waiting, each
+// release (how long the lock was held), each lost lease and why (refused by the server, force
+// unlocked, no renewal before the deadline, a server that may evict keys, a fixed lease run
+// out, the client closed), each renewal round (leases, latency, errors), the subscription
+// dropping and coming back, and, in quorum mode, each server's errors. The modules
+// github.com/dlock-go/dlock/dlockprom (Prometheus) and github.com/dlock-go/dlock/dlockotel
+// (OpenTelemetry metrics, and spans for each wait and hold in the caller's trace) are built on
+// it. Without an observer (and with the logger below DEBUG) acquisitions and releases do no
+// extra work; with one they make one small allocation each (docs/BENCHMARKS.md, "Observer
+// overhead").
+//
+// What is guaranteed: every acquisition reported acquired is followed by exactly one Released
+// or Lost report for its lease, after it; every Waiting start by exactly one stop, before the
+// acquisition's report; re-entries are not acquisitions. What is not: a lease is reported lost
+// when this client finds out (its context is cancelled first), not when the server dropped it;
+// the functions run on the goroutines that make the events, so a slow one slows them; and a
+// lock passed on inside the client (a local handoff) is reported as a release and an
+// acquisition (path local), though the server saw neither.
+//
+// WithLogger's logger gets a WARN line for every lost lease (name, token, cause; never the
+// owner secret) and for failed renewal rounds (at most one every 10 s while they keep
+// failing, then an INFO line when they succeed again), INFO lines when the release
+// subscription drops and when it is back, and DEBUG lines for acquisitions, releases, renewal
+// rounds and quorum servers' errors. No line holds an owner secret or a password.
+//
+// Trace context: the transports run each lock command under the context of the call that made
+// it, so that go-redis and rueidis hooks (tracing, metrics) attribute it to its request. The
+// go-redis adapter sends concurrent calls together in pipelines: such a pipeline has the first
+// caller's context values, and goredisconn.CallerContexts gives each command's caller.
 //
 // docs/PROTOCOL.md describes the keys, values, scripts and channels; docs/CORRECTNESS.md and
 // docs/BENCHMARKS.md give the measured figures.

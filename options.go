@@ -41,7 +41,7 @@ type Option func(*options)
 // ClientOption configures a Client: Dial, New, DialQuorum and NewQuorum take them. Every
 // Option is also a ClientOption (the client's default for its locks); the options that only
 // make sense for a whole client (WithPrefix, WithTLSConfig, WithCAFile, WithLogger,
-// WithUnsafeEviction, WithTokenRetention) are ClientOptions alone, so passing one to a lock
+// WithObserver, WithUnsafeEviction, WithTokenRetention) are ClientOptions alone, so passing one to a lock
 // does not compile.
 type ClientOption interface {
 	applyClient(*options)
@@ -228,10 +228,15 @@ func WithUnsafeEviction() ClientOption {
 	return clientOnly(func(o *options) { o.evictOK = true })
 }
 
-// WithLogger sets where the client logs what its caller cannot see from return values: a
-// server that can evict lock keys (with WithUnsafeEviction), and one that stops or starts doing
-// so while the client runs. It never logs an owner secret or a password. A Client option; the
-// default is slog.Default().
+// WithLogger sets where the client logs what its caller cannot see from return values: WARN
+// for a lost lease (its name, token and cause), for renewal rounds that fail (at most once every
+// 10 s while they keep failing; INFO when they succeed again) and for a server that can evict
+// lock keys (with WithUnsafeEviction); INFO when the subscription to release notices drops and
+// when it is back, and when a server stops evicting; DEBUG for every acquisition and release,
+// renewal round and quorum server error. The DEBUG lines of acquisitions and releases are
+// written when the logger enables DEBUG as the client is made (or an observer is set: see
+// WithObserver), so that a client that logs nothing at DEBUG pays nothing for them. It never
+// logs an owner secret or a password. A Client option; the default is slog.Default().
 func WithLogger(l *slog.Logger) ClientOption {
 	return clientOnly(func(o *options) {
 		if l == nil {

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -100,4 +101,100 @@ func TestSecrets_LogsNeverShowPasswords(t *testing.T) {
 		t.Fatal("nothing logged: the test would prove nothing")
 	}
 	noSecret(t, "log", logs.String())
+}
+
+// What the client logs at every level (acquisitions, releases, a loss, failed renewal rounds,
+// the subscription dropping) never holds an owner secret or a password.
+func TestSecrets_EventLogsNeverShowOwnersOrPasswords(t *testing.T) {
+	s := redistest.Start(t, redistest.WithArgs(redistest.ACLUserArgs("user", secret, "~*", "&*", "+@all")...))
+	p := redistest.NewProxy(t, s.Addr)
+	var logs logBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx := ctxT(t)
+	url := strings.Replace(p.URL(), "://", "://user:"+secret+"@", 1)
+	c, err := dlock.Dial(ctx, url, dlock.WithLogger(logger), dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	other, err := dlock.Dial(ctx, s.URLAs("user", secret), dlock.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	name := uniqueName(t)
+	var owners []string
+	owner := func(name string) {
+		v, err := s.Do(ctx, "GET", keyOf(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _, _ := strings.Cut(v, " ")
+		owners = append(owners, o)
+	}
+	// An acquisition and a release; a waiter; a lease lost to a force unlock.
+	l, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner(name)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err = c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner(name)
+	if _, err := other.ForceUnlock(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the loss logged", func(context.Context) error {
+		if !strings.Contains(logs.String(), "lease lost") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	l.Unlock(ctx)
+	// Renewal rounds that fail, and the subscription dropping, while a lease is held and a
+	// goroutine waits.
+	held, err := other.Mutex(name + "-busy").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+	l, err = c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner(name)
+	wctx, stop := context.WithCancel(ctx)
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		c.Mutex(name + "-busy").Lock(wctx)
+	}()
+	p.Close()
+	waitFor(t, 10*time.Second, "failed renewals and the subscription's drop logged", func(context.Context) error {
+		out := logs.String()
+		if !strings.Contains(out, "renewal round failed") || !strings.Contains(out, "subscription dropped") {
+			return fmt.Errorf("log so far: %s", out)
+		}
+		return nil
+	})
+	stop()
+	<-waited
+	out := logs.String()
+	for _, want := range []string{"dlock: acquired", "dlock: released", "lease lost", "renewal round failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q: the test would prove less than it says", want)
+		}
+	}
+	noSecret(t, "log", out)
+	for _, o := range owners {
+		secretPart, _, _ := strings.Cut(o, ":")
+		if o == "" || strings.Contains(out, secretPart) {
+			t.Fatalf("the log shows an owner secret (%q): %s", o, out)
+		}
+	}
 }
