@@ -220,7 +220,8 @@ func (n *notifier) run() {
 			continue
 		}
 		backoff = 0
-		if n.down && n.ln != nil {
+		if n.down {
+			// Subscribed again, or nothing left to subscribe (no waiter can miss a notice).
 			n.down = false
 			if n.ev != nil {
 				n.ev.subscription(true, nil)

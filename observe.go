@@ -334,7 +334,7 @@ func (o *observer) lock(ctx context.Context, m *Mutex, wait bool) (*Lease, error
 	l, err := m.acquire(ctx, wait)
 	// A re-entry is no acquisition: it returns a lease whose acquisition was reported, or
 	// fails with one in ctx (looked up only then: ctx.Value allocates its key).
-	if err == nil && l.st.rec != nil && l.st.rec.seen.Load()&seenAcquired != 0 {
+	if err == nil && (l == nil || l.st.rec != nil && l.st.rec.seen.Load()&seenAcquired != 0) {
 		return l, err
 	}
 	if err != nil && heldIn(ctx, m.e, m.spec.key) != nil {

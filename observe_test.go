@@ -484,6 +484,23 @@ func TestObserver_RenewalRounds(t *testing.T) {
 		if out := logs.String(); !strings.Contains(out, "level=WARN msg=\"dlock: renewal round failed") {
 			t.Fatalf("no warning for the failed round: %s", out)
 		}
+		// Failed rounds are retried a few times before the deadline, not in a tight loop; and
+		// warned about once.
+		<-l.Context().Done()
+		rec.mu.Lock()
+		failed := 0
+		for _, ev := range rec.renewals {
+			if ev.Failed > 0 {
+				failed++
+			}
+		}
+		rec.mu.Unlock()
+		if failed > 20 {
+			t.Errorf("%d failed renewal rounds for one lease of 600ms: retried in a loop", failed)
+		}
+		if n := strings.Count(logs.String(), "level=WARN msg=\"dlock: renewal round failed"); n != 1 {
+			t.Errorf("%d warnings for the failed rounds, want 1", n)
+		}
 	})
 }
 
@@ -493,9 +510,9 @@ func TestObserver_SubscriptionDropsAndComesBack(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		rec := &recorder{}
 		var logs logBuffer
-		p := redistest.NewProxy(t, shared.Addr)
-		holder := tr.dial(t, shared.URL())
-		c := tr.dial(t, p.URL(), dlock.WithObserver(rec.observer()), dlock.WithLogger(logs.logger()))
+		s := redistest.Start(t)
+		holder := tr.dial(t, s.URL())
+		c := tr.dial(t, s.URL(), dlock.WithObserver(rec.observer()), dlock.WithLogger(logs.logger()))
 		ctx := ctxT(t)
 		name := uniqueName(t)
 		l, err := holder.Mutex(name).Lock(ctx)
@@ -510,12 +527,13 @@ func TestObserver_SubscriptionDropsAndComesBack(t *testing.T) {
 		}()
 		waitFor(t, 10*time.Second, "the waiter subscribed", func(ctx context.Context) error {
 			// A waiting client listens on its own channel of the lock (docs/PROTOCOL.md).
-			if chs := redisDo(t, shared, "PUBSUB", "CHANNELS", keyOf(name)+":rel:*"); chs == "" {
+			if chs := redisDo(t, s, "PUBSUB", "CHANNELS", keyOf(name)+":rel:*"); chs == "" {
 				return errors.New("no channel of the lock subscribed")
 			}
 			return nil
 		})
-		p.CutAll()
+		// Only the subscription's connection goes: the waiter keeps waiting.
+		redisDo(t, s, "CLIENT", "KILL", "TYPE", "pubsub")
 		waitFor(t, 10*time.Second, "dropped, then restored", func(context.Context) error {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
@@ -529,7 +547,9 @@ func TestObserver_SubscriptionDropsAndComesBack(t *testing.T) {
 			t.Fatalf("log: %s", out)
 		}
 		cancel()
-		<-done
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the waiter's Lock: %v, want it to have waited until cancelled", err)
+		}
 		l.Unlock(ctx)
 	})
 }

@@ -591,7 +591,10 @@ func (r *renewer) endAll(cause error) {
 	}
 }
 
-// retry puts st back after a failed renewal: soon, but never past its deadline.
+// retry puts st back after a failed renewal: soon, but never past its deadline. The loop takes
+// a lease up to its slack before it is due; the retry is due that much later, so that it is
+// taken at the chosen time, not at once (which made a round per answer, hundreds a second, for
+// as long as the server refused connections).
 func (r *renewer) retry(st *leaseState) {
 	now := mono()
 	left := st.deadline.Load() - now
@@ -599,7 +602,7 @@ func (r *renewer) retry(st *leaseState) {
 		st.end(endLost, st.runOut())
 		return
 	}
-	r.push(st, now+min(left, max(st.ttl.Load()/10, left/3)))
+	r.push(st, now+min(left, max(st.ttl.Load()/10, left/3))+slack(st))
 }
 
 func (r *renewer) push(st *leaseState, due int64) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -111,8 +112,12 @@ func TestSecrets_EventLogsNeverShowOwnersOrPasswords(t *testing.T) {
 	var logs logBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := ctxT(t)
-	url := strings.Replace(p.URL(), "://", "://user:"+secret+"@", 1)
-	c, err := dlock.Dial(ctx, url, dlock.WithLogger(logger), dlock.WithTTL(300*time.Millisecond))
+	u, err := url.Parse(p.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("user", secret)
+	c, err := dlock.Dial(ctx, u.String(), dlock.WithLogger(logger), dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +179,12 @@ func TestSecrets_EventLogsNeverShowOwnersOrPasswords(t *testing.T) {
 		defer close(waited)
 		c.Mutex(name + "-busy").Lock(wctx)
 	}()
+	waitFor(t, 10*time.Second, "the waiter subscribed", func(ctx context.Context) error {
+		if chs, err := s.Do(ctx, "PUBSUB", "CHANNELS", keyOf(name+"-busy")+":rel:*"); err != nil || chs == "" {
+			return fmt.Errorf("channels %q, %v", chs, err)
+		}
+		return nil
+	})
 	p.Close()
 	waitFor(t, 10*time.Second, "failed renewals and the subscription's drop logged", func(context.Context) error {
 		out := logs.String()
