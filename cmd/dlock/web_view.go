@@ -274,15 +274,15 @@ func (w *watcher) merge(infos []dlock.Info, start time.Time) {
 				}
 				w.endHold(name, v.info, start, evGone, "changed hands between two listings; no release notice heard", false)
 			}
-			w.addEvent(webEvent{Name: name, Kind: evAcquired, Token: info.Token, Holder: holderText(info.Holder)})
+			w.addEvent(webEvent{Name: name, Kind: evAcquired, Token: info.Token, Holder: shortHolder(info.Holder)})
 		case prev.info.Token != info.Token:
 			w.endHold(name, prev.info, start, evGone, "changed hands between two listings; no release notice heard", false)
-			w.addEvent(webEvent{Name: name, Kind: evAcquired, Token: info.Token, Holder: holderText(info.Holder)})
+			w.addEvent(webEvent{Name: name, Kind: evAcquired, Token: info.Token, Holder: shortHolder(info.Holder)})
 		}
 		w.locks[name] = &watched{info: info, readAt: start}
 		if alive, why := holderAlive(info); alive != nil && !*alive && w.deadNoted[name] != info.Token {
 			w.deadNoted[name] = info.Token
-			w.addEvent(webEvent{Name: name, Kind: evHolderGone, Token: info.Token, Holder: holderText(info.Holder),
+			w.addEvent(webEvent{Name: name, Kind: evHolderGone, Token: info.Token, Holder: shortHolder(info.Holder),
 				Detail: fmt.Sprintf("%s; the lock frees when its lease runs out (%s)", why, info.TTL.Truncate(time.Millisecond))})
 		}
 	}
@@ -308,10 +308,7 @@ func (w *watcher) merge(infos []dlock.Info, start time.Time) {
 // endHold records the end of a hold of name seen at (this host's clock) as an event of the
 // given kind; with timed, its duration counts in the lock's typical hold time.
 func (w *watcher) endHold(name string, info dlock.Info, at time.Time, kind, detail string, timed bool) {
-	ev := webEvent{Name: name, Kind: kind, Token: info.Token, Holder: holderText(info.Holder), Detail: detail}
-	if info.Holder == (dlock.Holder{}) {
-		ev.Holder = ""
-	}
+	ev := webEvent{Name: name, Kind: kind, Token: info.Token, Holder: shortHolder(info.Holder), Detail: detail}
 	if info.Token != 0 {
 		held := max(at.Add(w.offset).Sub(info.TokenTime()), 0)
 		ms := held.Milliseconds()
@@ -478,6 +475,18 @@ func (w *watcher) forceUnlock(ctx context.Context, name string, token uint64) (d
 		w.changed()
 	}
 	return info, nil
+}
+
+// shortHolder is a holder as a history entry names it: "host pid N (label)"; empty when unknown.
+func shortHolder(h dlock.Holder) string {
+	if h == (dlock.Holder{}) {
+		return ""
+	}
+	s := fmt.Sprintf("%s pid %d", orDash(h.Host), h.PID)
+	if h.Label != "" {
+		s += " (" + h.Label + ")"
+	}
+	return s
 }
 
 // lockNameOfKey returns the name of the lock whose key under prefix is key (docs/PROTOCOL.md:

@@ -185,10 +185,10 @@
       n.type = "button";
       n.addEventListener("click", () => { selected = e.name; renderHistory(); });
       li.append(n);
-      if (e.token) li.append(el("span", "muted", "token " + e.token));
-      if (e.holder) li.append(el("span", "holder", e.holder));
-      if (e.hold_ms != null) li.append(el("span", "", "held " + fmtDur(e.hold_ms)));
-      if (e.detail) li.append(el("span", "detail muted", e.detail));
+      li.append(el("span", "token muted", e.token ? String(e.token) : ""));
+      li.append(el("span", "holder", e.holder || ""));
+      li.append(el("span", "held", e.hold_ms != null ? "held " + fmtDur(e.hold_ms) : ""));
+      li.append(el("span", "detail muted", e.detail || ""));
       items.push(li);
     }
     list.replaceChildren(...items);
