@@ -28,9 +28,9 @@ import (
 const webUsage = `
 Serve a live page of the held locks at http://ADDR/ (--listen): name, holder (host, pid,
 label), fencing token, lease left (counting down in the page), holds, waiting clients and the
-typical hold time seen so far, with a filter by name prefix. The page is pushed every change
-(server-sent events): the server lists the locks every --refresh (one SCAN walk, as "dlock
-list" does, whatever the number of pages open) and listens to the release notices, so a
+typical hold time seen so far, with a filter by name prefix. Every change is pushed to the
+page (server-sent events): the server lists the locks every --refresh (one SCAN walk, as
+"dlock list" does, however many pages are open) and listens to the release notices, so a
 release shows at once. While the page is open it shows each lock's history: acquired,
 released, granted to a queued client, lease ran out (the holder lost it), force-unlocked.
 
@@ -80,7 +80,7 @@ var webAssets embed.FS
 var pageTemplate = template.Must(template.ParseFS(webAssets, "web/index.html"))
 
 func runWeb(ctx context.Context, std *stdio, args []string) int {
-	fs := newFlagSet("web", webUsage+serverExitHelp)
+	fs := newFlagSet("web", webUsage+serverExitHelp+"\nA --listen address that cannot be used (in use, not this host's) exits 2 too.")
 	var sf serverFlags
 	sf.add(fs)
 	listen := fs.String("listen", "127.0.0.1:8080", "serve on this `address` (host:port; port 0 picks a free one, printed at start)")
@@ -136,7 +136,7 @@ func runWeb(ctx context.Context, std *stdio, args []string) int {
 		fmt.Fprintf(std.err, "dlock web: warning: %s is reachable from other machines and the page has no login\n", ln.Addr())
 	}
 
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	loopDone := make(chan struct{})
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	go func() {

@@ -462,6 +462,10 @@ func TestWeb_UnlockFromPage(t *testing.T) {
 		t.Fatalf("after the refused requests: %+v, %v; want still held", info, err)
 	}
 	st := w.openStream(t)
+	// Once the watcher's own subscription is confirmed, it leaves itself out of the clients woken.
+	st.await(t, 20*time.Second, "notices live", func(ev sseEvent) bool {
+		return ev.name == "state" && strings.Contains(ev.data, `"notices":"live"`)
+	})
 	code, body := w.unlock(t, "rw:1", l.Token(), secret, nil)
 	var reply unlockReply
 	if err := json.Unmarshal([]byte(body), &reply); code != http.StatusOK || err != nil || reply.Released.Token != l.Token() || reply.Woken != 0 {
@@ -597,10 +601,19 @@ func TestWeb_ExpiredLease(t *testing.T) {
 }
 
 // A user with exactly the ACL rule of docs/SECURITY.md may not PSUBSCRIBE: the page works,
-// says why it hears no release notice, and shows releases at the next listing.
+// says why it hears no release notice, and shows releases at the next listing. With the
+// additions docs/SECURITY.md gives for dlock web, it hears them.
 func TestWeb_WithoutPatternSubscribe(t *testing.T) {
 	const user, pass = "dlockuser", "pw"
-	s := redistest.Start(t, redistest.WithArgs(redistest.ACLUserArgs(user, pass, redistest.ACLRule...)...))
+	const webUser, webPass = "dlockweb", "webpw"
+	args := redistest.ACLUserArgs(user, pass, redistest.ACLRule...)
+	args = append(args, redistest.ACLUserArgs(webUser, webPass, append(slices.Clone(redistest.ACLRule), "+psubscribe", "+punsubscribe")...)...)
+	s := redistest.Start(t, redistest.WithArgs(args...))
+	full := startWeb(t, "--redis", s.URLAs(webUser, webPass), "--refresh", "1h")
+	full.openStream(t).await(t, 20*time.Second, "notices live with +psubscribe", func(ev sseEvent) bool {
+		return ev.name == "state" && strings.Contains(ev.data, `"notices":"live"`)
+	})
+
 	c := dialTest(t, s.URLAs(user, pass))
 	l := lockTest(t, c, "acl:1", dlock.WithTTL(time.Minute))
 	w := startWeb(t, "--redis", s.URLAs(user, pass), "--refresh", "100ms")
@@ -690,4 +703,81 @@ func TestWeb_LockNameOfKey(t *testing.T) {
 			t.Errorf("lockNameOfKey(%q) = %q, want not a lock key", key, got)
 		}
 	}
+}
+
+// The watcher's merge of listings and notices, step by step (no server): a grant replaces the
+// holder, a listing begun before a notice does not undo it, late notices of earlier holders and
+// the permission probe's "0" change nothing, and a lock gone from the listings without a
+// notice is judged at the next listing.
+func TestWeb_WatcherMerge(t *testing.T) {
+	w := newWatcher(nil, "dlock:", "", time.Second)
+	w.notices = noticesLive
+	kinds := func() []string {
+		var k []string
+		for _, e := range w.eventsAfter(0) {
+			k = append(k, e.Name+" "+e.Kind+" "+strconv.FormatUint(e.Token, 10))
+		}
+		w.events = nil
+		return k
+	}
+	expect := func(step string, want ...string) {
+		t.Helper()
+		if got := kinds(); !slices.Equal(got, want) {
+			t.Errorf("%s: events %q, want %q", step, got, want)
+		}
+	}
+	held := func(name string, token uint64) dlock.Info {
+		return dlock.Info{Name: name, Held: true, Token: token, Holds: 1, TTL: time.Minute, Waiters: 1, Holder: dlock.Holder{Host: "h", PID: 1}}
+	}
+	t0 := time.Now()
+	w.merge([]dlock.Info{held("a", 100), held("b", 300)}, t0)
+	expect("first listing", "a acquired 100", "b acquired 300")
+
+	w.notice("dlock:{a}:rel", "g 200 c1.1 1000")
+	expect("grant", "a released 100", "a granted 200")
+	if l := w.locks["a"]; l == nil || l.info.Token != 200 || l.info.Waiters != 0 {
+		t.Fatalf("after the grant: %+v", l)
+	}
+	w.merge([]dlock.Info{held("a", 100), held("b", 300)}, t0.Add(time.Millisecond)) // begun before the grant
+	expect("a listing older than the grant")
+	if l := w.locks["a"]; l == nil || l.info.Token != 200 {
+		t.Fatalf("a stale listing undid the grant: %+v", l)
+	}
+	w.merge([]dlock.Info{held("a", 200), held("b", 300)}, time.Now())
+	expect("the grant's holder listed")
+	if l := w.locks["a"]; l.info.Holder.PID != 1 {
+		t.Errorf("the listing did not fill in the new holder: %+v", l.info)
+	}
+
+	w.notice("dlock:{a}:rel", "150")
+	w.notice("dlock:{a}:rel", "0")
+	w.notice("dlock:{dlock-probe:ab12}:rel", "0")
+	w.notice("other:{a}:rel", "900")
+	w.notice("dlock:{a}:q", "900")
+	expect("late, probe and foreign notices")
+
+	before := time.Now()
+	w.notice("dlock:{a}:rel", "200")
+	expect("release", "a released 200")
+	if w.locks["a"] != nil {
+		t.Fatal("a still shown after its release")
+	}
+	w.merge([]dlock.Info{held("a", 200), held("b", 300)}, before) // begun before the release
+	expect("a listing older than the release")
+	if w.locks["a"] != nil {
+		t.Fatal("a stale listing brought a back")
+	}
+
+	w.merge(nil, time.Now()) // b is gone, with no notice
+	expect("b vanished")
+	if w.locks["b"] != nil {
+		t.Fatal("b still shown")
+	}
+	w.merge(nil, time.Now().Add(time.Millisecond))
+	expect("the next listing", "b expired 300")
+
+	w.notice("dlock:{c}:rel", "400")
+	expect("a hold between two listings", "c released 400")
+	w.notice("dlock:{c}:rel", "400")
+	expect("the same notice again")
 }

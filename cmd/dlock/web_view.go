@@ -265,6 +265,9 @@ func (w *watcher) merge(infos []dlock.Info, start time.Time) {
 		}
 		seen[name] = true
 		prev := w.locks[name]
+		if prev != nil && (info.Token < prev.info.Token || prev.readAt.After(start) && info.Token != prev.info.Token) {
+			continue // a notice since the listing began told of a newer holder (tokens only grow)
+		}
 		switch {
 		case prev == nil:
 			if v, ok := w.vanished[name]; ok {
@@ -392,8 +395,8 @@ func (w *watcher) notice(channel, payload string) {
 		next := dlock.Info{Name: name, Held: true, Token: token, Holds: 1, TTL: time.Duration(window) * time.Millisecond, Waiters: -1}
 		if prev != nil {
 			w.endHold(name, prev.info, now, evReleased, "", true)
-			if prev.info.Waiters > 0 {
-				next.Waiters = prev.info.Waiters - 1
+			if prev.info.Waiters >= 0 {
+				next.Waiters = max(prev.info.Waiters-1, 0) // the granted client waits no more
 			}
 		} else if v, ok := w.vanished[name]; ok && v.info.Token < token {
 			delete(w.vanished, name)
