@@ -509,7 +509,9 @@ type unlockRequest struct {
 
 type unlockReply struct {
 	Released jsonInfo `json:"released"`
-	Woken    int      `json:"woken"` // clients the release notice reached
+	// Reached is the number of clients the release notice reached: the queued clients and the
+	// listeners of the release channel, this server's pattern subscription among them.
+	Reached int `json:"reached"`
 }
 
 // unlock force-unlocks a lock for the page. It refuses unless the server was started with
@@ -558,7 +560,7 @@ func (s *webServer) unlock(rw http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeJSON(rw, http.StatusBadGateway, apiError{oneLine(err)})
 	default:
-		writeJSON(rw, http.StatusOK, unlockReply{Released: toJSON(info), Woken: info.Waiters})
+		writeJSON(rw, http.StatusOK, unlockReply{Released: toJSON(info), Reached: info.Waiters})
 	}
 }
 

@@ -462,14 +462,14 @@ func TestWeb_UnlockFromPage(t *testing.T) {
 		t.Fatalf("after the refused requests: %+v, %v; want still held", info, err)
 	}
 	st := w.openStream(t)
-	// Once the watcher's own subscription is confirmed, it leaves itself out of the clients woken.
+	// Once the watcher's own subscription is confirmed, the release notice reaches it.
 	st.await(t, 20*time.Second, "notices live", func(ev sseEvent) bool {
 		return ev.name == "state" && strings.Contains(ev.data, `"notices":"live"`)
 	})
 	code, body := w.unlock(t, "rw:1", l.Token(), secret, nil)
 	var reply unlockReply
-	if err := json.Unmarshal([]byte(body), &reply); code != http.StatusOK || err != nil || reply.Released.Token != l.Token() || reply.Woken != 0 {
-		t.Fatalf("unlock: %d %s (%v); want 200 releasing token %d, no client woken", code, body, err, l.Token())
+	if err := json.Unmarshal([]byte(body), &reply); code != http.StatusOK || err != nil || reply.Released.Token != l.Token() || reply.Reached != 1 {
+		t.Fatalf("unlock: %d %s (%v); want 200 releasing token %d, reaching this server's subscription", code, body, err, l.Token())
 	}
 	if info, err := c.Inspect(context.Background(), "rw:1"); err != nil || info.Held {
 		t.Errorf("after the unlock: %+v, %v; want free", info, err)

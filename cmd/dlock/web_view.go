@@ -465,9 +465,6 @@ func (w *watcher) forceUnlock(ctx context.Context, name string, token uint64) (d
 	if err != nil {
 		return info, err
 	}
-	if w.notices == noticesLive && info.Waiters > 0 {
-		info.Waiters-- // this watcher's own subscription heard the notice too
-	}
 	if w.gone[name].token < info.Token { // the notice was not heard (yet)
 		if prev := w.locks[name]; prev != nil && prev.info.Token <= info.Token {
 			delete(w.locks, name)
