@@ -64,7 +64,10 @@
     c.name.type = "button";
     c.name.title = "show this lock's history";
     c.name.addEventListener("click", () => { selected = tr.dataset.name; renderHistory(); });
-    nameTd.append(c.name);
+    c.kind = el("span", "pill kind");
+    c.kind.hidden = true;
+    c.extra = el("div", "extra muted");
+    nameTd.append(c.name, c.kind, c.extra);
     c.holder = el("td", "holder");
     c.token = el("td", "num token");
     c.lease = el("td", "lease");
@@ -89,30 +92,85 @@
     return { tr, c, lock: l };
   }
 
-  function holderNode(l) {
-    const f = document.createDocumentFragment();
-    const h = l.holder;
-    if (!h) { f.append(el("span", "muted", "…")); return f; }
+  function oneHolder(f, h, extra) {
     f.append(el("span", "host", h.host || "-"), el("span", "muted", " · pid "), el("span", "pid", String(h.pid)));
     if (h.label) f.append(el("span", "label", h.label));
+    if (extra) f.append(el("span", "muted", " " + extra));
+  }
+
+  function holderNode(l) {
+    const f = document.createDocumentFragment();
+    const sh = l.shared; // read-write locks and semaphores: several holders
+    if (sh && Array.isArray(sh.holders) && sh.holders.length > 0) {
+      sh.holders.slice(0, 3).forEach((x, i) => {
+        const d = el("div", "sharer");
+        const what = x.write ? "writes" : l.kind === "semaphore" ? x.permits + " permit" + (x.permits === 1 ? "" : "s") : "reads";
+        oneHolder(d, x.holder || {}, what);
+        f.append(d);
+      });
+      if (sh.holders.length > 3) f.append(el("div", "muted", "+" + (sh.holders.length - 3) + " more"));
+      return f;
+    }
+    const h = l.holder;
+    if (!h) { f.append(el("span", "muted", "…")); return f; }
+    oneHolder(f, h);
     if (l.holder_alive === false) f.append(el("span", "pill bad", "not running"));
     return f;
+  }
+
+  // The fields of "dlock list --json" and of the page that have a column; any other field (a
+  // later kind of lock may add some) is shown under the name.
+  const known = new Set(["name", "held", "token", "token_time", "holds", "ttl_ms", "holder", "holder_alive", "waiters",
+    "waiting_goroutines", "kind", "shared", "hold_stats", "age_ms", "typical_hold_ms", "holds_seen"]);
+
+  function extraText(l) {
+    const parts = [];
+    if (l.shared) {
+      const sh = l.shared;
+      if (l.kind === "semaphore" && sh.size) parts.push(sh.permits + "/" + sh.size + " permits taken");
+      else if (sh.readers) parts.push(sh.readers + " reader" + (sh.readers === 1 ? "" : "s"));
+      if (sh.writers_queued) parts.push(sh.writers_queued + " writer" + (sh.writers_queued === 1 ? "" : "s") + " queued");
+    }
+    for (const [k, v] of Object.entries(l)) {
+      if (known.has(k) || v == null || v === "" || v === false) continue;
+      let t = typeof v === "object" ? JSON.stringify(v) : String(v);
+      if (t.length > 80) t = t.slice(0, 77) + "…";
+      parts.push(k + ": " + t);
+    }
+    return parts.join(" · ");
   }
 
   function updateRow(r, l) {
     const prev = r.lock;
     r.lock = l;
     const c = r.c;
-    if (!prev || prev === l || JSON.stringify(prev.holder) !== JSON.stringify(l.holder) || prev.holder_alive !== l.holder_alive) {
+    if (!prev || prev === l || JSON.stringify([prev.holder, prev.shared]) !== JSON.stringify([l.holder, l.shared]) || prev.holder_alive !== l.holder_alive) {
       c.holder.replaceChildren(holderNode(l));
     }
+    c.kind.hidden = !l.kind;
+    c.kind.textContent = l.kind || "";
+    c.extra.textContent = extraText(l);
+    c.extra.hidden = c.extra.textContent === "";
     c.token.textContent = String(l.token);
     c.token.title = l.token_time ? "acquired " + l.token_time + " (server clock)" : "";
     c.holds.textContent = String(l.holds);
-    c.waiters.textContent = l.waiters < 0 ? "?" : String(l.waiters);
+    // Waiting clients, and the goroutines waiting in them where the server knows.
+    const g = l.waiting_goroutines;
+    c.waiters.replaceChildren(el("span", "", l.waiters < 0 ? "?" : String(l.waiters)));
+    if (typeof g === "number" && g >= 0 && (g > 0 || l.waiters > 0)) {
+      c.waiters.append(el("span", "goroutines muted", g + " goroutine" + (g === 1 ? "" : "s")));
+    }
+    c.waiters.title = "clients queued for the lock" + (typeof g === "number" ? ", and the goroutines waiting in them" : "");
     c.waiters.classList.toggle("contended", l.waiters > 0);
-    c.typical.textContent = l.typical_hold_ms == null ? "–" : fmtDur(l.typical_hold_ms);
-    c.typical.title = l.holds_seen ? "median of " + l.holds_seen + " hold(s) seen" : "no hold of this lock seen ending yet";
+    // Typical hold: the server's record where the lock keeps one, else the holds this page saw end.
+    const hs = l.hold_stats;
+    if (hs && hs.count > 0) {
+      c.typical.textContent = fmtDur(hs.typical_ms);
+      c.typical.title = "the server's record of " + hs.count + " hold(s): typical " + fmtDur(hs.typical_ms) + ", high " + fmtDur(hs.high_ms) + ", last " + fmtDur(hs.last_ms);
+    } else {
+      c.typical.textContent = l.typical_hold_ms == null ? "–" : fmtDur(l.typical_hold_ms);
+      c.typical.title = l.holds_seen ? "median of the " + l.holds_seen + " hold(s) this page saw end" : "no hold of this lock seen ending yet";
+    }
     const k = l.name + "\u0000" + l.token;
     fullLease.set(k, Math.max(fullLease.get(k) || 0, l.ttl_ms));
   }
