@@ -781,3 +781,41 @@ func TestWeb_WatcherMerge(t *testing.T) {
 	w.notice("dlock:{c}:rel", "400")
 	expect("the same notice again")
 }
+
+// While the server is down the page says that the listing fails (keeping the last one) and
+// /metrics reports it; once the server is back, listings and the release notices resume.
+func TestWeb_ServerDownAndBack(t *testing.T) {
+	s := redistest.Start(t)
+	w := startWeb(t, "--redis", s.URL(), "--refresh", "100ms")
+	st := w.openStream(t)
+	st.await(t, 20*time.Second, "notices live", func(ev sseEvent) bool {
+		return ev.name == "state" && strings.Contains(ev.data, `"notices":"live"`)
+	})
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	st.await(t, 30*time.Second, "the failure shown", func(ev sseEvent) bool {
+		var p pageState
+		json.Unmarshal([]byte(ev.data), &p)
+		return ev.name == "state" && p.Error != "" && p.Notices != noticesLive && p.ReadAt != ""
+	})
+	if m := metricsOf(t, w); m["dlock_server_up"] != 0 || m["dlock_server_refresh_errors_total"] < 1 || m["dlock_server_release_notices_subscribed"] != 0 {
+		t.Errorf("metrics while the server is down: %v", m)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	c := dialTest(t, s.URL())
+	l := lockTest(t, c, "after:restart", dlock.WithTTL(time.Minute))
+	st.await(t, 30*time.Second, "listings and notices back", func(ev sseEvent) bool {
+		var p pageState
+		json.Unmarshal([]byte(ev.data), &p)
+		return ev.name == "state" && p.Error == "" && p.Notices == noticesLive && len(p.Locks) == 1
+	})
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st.await(t, 10*time.Second, "the release heard", historyWith(t, func(e webEvent) bool {
+		return e.Name == "after:restart" && e.Kind == evReleased
+	}))
+}
