@@ -473,6 +473,7 @@ type pageLock struct {
 type pageState struct {
 	Locks       []pageLock `json:"locks"`
 	ReadAt      string     `json:"read_at,omitempty"` // last successful listing (RFC 3339, this host's clock)
+	ReadAgeMs   int64      `json:"read_age_ms"`       // how long ago that was (the page counts on from there)
 	Error       string     `json:"error,omitempty"`   // the last listing's error
 	Notices     string     `json:"notices"`           // live, connecting, or why not
 	Refresh     int64      `json:"refresh_ms"`
@@ -486,6 +487,7 @@ func (s *webServer) pageState(v webView) pageState {
 	}
 	if !v.readAt.IsZero() {
 		st.ReadAt = v.readAt.UTC().Format(time.RFC3339Nano)
+		st.ReadAgeMs = v.now.Sub(v.readAt).Milliseconds()
 	}
 	serverNow := v.now.Add(v.offset)
 	for _, l := range v.locks {

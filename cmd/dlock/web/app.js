@@ -12,7 +12,7 @@
 
   let locks = [];          // the last state's locks
   let receivedAt = 0;      // performance.now() when they arrived
-  let readAt = null;       // the server's last listing (Date)
+  let readAge = null;      // how long before receivedAt the server last listed the locks (ms)
   let events = [];         // history, oldest first
   let selected = null;     // lock name whose history is shown; null: all
   const rows = new Map();  // name -> {tr, cells, lock}
@@ -213,8 +213,8 @@
       r.c.lease.classList.toggle("low", left < full / 3);
       r.c.age.textContent = fmtDur(l.age_ms + since);
     }
-    if (readAt) {
-      const ago = (Date.now() - readAt.getTime()) / 1000;
+    if (readAge != null) {
+      const ago = (readAge + since) / 1000;
       $("refreshed").textContent = "listed " + (ago < 1 ? "just now" : Math.floor(ago) + "s ago");
     }
   }
@@ -313,7 +313,7 @@
     const s = JSON.parse(m.data);
     locks = s.locks;
     receivedAt = performance.now();
-    readAt = s.read_at ? new Date(s.read_at) : null;
+    readAge = s.read_at ? s.read_age_ms : null;
     const err = $("error");
     err.hidden = !s.error;
     err.textContent = s.error ? "The last listing failed: " + s.error + " (showing the one before)" : "";
