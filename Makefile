@@ -2,6 +2,7 @@
 # make bench  — dlock beside its peers (bench/ module, ≤ 6 min); writes docs/BENCHMARKS.md and docs/img/.
 # make bench-quick — the same scenarios, shorter (≤ 60 s), printed only.
 # make bench-go — the Go benchmarks of the library against a private redis-server.
+# make web-screenshot — the picture of dlock web in the README (docs/img/dlock-web.png), from its browser test.
 
 GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
