@@ -294,7 +294,7 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("waiter: %v", err)
 		}
 	}()
-	poll(t, tab, 20*time.Second, "the waiter shown", `document.querySelector('`+row("inventory:sku-7")+` td.waiters').textContent`, func(s string) error {
+	poll(t, tab, 20*time.Second, "the waiter shown", `document.querySelector('`+row("inventory:sku-7")+` td.waiters > span').textContent`, func(s string) error {
 		if s != "1" {
 			return fmt.Errorf("waiters %q", s)
 		}
