@@ -173,6 +173,7 @@ func TestOptions_Scopes(t *testing.T) {
 		"WithTLSConfig":      dlock.WithTLSConfig(&tls.Config{}),
 		"WithCAFile":         dlock.WithCAFile("/nonexistent"),
 		"WithLogger":         dlock.WithLogger(slog.Default()),
+		"WithObserver":       dlock.WithObserver(dlock.Observer{}),
 		"WithUnsafeEviction": dlock.WithUnsafeEviction(),
 		"WithTokenRetention": dlock.WithTokenRetention(time.Minute),
 	} {

@@ -41,8 +41,8 @@ type Option func(*options)
 // ClientOption configures a Client: Dial, New, DialQuorum and NewQuorum take them. Every
 // Option is also a ClientOption (the client's default for its locks); the options that only
 // make sense for a whole client (WithPrefix, WithTLSConfig, WithCAFile, WithLogger,
-// WithObserver, WithUnsafeEviction, WithTokenRetention) are ClientOptions alone, so passing one to a lock
-// does not compile.
+// WithObserver, WithUnsafeEviction, WithTokenRetention) are ClientOptions alone, so passing
+// one to a lock does not compile.
 type ClientOption interface {
 	applyClient(*options)
 }
