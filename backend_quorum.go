@@ -767,6 +767,11 @@ func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, err
 // mode (see listen).
 const serverTag = "\x00"
 
+// errListenRetry ends a quorum listener that could not reach every server, after listenRetry,
+// so that the client subscribes again, including to the servers that came back: no loss of the
+// subscription (a majority was listening all along).
+var errListenRetry = errors.New("pub/sub: retrying the servers that were unreachable")
+
 // listenRetry is how long a quorum listener that could not reach every server waits before it
 // asks to be made again.
 const listenRetry = 3 * time.Second
@@ -807,7 +812,7 @@ func (l *quorumListener) watch(missing bool) {
 		}
 		l.done <- err
 	case <-retry:
-		l.done <- errors.New("pub/sub: retrying the servers that were unreachable")
+		l.done <- errListenRetry
 	case <-l.quit:
 	}
 	close(l.done)

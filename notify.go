@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -203,7 +204,9 @@ func (n *notifier) run() {
 			n.refused(err)
 			n.closeListener()
 			n.wakeEveryHead()
-			n.dropped(err)
+			if !errors.Is(err, errListenRetry) {
+				n.dropped(err)
+			}
 		}
 		if d := n.nextExpiry(); d >= 0 {
 			expire.Reset(d)
