@@ -31,6 +31,11 @@
 //
 // With WithLockAttribute, the instruments of locks also carry the attribute lock (a bounded
 // class of the name: names themselves are unbounded); spans always carry the name.
+//
+// The lock commands themselves run under the caller's context on both transports, so that a
+// Redis client's own tracing hook puts them in the request's trace. The go-redis adapter
+// batches concurrent calls into shared pipelines; GoRedisHook links such a pipeline's span to
+// every caller's span.
 package dlockotel
 
 import (
