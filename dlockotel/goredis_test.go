@@ -84,8 +84,8 @@ func TestGoRedisHook_LinksEveryCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	reached := make(map[trace.SpanID]bool) // request spans that a redis span leads back to
-	shared := 0                             // pipeline spans linked to several requests
-	linked := 0                             // links from pipeline spans to requests' spans
+	shared := 0                            // pipeline spans linked to several requests
+	linked := 0                            // links from pipeline spans to requests' spans
 	for _, sp := range spans.GetSpans() {
 		if sp.Name != "redis.pipeline" && sp.Name != "redis.evalsha" && sp.Name != "redis.eval" {
 			continue
