@@ -256,7 +256,8 @@
 // Trace context: the transports run each lock command under the context of the call that made
 // it, so that go-redis and rueidis hooks (tracing, metrics) attribute it to its request. The
 // go-redis adapter sends concurrent calls together in pipelines: such a pipeline has the first
-// caller's context values, and goredisconn.CallerContexts gives each command's caller.
+// caller's context values, goredisconn.CallerContexts gives each command's caller, and
+// dlockotel.GoRedisHook links the pipeline's span to every caller's span.
 //
 // docs/PROTOCOL.md describes the keys, values, scripts and channels; docs/CORRECTNESS.md and
 // docs/BENCHMARKS.md give the measured figures.
