@@ -40,7 +40,10 @@ type leaseState struct {
 	state    atomic.Int32
 	deadline atomic.Int64 // mono ns at which the lease counts as lost unless renewed first
 	ttl      atomic.Int64 // lease length in ns; Extend changes it
-	confirm  atomic.Bool  // granted by the server for the acceptance window: renew to ttl at once
+	confirm  atomic.Bool  // granted by the server for the acceptance window: renew to full at once
+	// full is the lease this acquisition asked for: spec.ttl, or the adaptive lease the server
+	// chose (adaptive.go). Set before the lease is shared.
+	full time.Duration
 
 	mu       sync.Mutex      // guards lastSent, holds, parent, ctx, cause
 	lastSent int64           // mono ns when the newest successful acquire/renew was sent
@@ -58,7 +61,7 @@ type leaseState struct {
 }
 
 func newLeaseState(e *engine, spec *lockSpec, parent context.Context, owner string, token uint64, sent int64) *leaseState {
-	st := &leaseState{e: e, spec: spec, owner: owner, token: token, lastSent: sent, holds: 1, parent: parent, idx: -1}
+	st := &leaseState{e: e, spec: spec, owner: owner, token: token, lastSent: sent, holds: 1, parent: parent, idx: -1, full: spec.ttl}
 	st.ttl.Store(int64(spec.ttl))
 	st.deadline.Store(sent + int64(spec.ttl-drift(spec.ttl)))
 	return st
@@ -414,8 +417,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return st.e.letGo(ctx, st) // wait.go: to this client's next waiter, or released for all
 	}
 	// An inner hold: drop it on the server. Or a lease already lost: clear what the server may
-	// still hold of it, and tell the caller.
-	res, err := st.e.b.release(ctx, st.releaseReq(last))
+	// still hold of it, and tell the caller (an adaptive lock's server records the hold).
+	req := st.releaseReq(last)
+	if last && state == stateLost {
+		req = st.recordHold(req)
+	}
+	res, err := st.e.b.release(ctx, req)
 	switch {
 	case state == stateLost:
 		return st.lostAtUnlock() // whatever the server said: the loss is what the caller must know

@@ -31,6 +31,10 @@ type lockSpec struct {
 	meta    string
 	ack     replicaAck
 	wait    time.Duration // WithWait: how long Lock waits; negative: as long as its context allows
+	// WithAdaptiveTTL (adaptive.go): the bounds (ttl is the greater), as the scripts take them,
+	// and the hold record's retention in ms; keys then ends with the hold record's key.
+	adapt                     adaptive
+	adaptLo, adaptHi, holdKeep string
 }
 
 // Mutex returns a handle on the lock called name. Options override the client's defaults for
@@ -44,6 +48,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m.e = c.e
 	o := c.opts.with(opts)
 	m.err = o.err
+	if m.err == nil && o.adapt.on() {
+		m.err = checkAdaptive(o.adapt, o.renew)
+	}
 	if m.err == nil {
 		m.err = checkTTL(o.ttl, o.renew)
 	}
@@ -62,6 +69,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	}
 	if o.label != c.opts.label {
 		m.spec.meta = holderMeta(o.label)
+	}
+	if o.adapt.on() {
+		m.spec.adaptiveSpec(o.adapt, o.holdKeep)
 	}
 	return m
 }
@@ -175,6 +185,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
 	}
 	a := acquireArgs{keys: spec.keys, owner: "", ttl: spec.ttlArg, meta: spec.meta, channel: spec.channel, client: ""}
+	a.adaptLo, a.adaptHi = spec.adaptLo, spec.adaptHi
 	if reg != nil {
 		a.owner, a.queue, a.client, a.window, a.place = reg.owner, true, reg.id, reg.winArg, reg.place
 	} else {
@@ -205,6 +216,9 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 				if e.traits.servers == 1 {
 					mask = 1
 				}
+				if res.ttl > 0 {
+					reg.lease.Store(int64(res.ttl)) // what a grant to it is renewed to
+				}
 				e.registered(reg, sent, mask)
 			}
 		}
@@ -230,6 +244,9 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, err
 	}
 	st := newLeaseState(e, spec, ctx, owner, res.token, sent)
+	if res.ttl > 0 {
+		st.adaptTo(res.ttl, sent)
+	}
 	if !e.renewer.add(st) {
 		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 		return nil, holder{}, ErrClosed
