@@ -33,7 +33,7 @@ type lockSpec struct {
 	wait    time.Duration // WithWait: how long Lock waits; negative: as long as its context allows
 	// WithAdaptiveTTL (adaptive.go): the bounds (ttl is the greater), as the scripts take them,
 	// and the hold record's retention in ms; keys then ends with the hold record's key.
-	adapt                     adaptive
+	adapt                      adaptive
 	adaptLo, adaptHi, holdKeep string
 }
 
