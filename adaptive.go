@@ -103,6 +103,17 @@ func checkAdaptive(a adaptive, renew bool) error {
 	return nil
 }
 
+// leastTTL is the shortest lease spec's lock can get: its TTL, or the adaptive lease's least
+// bound. A registration's acceptance window (a grant's first lease, and how long a queued client
+// that crashed delays the others) is made from it, so that an adaptive lock granted to a client
+// that dies at once frees as soon as one given its least lease would.
+func (spec *lockSpec) leastTTL() time.Duration {
+	if spec.adapt.on() {
+		return spec.adapt.min
+	}
+	return spec.ttl
+}
+
 // holdKey is the key of the hold record of the lock with this key: same hash tag, so the same
 // Cluster slot as the lock.
 func holdKey(lockKey string) string { return lockKey + ":h" }

@@ -155,7 +155,7 @@ type attemptFunc func(ctx context.Context, reg *registration) (*leaseState, hold
 
 // newRegistration makes a registration for the lock of spec, not yet on the server.
 func (e *engine) newRegistration(spec *lockSpec) *registration {
-	w := acceptWindow(spec.ttl)
+	w := acceptWindow(spec.leastTTL())
 	reg := &registration{
 		id: e.clientID + "." + strconv.FormatUint(e.seq.Add(1), 10), owner: e.newOwner(),
 		spec: spec, window: w, winArg: ms(w), idx: -1, sentOn: make([]atomic.Int64, e.traits.servers),
