@@ -30,7 +30,7 @@ func TestReadAcquire_Adaptive(t *testing.T) {
 		{[]int64{0, 1500, 42, 300}, acquired{pttl: 1500 * time.Millisecond, token: 42, ttl: 300 * time.Millisecond}},
 	} {
 		got, err := readAcquire(tc.reply)
-		if err != nil || got != tc.want {
+		if err != nil || got.ok != tc.want.ok || got.token != tc.want.token || got.holds != tc.want.holds || got.pttl != tc.want.pttl || got.ttl != tc.want.ttl {
 			t.Errorf("readAcquire(%v) = %+v, %v; want %+v", tc.reply, got, err, tc.want)
 		}
 	}

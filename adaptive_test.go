@@ -554,12 +554,7 @@ func TestAdaptive_GrantedLeaseIsAdaptive(t *testing.T) {
 		waitQueued(t, name, 1)
 		// Subscribed too, so that b takes the grant from its announcement (else it may claim it
 		// with an attempt, which sets the adaptive lease at once).
-		waitFor(t, 10*time.Second, "the queued client to subscribe", func(context.Context) error {
-			if out := redisDo(t, shared, "PUBSUB", "NUMSUB", keyOf(name)+":rel"); !strings.HasSuffix(out, "\n1") {
-				return errors.New("PUBSUB NUMSUB: " + out)
-			}
-			return nil
-		})
+		waitSubscribed(t, name)
 		if err := l.Unlock(ctx); err != nil { // grants it to b
 			t.Fatal(err)
 		}

@@ -225,6 +225,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		res             acquired
 		err             error
 		queuedOn        uint64
+		tokensOn        = make([]uint64, n)
 		leases, offers  []time.Duration // adaptive lease: the granting servers' and the others' choices
 	)
 	states := make([]ServerState, n)
@@ -259,6 +260,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 				offers = append(offers, x.ttl)
 			}
 			states[r.node].State = "held by another owner"
+			tokensOn[r.node] = x.token
 			if a.queue {
 				queuedOn |= 1 << r.node
 			}
@@ -310,7 +312,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		// so the lease has no time left. Give it back and count the attempt as failed.
 		res = acquired{}
 	}
-	res.queuedOn = queuedOn
+	res.queuedOn, res.tokensOn = queuedOn, tokensOn
 	if !a.reenterOnly && (err != nil || (!res.ok && (yes > 0 || !decided))) {
 		// Some servers may hold it for owner: give it back everywhere. (When every server
 		// refused there is nothing to give back, and owner, a queue entry's, stays usable.)
@@ -637,13 +639,8 @@ func (q *quorum) inspect(ctx context.Context, keys []string) (any, error) {
 // answered.
 func (q *quorum) forceUnlock(ctx context.Context, key, channel string) (any, error) {
 	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
-		return evalStrings(ctx, cn, scriptForceUnlock, []string{key}, q.retention, channel)
-	})
-}
-
-func (q *quorum) numSub(ctx context.Context, channels []string) (any, error) {
-	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
-		return cn.Command(ctx, append([]string{"PUBSUB", "NUMSUB"}, channels...)...)
+		qk, _ := queueKeys(key)
+		return evalStrings(ctx, cn, scriptForceUnlock, []string{key, qk}, q.retention, channel)
 	})
 }
 

@@ -96,6 +96,8 @@ type acquired struct {
 	dirty bool
 	// queuedOn (quorum mode, with a queue entry): the servers that queued or refreshed it.
 	queuedOn uint64
+	// tokensOn (quorum mode, !ok): the holder's token on each server that refused (0: none).
+	tokensOn []uint64
 	// ttl (adaptive lease): the lease the server chose: ok, the lease's; else the one a grant
 	// to the caller's queue entry is renewed to. 0 for a fixed lease.
 	ttl time.Duration

@@ -407,12 +407,34 @@ func TestGrant_EarlyAnnouncement(t *testing.T) {
 	if _, ok := e.waits.early[reg.id]; !ok {
 		t.Fatal("early grant not kept")
 	}
-	e.registered(reg, mono(), 1)
+	e.registered(reg, mono(), 1, nil)
 	if reg.state.Load() != regDone {
 		t.Fatalf("registration state %d after its early grant, want done", reg.state.Load())
 	}
 	if reg.pending == nil || reg.pending.token != 12345 {
 		t.Fatalf("pending lease %+v, want the granted one", reg.pending)
+	}
+	reg.pending.end(endReleased, nil)
+}
+
+// A grant announced with a token not above that of a holder an attempt under the same
+// registration saw is stale: the grant lapsed while the client was paused (its announcement
+// still buffered), someone else took the lock, and the attempt that found them queued the entry
+// again under the same id. The client must not make a lease of it; a later grant counts.
+func TestGrant_StaleAnnouncementAfterRequeue(t *testing.T) {
+	_, _, dial := privateServer(t)
+	c := dial()
+	m := c.Mutex("stale-grant")
+	e := c.e
+	reg := e.newRegistration(m.spec)
+	e.registered(reg, mono(), 1, []uint64{5000}) // the attempt after the pause saw holder 5000
+	e.granted(reg.id, 4000, 0)                   // the lapsed grant's buffered announcement
+	if reg.state.Load() != regQueued || reg.pending != nil {
+		t.Fatalf("stale grant taken: state %d, pending %+v", reg.state.Load(), reg.pending)
+	}
+	e.granted(reg.id, 6000, 0) // a grant made after that attempt
+	if reg.state.Load() != regDone || reg.pending == nil || reg.pending.token != 6000 {
+		t.Fatalf("later grant not taken: state %d, pending %+v", reg.state.Load(), reg.pending)
 	}
 	reg.pending.end(endReleased, nil)
 }
