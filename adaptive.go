@@ -77,10 +77,11 @@ func WithAdaptiveTTL(min, max time.Duration) Option {
 }
 
 // WithHoldStatsRetention sets how long the server keeps a lock name's hold record
-// (WithAdaptiveTTL) after the last hold it recorded: about 100 bytes per name. Longer keeps
-// what was learnt across quiet periods (a daily job needs more than a day); shorter saves
-// memory where many distinct names are locked adaptively. A Client option; the default is
-// DefaultHoldStatsRetention (24 hours), the minimum MinHoldStatsRetention (1 second).
+// (WithAdaptiveTTL) after the last hold it recorded: about 165 bytes per name (docs/PROTOCOL.md,
+// "The hold record"). Longer keeps what was learnt across quiet periods (a daily job needs more
+// than a day); shorter saves memory where many distinct names are locked adaptively. A Client
+// option; the default is DefaultHoldStatsRetention (24 hours), the minimum
+// MinHoldStatsRetention (1 second).
 func WithHoldStatsRetention(d time.Duration) ClientOption {
 	return clientOnly(func(o *options) {
 		if d < MinHoldStatsRetention {
