@@ -478,6 +478,23 @@ func TestAdaptive_OnlyAdaptiveLocksRecord(t *testing.T) {
 	if r := readHoldRecord(t, shared, adaptive); r.count != 1 {
 		t.Fatalf("record %+v after the final Unlock, want one hold", r)
 	}
+
+	// The record is under the client's key prefix, beside its lock.
+	const prefix = "dlock:adaptive-prefix:"
+	pc := transports[0].dial(t, shared.URL(), dlock.WithPrefix(prefix), dlock.WithAdaptiveTTL(50*time.Millisecond, time.Second))
+	l, err = pc.Mutex(adaptive).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := redisDo(t, shared, "GET", prefix+"{"+adaptive+"}:h"); !strings.HasPrefix(v, "1 ") {
+		t.Fatalf("hold record under the prefix %q: %q, want one hold", prefix, v)
+	}
+	if info, err := pc.Inspect(ctx, adaptive); err != nil || info.HoldStats.Count != 1 {
+		t.Fatalf("Inspect under the prefix: %+v, %v; want one hold", info.HoldStats, err)
+	}
 }
 
 // Several clients of several goroutines take an adaptive lock in turn: it stays exclusive, and
