@@ -47,7 +47,7 @@ func TestHarness(t *testing.T) {
 	cfg.clientsDuration = 600 * time.Millisecond // ten processes dialling and contending from cold, as for scenario 3
 	cfg.frozenTTLs = []time.Duration{500 * time.Millisecond}
 	cfg.frozenTries = 1
-	cfg.adaptiveNames, cfg.adaptiveRun, cfg.adaptiveCrashAfter = 8, 1500*time.Millisecond, 300*time.Millisecond
+	cfg.adaptiveNames, cfg.adaptiveRun, cfg.adaptiveCrashAfter, cfg.adaptiveWaiters = 8, 1500*time.Millisecond, 300*time.Millisecond, true
 	cfg.log = io.Discard
 	cfg.plotDir = t.TempDir()
 	cfg.plotLink = "img/" + plotFile

@@ -60,6 +60,7 @@ type config struct {
 	adaptiveNames      int           // names per way
 	adaptiveRun        time.Duration // the main phase
 	adaptiveCrashAfter time.Duration // how long the holder processes run before the kill
+	adaptiveWaiters    bool          // also measure the adaptive way's recovery with waiters
 }
 
 func (c config) logf(format string, args ...any) {
@@ -91,6 +92,7 @@ func defaultConfig(quick bool) config {
 		adaptiveNames:         64,
 		adaptiveRun:           15 * time.Second,
 		adaptiveCrashAfter:    2 * time.Second,
+		adaptiveWaiters:       true,
 		log:                   os.Stderr,
 	}
 	if quick {
@@ -109,8 +111,9 @@ func defaultConfig(quick bool) config {
 		c.clientsDuration = 400 * time.Millisecond
 		c.frozenTTLs = []time.Duration{time.Second, 2 * time.Second}
 		c.frozenTries = 1
-		c.adaptiveRun = 5 * time.Second
+		c.adaptiveRun = 4 * time.Second
 		c.adaptiveCrashAfter = time.Second
+		c.adaptiveWaiters = false
 	}
 	return c
 }
