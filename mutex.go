@@ -187,13 +187,17 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 	}
 	a := acquireArgs{keys: spec.keys, owner: "", ttl: spec.ttlArg, meta: spec.meta, channel: spec.channel, client: ""}
 	a.adaptLo, a.adaptHi = spec.adaptLo, spec.adaptHi
+	var sent int64
 	if reg != nil {
 		a.owner, a.queue, a.client, a.window, a.place = reg.owner, true, reg.id, reg.winArg, reg.place
+		if e.traits.servers > 1 {
+			a.queuedLate = func(server int, token uint64) { e.registeredLate(reg, sent, server, token) }
+		}
 	} else {
 		a.owner = e.newOwner()
 	}
 	owner := a.owner
-	sent := mono()
+	sent = mono()
 	res, acked, err := e.b.acquire(ctx, a, spec.ack)
 	if err != nil {
 		// The script may have run all the same (the reply was lost, or the caller gave up

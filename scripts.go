@@ -59,6 +59,9 @@ type acquireArgs struct {
 	client      string   // the caller's client id: its queue entry
 	window      string   // queue: the acceptance window, ms
 	place       string   // queue: the entry's place ("": the server's time)
+	// queuedLate (quorum mode, queue): told of a server that queued the entry after the
+	// attempt was decided (and the holder's token there).
+	queuedLate func(server int, token uint64)
 	// adaptive lease (keys then end with the hold record): its bounds, ms; "": a fixed lease
 	adaptLo, adaptHi string
 }

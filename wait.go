@@ -48,10 +48,11 @@ type waitQueues struct {
 }
 
 // earlyGrant is a grant announced before the reply to the attempt that registered: the
-// announcement and the reply travel on different connections.
+// announcement and the reply travel on different connections. In quorum mode each server
+// announces its own.
 type earlyGrant struct {
-	token uint64
-	at    int64 // mono ns
+	tokens []uint64 // by server; 0: none announced
+	at     int64    // mono ns of the first
 }
 
 type qshard struct {
@@ -260,8 +261,23 @@ func (e *engine) registered(reg *registration, sent int64, mask uint64, tokens [
 	e.waits.regMu.Unlock()
 	e.renewer.addEntry(reg)
 	if early {
-		e.granted(reg.id, g.token, 0)
+		for server, token := range g.tokens {
+			if token != 0 {
+				e.granted(reg.id, token, server)
+			}
+		}
 	}
+}
+
+// registeredLate records that server queued reg (holder's token there: token) in answer to an
+// attempt sent at sent, after that attempt was decided (quorum mode): a grant from that server
+// then counts without a claim.
+func (e *engine) registeredLate(reg *registration, sent int64, server int, token uint64) {
+	if server >= len(reg.sentOn) || reg.state.Load() != regQueued {
+		return
+	}
+	atomicMax(&reg.seenOn[server], token)
+	reg.refreshedOn(1<<server, sent)
 }
 
 // waitInQueue queues behind this client's other waiters for the lock, then, as the head,
@@ -699,7 +715,7 @@ func (e *engine) granted(id string, token uint64, server int) {
 	qs := e.waits
 	qs.regMu.Lock()
 	reg := qs.regs[id]
-	if reg == nil && e.traits.servers == 1 && strings.HasPrefix(id, e.clientID+".") {
+	if reg == nil && server < e.traits.servers && strings.HasPrefix(id, e.clientID+".") {
 		// This client's, and the reply to the attempt that registered it is still on its way:
 		// registered takes it from here. Entries older than a few windows are stale.
 		now := mono()
@@ -710,7 +726,12 @@ func (e *engine) granted(id string, token uint64, server int) {
 				}
 			}
 		}
-		qs.early[id] = earlyGrant{token: token, at: now}
+		g, ok := qs.early[id]
+		if !ok {
+			g = earlyGrant{tokens: make([]uint64, e.traits.servers), at: now}
+		}
+		g.tokens[server] = max(g.tokens[server], token)
+		qs.early[id] = g
 	}
 	qs.regMu.Unlock()
 	if reg == nil || server >= len(reg.sentOn) {
