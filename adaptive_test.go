@@ -716,7 +716,9 @@ func TestAdaptive_Cluster(t *testing.T) {
 func TestAdaptive_SentinelFailoverKeepsTheRecord(t *testing.T) {
 	g := redistest.NewSentinel(t)
 	ctx := ctxT(t)
-	const least, most = 100 * time.Millisecond, 5 * time.Second
+	// Holds of 300 ms: the lease (about 900 ms) comes from the record, with room for the
+	// clients' reconnection after the failover.
+	const least, most = 500 * time.Millisecond, 10 * time.Second
 	var clients []*dlock.Client
 	for _, tr := range sentinelTransports {
 		clients = append(clients, tr.dial(t, g, dlock.WithAdaptiveTTL(least, most)))
@@ -727,7 +729,7 @@ func TestAdaptive_SentinelFailoverKeepsTheRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(30 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -35,8 +35,8 @@ what it did between the loss and its end is not undone: use DLOCK_TOKEN to fence
 With --adaptive, the lease is chosen at each run from how long the runs of NAME have held the
 lock: the server records each run's hold (from the acquisition to the release) and gives the
 next run three times the longest recent one, between --min-ttl and --ttl (--ttl for the
-first run). A run killed with SIGKILL then blocks NAME for about three times its usual
-duration, not for the whole --ttl. "dlock status NAME" shows what was recorded.
+first run). A run killed with SIGKILL then blocks NAME for about three times the longest
+recent run, not for the whole --ttl. "dlock status NAME" shows what was recorded.
 
 Flags may come before or after NAME; "--" ends them (needed when COMMAND starts with "-").
 
