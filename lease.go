@@ -54,6 +54,9 @@ type leaseState struct {
 	// queued: the registration of the queue this lease's waiter left last; its entry is
 	// withdrawn with the lease's release (one script), or when the lease ends otherwise.
 	queued *registration
+	// leave (quorum mode): the id of the registration whose attempt took this lock; servers
+	// that answered that attempt late may still queue it, so its release drops the entry too.
+	leave string
 
 	// owned by the renewer, under renewer.mu
 	idx int   // index in the renewer's heap, -1 when not in it

@@ -252,6 +252,9 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 	if res.ttl > 0 {
 		st.adaptTo(res.ttl, sent)
 	}
+	if reg != nil && e.traits.servers > 1 {
+		st.leave = reg.id
+	}
 	if !e.renewer.add(st) {
 		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 		return nil, holder{}, ErrClosed

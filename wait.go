@@ -893,6 +893,9 @@ func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 			req.leave = reg.id
 		}
 	}
+	if req.leave == "" {
+		req.leave = st.leave
+	}
 	res, err := e.b.release(ctx, req)
 	switch {
 	case err != nil && !refused(err):
@@ -1010,6 +1013,7 @@ func (st *leaseState) passOn(spec *lockSpec, parent context.Context) *leaseState
 	sent := st.lastSent
 	st.mu.Unlock()
 	next := newLeaseState(st.e, spec, parent, st.owner, st.token+1, sent)
+	next.leave = st.leave
 	next.ttl.Store(st.ttl.Load())
 	next.deadline.Store(st.deadline.Load())
 	return next
