@@ -633,18 +633,23 @@ func (e *engine) withdrawn(reg *registration) bool {
 	return true
 }
 
-// unregister withdraws reg from the server, in the background: release.lua under its owner
-// drops the entry and gives back a grant made to it that nobody took. It reports false when
-// reg was not on the server (as far as this client knows).
+// unregister withdraws reg from the servers, in the background: release.lua under its owner
+// drops the entry, releases the owner's hold and gives back a grant made to it that nobody
+// took. A registration not yet known to be queued (its attempt failed, or its reply was lost)
+// is withdrawn all the same: the attempt's script may have queued it on some server, which
+// would later grant the lock to an owner nobody holds. It reports false when reg was done with
+// already (granted, claimed or withdrawn).
 func (e *engine) unregister(reg *registration) bool {
 	if !reg.state.CompareAndSwap(regQueued, regDone) {
-		reg.state.CompareAndSwap(regNew, regDone)
-		return false
+		if !reg.state.CompareAndSwap(regNew, regDone) {
+			return false
+		}
+	} else {
+		e.waits.regMu.Lock()
+		delete(e.waits.regs, reg.id)
+		e.waits.regMu.Unlock()
+		e.renewer.removeEntry(reg)
 	}
-	e.waits.regMu.Lock()
-	delete(e.waits.regs, reg.id)
-	e.waits.regMu.Unlock()
-	e.renewer.removeEntry(reg)
 	req := reg.spec.releaseReq(reg.owner)
 	req.leave = reg.id
 	e.renewer.background(release{req: req, at: mono(), until: mono() + 2*int64(reg.window)})
@@ -767,6 +772,10 @@ func (e *engine) granted(id string, token uint64, server int) {
 	st := newLeaseState(e, reg.spec, context.Background(), reg.owner, reg.token.Load(), from)
 	if l := reg.lease.Load(); l > 0 {
 		st.full = time.Duration(l)
+	}
+	if e.traits.servers > 1 {
+		// The servers that did not grant it (yet) still queue the entry: its release drops it.
+		st.leave = id
 	}
 	st.ttl.Store(int64(reg.window))
 	st.deadline.Store(from + int64(reg.window-drift(reg.window)))
