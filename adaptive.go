@@ -104,13 +104,40 @@ func checkAdaptive(a adaptive, renew bool) error {
 	return nil
 }
 
+// adaptiveLock is what the adaptive lease adds to a lock's spec; a fixed lease has none (nil),
+// so that its spec stays as small as before.
+type adaptiveLock struct {
+	bounds adaptive
+	lo, hi string // the bounds in ms, as acquire.lua takes them
+	keep   string // the hold record's retention in ms, as release.lua takes it
+}
+
+// on reports whether the lock is adaptive.
+func (a *adaptiveLock) on() bool { return a != nil }
+
+// args returns the bounds as acquire.lua takes them: "", "" for a fixed lease.
+func (a *adaptiveLock) args() (lo, hi string) {
+	if a == nil {
+		return "", ""
+	}
+	return a.lo, a.hi
+}
+
+// same reports whether a and b ask for the same lease: both fixed, or the same bounds.
+func (a *adaptiveLock) same(b *adaptiveLock) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.bounds == b.bounds
+}
+
 // leastTTL is the shortest lease spec's lock can get: its TTL, or the adaptive lease's least
 // bound. A registration's acceptance window (a grant's first lease, and how long a queued client
 // that crashed delays the others) is made from it, so that an adaptive lock granted to a client
 // that dies at once frees as soon as one given its least lease would.
 func (spec *lockSpec) leastTTL() time.Duration {
 	if spec.adapt.on() {
-		return spec.adapt.min
+		return spec.adapt.bounds.min
 	}
 	return spec.ttl
 }
@@ -123,22 +150,40 @@ func holdKey(lockKey string) string { return lockKey + ":h" }
 // acquisitions and final releases the arguments that make the server choose the lease and
 // record the hold.
 func (spec *lockSpec) adaptiveSpec(a adaptive, keep time.Duration) {
-	spec.adapt = a
+	spec.adapt = &adaptiveLock{bounds: a, lo: ms(a.min), hi: ms(a.max), keep: ms(keep)}
 	spec.keys = append(spec.keys[:len(spec.keys):len(spec.keys)], holdKey(spec.key))
-	spec.adaptLo, spec.adaptHi, spec.holdKeep = ms(a.min), ms(a.max), ms(keep)
 }
 
-// adaptTo sets a just-acquired lease to the adaptive lease the server chose, ttl, counted from
-// sent, the acquisition's send time. It runs before the lease is shared.
+// adaptTo sets a just-acquired lease to the adaptive lease the server chose, ttl (whole ms),
+// counted from sent, the acquisition's send time. It runs before the lease is shared.
 func (st *leaseState) adaptTo(ttl time.Duration, sent int64) {
-	st.full = ttl
+	st.adaptMS = int32(ttl / time.Millisecond)
 	st.ttl.Store(int64(ttl))
 	st.deadline.Store(sent + int64(ttl-drift(ttl)))
 }
 
+// fullTTL is the lease this acquisition asked for: the adaptive lease the server chose, or
+// the spec's TTL. A grant, which starts with the acceptance window, is renewed to it at once.
+func (st *leaseState) fullTTL() time.Duration {
+	if st.adaptMS > 0 {
+		return time.Duration(st.adaptMS) * time.Millisecond
+	}
+	return st.spec.ttl
+}
+
+// fullTTLArg is fullTTL as the scripts take it.
+func (st *leaseState) fullTTLArg() string {
+	if st.adaptMS > 0 {
+		return strconv.Itoa(int(st.adaptMS))
+	}
+	return st.spec.ttlArg
+}
+
 // recordHold makes req, the final release of st, record the hold when st's lock is adaptive.
 func (st *leaseState) recordHold(req releaseReq) releaseReq {
-	req.record = st.spec.holdKeep
+	if st.spec.adapt.on() {
+		req.record = st.spec.adapt.keep
+	}
 	return req
 }
 

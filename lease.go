@@ -37,13 +37,13 @@ type leaseState struct {
 	owner string // the secret the server knows the holder by
 	token uint64 // the fencing token; after a local handoff, above the one stored on the server
 
-	state    atomic.Int32
+	state atomic.Int32
+	// adaptMS: the adaptive lease the server chose for this acquisition, in ms (adaptive.go;
+	// at most MaxFixedTTL); 0 for a fixed lease. Set before the lease is shared. See fullTTL.
+	adaptMS  int32
 	deadline atomic.Int64 // mono ns at which the lease counts as lost unless renewed first
 	ttl      atomic.Int64 // lease length in ns; Extend changes it
-	confirm  atomic.Bool  // granted by the server for the acceptance window: renew to full at once
-	// full is the lease this acquisition asked for: spec.ttl, or the adaptive lease the server
-	// chose (adaptive.go). Set before the lease is shared.
-	full time.Duration
+	confirm  atomic.Bool  // granted by the server for the acceptance window: renew to fullTTL at once
 
 	mu       sync.Mutex      // guards lastSent, holds, parent, ctx, cause
 	lastSent int64           // mono ns when the newest successful acquire/renew was sent
@@ -65,7 +65,7 @@ type leaseState struct {
 }
 
 func newLeaseState(e *engine, spec *lockSpec, parent context.Context, owner string, token uint64, sent int64) *leaseState {
-	st := &leaseState{e: e, spec: spec, owner: owner, token: token, lastSent: sent, holds: 1, parent: parent, idx: -1, full: spec.ttl}
+	st := &leaseState{e: e, spec: spec, owner: owner, token: token, lastSent: sent, holds: 1, parent: parent, idx: -1}
 	st.ttl.Store(int64(spec.ttl))
 	st.deadline.Store(sent + int64(spec.ttl-drift(spec.ttl)))
 	return st

@@ -32,10 +32,7 @@ type lockSpec struct {
 	meta    string
 	ack     replicaAck
 	wait    time.Duration // WithWait: how long Lock waits; negative: as long as its context allows
-	// WithAdaptiveTTL (adaptive.go): the bounds (ttl is the greater), as the scripts take them,
-	// and the hold record's retention in ms; keys then ends with the hold record's key.
-	adapt                      adaptive
-	adaptLo, adaptHi, holdKeep string
+	adapt   *adaptiveLock // WithAdaptiveTTL (adaptive.go; ttl is then its greatest lease); nil: a fixed lease
 }
 
 // Mutex returns a handle on the lock called name. Options override the client's defaults for
@@ -186,7 +183,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
 	}
 	a := acquireArgs{keys: spec.keys, owner: "", ttl: spec.ttlArg, meta: spec.meta, channel: spec.channel, client: ""}
-	a.adaptLo, a.adaptHi = spec.adaptLo, spec.adaptHi
+	a.adaptLo, a.adaptHi = spec.adapt.args()
 	var sent int64
 	if reg != nil {
 		a.owner, a.queue, a.client, a.window, a.place = reg.owner, true, reg.id, reg.winArg, reg.place

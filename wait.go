@@ -390,9 +390,9 @@ func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, er
 		return st, nil
 	}
 	sent := mono()
-	res := e.b.renew(ctx, round{leases: []renewal{{key: st.spec.key, owner: st.owner, ttl: ms(st.full), ack: st.spec.ack}}})
+	res := e.b.renew(ctx, round{leases: []renewal{{key: st.spec.key, owner: st.owner, ttl: st.fullTTLArg(), ack: st.spec.ack}}})
 	out := res.leases[0]
-	if out.ok && st.renewed(sent, st.full) {
+	if out.ok && st.renewed(sent, st.fullTTL()) {
 		st.confirm.Store(false)
 		e.renewer.reschedule(st)
 		return st, nil
@@ -531,7 +531,7 @@ func (e *engine) headRegistration(q *queue, spec *lockSpec) *registration {
 // sameLease reports whether a lock taken for a asks for the same lease as one for b: a lease
 // made for one can serve the other.
 func sameLease(a, b *lockSpec) bool {
-	return a.ttl == b.ttl && a.renew == b.renew && a.meta == b.meta && a.ack == b.ack && a.adapt == b.adapt
+	return a.ttl == b.ttl && a.renew == b.renew && a.meta == b.meta && a.ack == b.ack && a.adapt.same(b.adapt)
 }
 
 // leaseDiff says how a lock taken for b asks for another lease than one taken for a.
@@ -545,7 +545,7 @@ func leaseDiff(a, b *lockSpec) string {
 		return "WithLabel differs from the held lease's"
 	case a.ack != b.ack:
 		return "WithReplicaAck differs from the held lease's"
-	case a.adapt != b.adapt:
+	case !a.adapt.same(b.adapt):
 		return "WithAdaptiveTTL differs from the held lease's"
 	}
 	return "same lease"
@@ -771,7 +771,7 @@ func (e *engine) granted(id string, token uint64, server int) {
 	// once for a fixed lease, which is not renewed later).
 	st := newLeaseState(e, reg.spec, context.Background(), reg.owner, reg.token.Load(), from)
 	if l := reg.lease.Load(); l > 0 {
-		st.full = time.Duration(l)
+		st.adaptMS = int32(time.Duration(l) / time.Millisecond)
 	}
 	if e.traits.servers > 1 {
 		// The servers that did not grant it (yet) still queue the entry: its release drops it.
