@@ -7,13 +7,22 @@
 GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: test deps vet fmt-check bench-go test-examples deps-examples test-web deps-chromium web-screenshot
+.PHONY: test test-lib test-modules test-adapters deps vet fmt-check bench-go test-examples deps-examples test-web deps-chromium web-screenshot
+
+# Two lanes at once, each printed when it ends: the library's own tests, and the other modules
+# (metrics and tracing adapters, example service, browser test, bench harness, fault checker).
+# Most of their time is spent waiting (leases, timeouts, servers starting), so two lanes fit in
+# about half the time.
+test: deps deps-examples deps-chromium fmt-check vet
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lib test-modules
 
 # -p 1: one package's tests at a time. Several tests hold 200-300 ms leases on purpose (as in
 # "renewal keeps a 200 ms lease through 2 s of work"); on two cores, packages racing each other
 # under -race can starve the renewal loop longer than that.
-test: deps fmt-check vet
+test-lib: deps
 	$(GO) test -race -count=1 -p 1 -timeout 8m ./...
+
+test-modules:
 	@$(MAKE) --no-print-directory test-adapters
 	@$(MAKE) --no-print-directory test-examples
 	@$(MAKE) --no-print-directory test-web
@@ -23,7 +32,6 @@ test: deps fmt-check vet
 # The metrics and tracing adapters are modules of their own (dlockprom/: prometheus/client_golang;
 # dlockotel/: OpenTelemetry), so their dependencies stay out of the library's. Each starts its
 # own redis-server.
-.PHONY: test-adapters
 test-adapters: deps
 	cd dlockprom && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 3m ./...
 	cd dlockotel && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 3m ./...

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,10 @@ type Info struct {
 	// LocalWaiters is the number of goroutines of the Client that made this Info (by Inspect
 	// or List) waiting for the lock right now: exact, and counted without the server.
 	LocalWaiters int
+	// HoldStats is what the server measured of the name's holds, for a lock taken with
+	// WithAdaptiveTTL (zero otherwise, and once the record expired). Inspect and List read it;
+	// ForceUnlock does not.
+	HoldStats HoldStats
 }
 
 // Holder describes the process that holds a lock: the description the library stores with the
@@ -74,18 +79,20 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	key := c.lockKey(name)
-	reply, err := c.e.b.inspect(ctx, []string{key})
+	// The hold record is read as one more "lock" of inspect.lua: its value and PTTL.
+	reply, err := c.e.b.inspect(ctx, []string{key, holdKey(key)})
 	if err != nil {
 		return Info{}, c.e.redisErr("inspect "+strconv.Quote(name), err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != inspectWidth {
+	if !ok || len(arr) != 2*inspectWidth {
 		return Info{}, c.badReply("inspect", name, reply)
 	}
 	info, err := parseLock(name, arr[0], arr[1])
 	if err != nil {
 		return Info{}, err
 	}
+	info.HoldStats = parseHoldStats(arr[inspectWidth], arr[inspectWidth+1])
 	queued, _ := arr[2].(int64)
 	goroutines, _ := arr[3].(int64)
 	info.WaitingGoroutines = int(goroutines)
@@ -146,16 +153,22 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 	return out, nil
 }
 
-// inspectKeys reads the given lock keys in one script call and returns the held ones.
+// inspectKeys reads the given lock keys, and their hold records, in one script call and
+// returns the held ones.
 func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error) {
-	reply, err := c.e.b.inspect(ctx, keys)
+	all := slices.Clone(keys)
+	for _, k := range keys {
+		all = append(all, holdKey(k))
+	}
+	reply, err := c.e.b.inspect(ctx, all)
 	if err != nil {
 		return nil, c.e.redisErr("list", err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != inspectWidth*len(keys) {
+	if !ok || len(arr) != inspectWidth*len(all) {
 		return nil, c.badReply("list", "", reply)
 	}
+	rec := inspectWidth * len(keys) // the hold records' replies follow the locks'
 	var held []Info
 	for i, key := range keys {
 		name, _ := nameOfKey(c.opts.prefix, key)
@@ -166,6 +179,7 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 		}
 		q, _ := a[2].(int64)
 		g, _ := a[3].(int64)
+		info.HoldStats = parseHoldStats(arr[rec+inspectWidth*i], arr[rec+inspectWidth*i+1])
 		info.Waiters = int(q)
 		info.WaitingGoroutines = int(g)
 		info.LocalWaiters = c.e.waits.localWaiters(key)
