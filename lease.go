@@ -71,7 +71,7 @@ func newLeaseState(e *engine, spec *lockSpec, parent context.Context, owner stri
 	st.ttl.Store(int64(spec.ttl))
 	st.deadline.Store(sent + int64(spec.ttl-drift(spec.ttl)))
 	if e.obs != nil {
-		st.rec = &leaseRecord{since: mono()}
+		st.rec = &leaseRecord{}
 	}
 	return st
 }

@@ -312,10 +312,11 @@ func fan[E any](fns []Observer, get func(Observer) func(E)) func(E) {
 // was acquired, how it came, and the handshake that makes its end reported once, after its
 // acquisition was.
 type leaseRecord struct {
-	since int64 // mono ns: when the lease was made
-	local bool  // made by a local handoff
-	// ctx: the context given to the Lock that acquired it (set before reported).
-	ctx context.Context
+	local bool // made by a local handoff
+	// since and ctx: when its acquisition was reported (mono ns) and the context given to the
+	// Lock that acquired it; set before bit 1 of seen.
+	since int64
+	ctx   context.Context
 	// seen: bit 1 when the acquisition was reported, bit 2 when the lease ended; whoever sets
 	// the second bit reports the end.
 	seen    atomic.Uint32
@@ -330,17 +331,25 @@ const (
 
 // lock makes one Lock, TryLock or Do acquisition of m (Mutex.acquire) and reports it.
 func (o *observer) lock(ctx context.Context, m *Mutex, wait bool) (*Lease, error) {
-	start := time.Now()
+	start := mono()
 	l, err := m.acquire(ctx, wait)
+	o.acquired(ctx, m, wait, start, l, err)
+	return l, err
+}
+
+// acquired reports the outcome of an acquisition of m (l, or err) begun at start (mono ns).
+// It reads the clock once: clock readings are a good part of what an observer costs.
+func (o *observer) acquired(ctx context.Context, m *Mutex, wait bool, start int64, l *Lease, err error) {
 	// A re-entry is no acquisition: it returns a lease whose acquisition was reported, or
 	// fails with one in ctx (looked up only then: ctx.Value allocates its key).
 	if err == nil && (l == nil || l.st.rec != nil && l.st.rec.seen.Load()&seenAcquired != 0) {
-		return l, err
+		return
 	}
 	if err != nil && heldIn(ctx, m.e, m.spec.key) != nil {
-		return l, err
+		return
 	}
-	ev := AcquireEvent{Name: m.name, Start: start, Wait: time.Since(start), Err: err}
+	now := mono()
+	ev := AcquireEvent{Name: m.name, Start: epoch.Add(time.Duration(start)), Wait: time.Duration(now - start), Err: err}
 	switch {
 	case err == nil:
 		ev.Outcome, ev.Path, ev.Token = OutcomeAcquired, PathServer, l.st.token
@@ -368,13 +377,12 @@ func (o *observer) lock(ctx context.Context, m *Mutex, wait bool) (*Lease, error
 	}
 	if err == nil {
 		if rec := l.st.rec; rec != nil {
-			rec.ctx = ctx
+			rec.since, rec.ctx = now, ctx
 			if rec.seen.Or(seenAcquired)&seenEnded != 0 {
 				o.reportEnd(l.st, rec) // it ended while its acquisition was being reported
 			}
 		}
 	}
-	return l, err
 }
 
 // ended is told by leaseState.end that st ended (how, cause): it logs a loss, and reports the
@@ -394,7 +402,7 @@ func (o *observer) ended(st *leaseState, how ending, cause error) {
 }
 
 func (o *observer) reportEnd(st *leaseState, rec *leaseRecord) {
-	held := time.Duration(rec.endedAt - rec.since)
+	held := max(time.Duration(rec.endedAt-rec.since), 0) // an end before the report counts 0
 	ctx := rec.ctx
 	if ctx == nil {
 		ctx = context.Background()
