@@ -157,8 +157,9 @@ func loadScripts(t *testing.T, s *redistest.Server) {
 	}
 }
 
-// Concurrent acquisitions of distinct names go as one acquire.lua call (one EVALSHA, one MGET of
-// their keys), and so do their releases; each lock gets its own lease and token.
+// Concurrent acquisitions of distinct names go as one acquire.lua call (one EVALSHA, one TIME
+// and one EXISTS for them all), and so do their releases; each lock gets its own lease and
+// token.
 func TestBatch_ConcurrentCallsInOneScriptCall(t *testing.T) {
 	s := redistest.Start(t)
 	loadScripts(t, s)
@@ -187,9 +188,9 @@ func TestBatch_ConcurrentCallsInOneScriptCall(t *testing.T) {
 					t.Fatalf("Lock %d: %v", i, err)
 				}
 			}
-			if got["evalsha"] != batchOut+1 || got["mget"] != 1 || got["set"] != n+batchOut {
-				t.Fatalf("%d acquisitions: %d EVALSHA, %d MGET, %d SET; want %d, 1, %d (the blockers alone, the rest in one call)",
-					n+batchOut, got["evalsha"], got["mget"], got["set"], batchOut+1, n+batchOut)
+			if got["evalsha"] != batchOut+1 || got["time"] != batchOut+1 || got["exists"] != batchOut+1 || got["set"] != n+batchOut {
+				t.Fatalf("%d acquisitions: %d EVALSHA, %d TIME, %d EXISTS, %d SET; want %d, %d, %d, %d (the blockers alone, the rest in one call)",
+					n+batchOut, got["evalsha"], got["time"], got["exists"], got["set"], batchOut+1, batchOut+1, batchOut+1, n+batchOut)
 			}
 			owners := map[string]bool{}
 			for i, l := range leases {
@@ -218,8 +219,9 @@ func TestBatch_ConcurrentCallsInOneScriptCall(t *testing.T) {
 					t.Fatalf("Unlock %d: %v", i, err)
 				}
 			}
-			if got["evalsha"] != batchOut+1 || got["mget"] != 1 {
-				t.Fatalf("%d releases: %d EVALSHA, %d MGET; want %d, 1", len(leases), got["evalsha"], got["mget"], batchOut+1)
+			if got["evalsha"] != batchOut+1 || got["exists"] != batchOut+1 || got["pubsub|numsub"] != batchOut+1 || got["pubsub|numpat"] != batchOut+1 {
+				t.Fatalf("%d releases: %d EVALSHA, %d EXISTS, %d NUMSUB, %d NUMPAT; want %d of each", len(leases),
+					got["evalsha"], got["exists"], got["pubsub|numsub"], got["pubsub|numpat"], batchOut+1)
 			}
 			for i, l := range leases {
 				v := doT(t, s, "GET", l.st.spec.key)
@@ -258,7 +260,7 @@ func TestBatch_EachLockItsOwnAnswer(t *testing.T) {
 			doT(t, s, "HSET", lockKey(DefaultPrefix, name("hash")), "f", "v")
 
 			var (
-				free, inner, twiceA, twiceB, queued *Lease
+				free, inner, twiceA, twiceB, queued                        *Lease
 				errBusy, errFree, errInner, errA, errB, errHash, errQueued error
 			)
 			queuedDone := make(chan struct{})

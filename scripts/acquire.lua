@@ -50,9 +50,8 @@
 -- lock, in that order: its reply as above, with 0 as the fourth element when there is none; or
 -- {-1, 0, 0, 0} when doing that lock raised an error (the locks before and after it are done
 -- all the same; send that lock alone to learn the error).
--- What several locks of a call need is read once per call, when first needed: their values
--- (one MGET; a lock whose key an earlier lock of the call changed reads it again), the
--- server's time (TIME), whether any of their queues exists (one EXISTS of them all: while
+-- What several locks of a call need is read once per call, when first needed: the server's
+-- time (TIME), whether any of their queues exists (one EXISTS of them all: while
 -- none does, and no lock of the call has queued, no lock asks again), and who may listen on
 -- their release channels (PUBSUB NUMPAT, then one PUBSUB NUMSUB of all the channels).
 local batch = ARGV[1] == ''
@@ -206,7 +205,6 @@ local function acquire(v, key, q, w, h, owner, ttl, meta, mode, rel, pub, id, wi
       return 0, redis.call('PTTL', key), t, lease
     end
   elseif mode == 'r' then
-    redis.call('GET', key) -- a key of another type (a batch read it with MGET) raises WRONGTYPE
     return 0, -2, 0
   end
   clock()
@@ -246,9 +244,6 @@ local function acquire(v, key, q, w, h, owner, ttl, meta, mode, rel, pub, id, wi
     end
     if first then
       -- A client queued before the caller: the lock is its, for the acceptance window.
-      if not v then
-        redis.call('GET', key) -- as above
-      end
       local ewin, eowner, emeta = string.match(e, '^%d+ (%d+) (%S+) (.*)$')
       redis.call('ZREM', q, first)
       redis.call('HDEL', w, first)
@@ -260,34 +255,28 @@ local function acquire(v, key, q, w, h, owner, ttl, meta, mode, rel, pub, id, wi
       return 0, tonumber(ewin), token, lease
     end
   end
-  local value = owner .. ' ' .. text .. ' 1 ' .. meta
-  if v then
-    redis.call('SET', key, value, 'PX', lease or ttl)
-  elseif not redis.call('SET', key, value, 'PX', lease or ttl, 'NX') then
-    -- No value read, yet a key: one of another type (a batch read it with MGET).
-    redis.call('GET', key) -- raises WRONGTYPE
-    error('the lock key holds another type')
-  end
+  redis.call('SET', key, owner .. ' ' .. text .. ' 1 ' .. meta, 'PX', lease or ttl)
   return 1, token, 1, lease
+end
+
+-- read does one lock of a batch (its value read first, so that an error reading it is that
+-- lock's).
+local function read(key, q, owner, ttl, meta, mode, pub, id, win, lo, hi)
+  return acquire(redis.call('GET', key), key, q, nil, nil, owner, ttl, meta, mode, nil, pub, id, win, nil, lo, hi)
 end
 
 if not batch then
   return {acquire(redis.call('GET', KEYS[1]), KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2],
     ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])}
 end
-local values, changed, out, i, g = redis.call('MGET', unpack(KEYS)), {}, {}, 0, 2
+local out, i, g = {}, 0, 2
 while g <= #ARGV do
   local ttl, meta, mode, pub, win, lo, hi = ARGV[g], ARGV[g + 1], ARGV[g + 2], ARGV[g + 3], ARGV[g + 4], ARGV[g + 5], ARGV[g + 6]
   local n = tonumber(ARGV[g + 7])
   for p = g + 8, g + 6 + 2 * n, 2 do
     i = i + 1
     local key = KEYS[i]
-    local v = values[i]
-    if changed[key] then
-      v = redis.call('GET', key)
-    end
-    changed[key] = true
-    local ok, a, b, c, d = pcall(acquire, v, key, queues[i], nil, nil, ARGV[p], ttl, meta, mode, nil, pub, ARGV[p + 1], win, nil, lo, hi)
+    local ok, a, b, c, d = pcall(read, key, queues[i], ARGV[p], ttl, meta, mode, pub, ARGV[p + 1], win, lo, hi)
     if not ok then
       a, b, c, d = -1, 0, 0, 0
     end

@@ -52,9 +52,8 @@
 -- do it, and the reply holds one integer per lock, in that order: its reply as above, or -2
 -- when doing that lock raised an error (the locks before and after it are done all the same;
 -- send that lock alone to learn the error).
--- What several locks of a call need is read once per call, when first needed: their values
--- (one MGET; a lock whose key an earlier lock of the call changed reads it again), the
--- server's time (TIME), whether any of their queues exists (one EXISTS of them all: while
+-- What several locks of a call need is read once per call, when first needed: the server's
+-- time (TIME), whether any of their queues exists (one EXISTS of them all: while
 -- none does, no lock asks again; a release never makes a queue), and who may listen on their
 -- release channels (PUBSUB NUMPAT, then one PUBSUB NUMSUB of all the channels).
 local batch = ARGV[1] == ''
@@ -264,23 +263,24 @@ local function release(v, key, q, w, h, o, ret, retms, rel, all, pub, floor, id,
   return 0
 end
 
+-- read does one lock of a batch (its value read first, so that an error reading it is that
+-- lock's).
+local function read(key, q, o, ret, retms, rel, all, pub, floor, id, keep)
+  return release(redis.call('GET', key), key, q, nil, nil, o, ret, retms, rel, all, pub, floor, id, keep)
+end
+
 if not batch then
   return release(redis.call('GET', KEYS[1]), KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2],
     tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
 end
-local values, changed, out, ret, retms, i, g = redis.call('MGET', unpack(KEYS)), {}, {}, ARGV[2], tonumber(ARGV[2]), 0, 3
+local out, ret, retms, i, g = {}, ARGV[2], tonumber(ARGV[2]), 0, 3
 while g <= #ARGV do
   local all, pub, keep = ARGV[g], ARGV[g + 1], ARGV[g + 2]
   local n = tonumber(ARGV[g + 3])
   for p = g + 4, g + 1 + 3 * n, 3 do
     i = i + 1
     local key = KEYS[i]
-    local v = values[i]
-    if changed[key] or not v then
-      v = redis.call('GET', key) -- (MGET reads a key of another type as no value: GET raises)
-    end
-    changed[key] = true
-    local ok, r = pcall(release, v, key, queues[i], nil, nil, ARGV[p], ret, retms, channels[i], all, pub, ARGV[p + 1], ARGV[p + 2], keep)
+    local ok, r = pcall(read, key, queues[i], ARGV[p], ret, retms, channels[i], all, pub, ARGV[p + 1], ARGV[p + 2], keep)
     if not ok then
       r = -2
     end
