@@ -359,3 +359,20 @@ func lockValueOf(t *testing.T, s *redistest.Server, name string) []string {
 	t.Helper()
 	return strings.SplitN(doT(t, s, "GET", lockKey(DefaultPrefix, name)), " ", 4)
 }
+
+// acquire.lua with mode "r" never takes a free lock, also when the key is gone altogether (a
+// lease whose key expired must not get a new lock under its old owner).
+func TestAcquireScript_ReenterOnlyNeverTakesAFreeLock(t *testing.T) {
+	s := redistest.Start(t)
+	key := lockKey(DefaultPrefix, t.Name())
+	a := acquireArgs{keys: []string{key, key + ":q", key + ":w"}, owner: "owner:1", ttl: "10000", meta: "{}", reenterOnly: true}
+	c := a.call()
+	args := append([]string{"EVAL", scriptAcquire.Src, "3"}, c.Keys...)
+	out := doT(t, s, append(args, c.Args...)...)
+	if !strings.Contains(out, "-2") {
+		t.Fatalf("re-entry of a missing key: %q, want {0, -2, 0}", out)
+	}
+	if v := doT(t, s, "EXISTS", key); v != "0" {
+		t.Fatalf("re-entry of a missing key made it (EXISTS = %s)", v)
+	}
+}
