@@ -63,6 +63,7 @@ type pending struct {
 	state atomic.Int32
 	done  chan struct{} // closed when the result is set
 	err   error
+	ctx   context.Context // the caller's: its values go with the batch (callersCtx)
 }
 
 type batchedAcquire struct {
@@ -100,7 +101,7 @@ func (b *batcher) acquire(ctx context.Context, a acquireArgs) (acquired, error) 
 		return res, err
 	}
 	p := &batchedAcquire{a: a}
-	p.done = make(chan struct{})
+	p.done, p.ctx = make(chan struct{}), ctx
 	b.acqs = append(b.acqs, p)
 	b.startLocked()
 	select {
@@ -128,7 +129,7 @@ func (b *batcher) release(ctx context.Context, r releaseReq) (released, error) {
 		return res, err
 	}
 	p := &batchedRelease{r: r}
-	p.done = make(chan struct{})
+	p.done, p.ctx = make(chan struct{}), ctx
 	b.rels = append(b.rels, p)
 	b.startLocked()
 	select {
@@ -231,7 +232,18 @@ func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
 	if len(calls) == 0 {
 		return
 	}
-	results := b.cn.EvalMulti(b.ctx, calls)
+	var callers []context.Context
+	for _, ch := range acqChunks {
+		for _, p := range ch {
+			callers = append(callers, p.ctx)
+		}
+	}
+	for _, ch := range relChunks {
+		for _, p := range ch {
+			callers = append(callers, p.ctx)
+		}
+	}
+	results := b.cn.EvalMulti(b.callersCtx(callers), calls)
 	result := func(i int) conn.Result {
 		if i < len(results) {
 			return results[i]
@@ -249,7 +261,7 @@ func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
 			case outs[i].failed:
 				// That lock raised an error: send it alone, to learn the error (or succeed).
 				alone = append(alone, func() {
-					p.res, p.err = b.acquireAlone(b.ctx, p.a)
+					p.res, p.err = b.acquireAlone(b.callersCtx([]context.Context{p.ctx}), p.a)
 					close(p.done)
 				})
 				continue
@@ -268,7 +280,7 @@ func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
 				p.err = err
 			case outs[i].failed:
 				alone = append(alone, func() {
-					p.res, p.err = b.releaseAlone(b.ctx, p.r)
+					p.res, p.err = b.releaseAlone(b.callersCtx([]context.Context{p.ctx}), p.r)
 					close(p.done)
 				})
 				continue
@@ -282,6 +294,23 @@ func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
 		f()
 	}
 }
+
+// callersCtx is the context of a batch's call: cancelled when the batcher stops (b.ctx: no
+// caller's end cuts the others' calls), with the values of the first caller's context, and
+// conn.Callers giving every caller's, so that the transport's hooks (tracing, metrics)
+// attribute the call to the requests it serves.
+func (b *batcher) callersCtx(callers []context.Context) context.Context {
+	return conn.WithCallers(valuesOf{b.ctx, context.WithoutCancel(callers[0])}, callers)
+}
+
+// valuesOf is ctx with the values of another context (without its cancellation: a context
+// derived from it finds b.ctx's).
+type valuesOf struct {
+	context.Context
+	values context.Context
+}
+
+func (c valuesOf) Value(key any) any { return c.values.Value(key) }
 
 // live returns the calls whose callers still wait, marked sent.
 func live[P interface{ sent() bool }](ps []P) []P {

@@ -299,10 +299,13 @@
 // rounds and quorum servers' errors. No line holds an owner secret or a password.
 //
 // Trace context: the transports run each lock command under the context of the call that made
-// it, so that go-redis and rueidis hooks (tracing, metrics) attribute it to its request. The
-// go-redis adapter sends concurrent calls together in pipelines: such a pipeline has the first
-// caller's context values, goredisconn.CallerContexts gives each command's caller, and
-// dlockotel.GoRedisHook links the pipeline's span to every caller's span.
+// it, so that go-redis and rueidis hooks (tracing, metrics) attribute it to its request. A
+// command that serves several callers (the client sends concurrent acquisitions or releases on
+// one server as one script call; the go-redis adapter sends concurrent calls together in one
+// pipeline) runs with its first caller's context values, and names every caller:
+// conn.Callers gives the callers of a script call, goredisconn.CallerContexts those of each
+// command of a pipeline; dlockotel.GoRedisHook links such a command's span to every caller's
+// span.
 //
 // docs/PROTOCOL.md describes the keys, values, scripts and channels; docs/CORRECTNESS.md and
 // docs/BENCHMARKS.md give the measured figures.

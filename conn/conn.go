@@ -117,3 +117,22 @@ type MasterReply struct {
 	Reply any
 	Err   error
 }
+
+// callersKey is the context key of WithCallers.
+type callersKey struct{}
+
+// WithCallers returns ctx carrying callers: the contexts of the calls that one command sent
+// under it serves (dlock sends the concurrent acquisitions or releases of several callers as one
+// script call). Transports pass it to their client's hooks like any context; a tracing or
+// metrics hook reads the callers back with Callers, to attribute the command to each request.
+func WithCallers(ctx context.Context, callers []context.Context) context.Context {
+	return context.WithValue(ctx, callersKey{}, callers)
+}
+
+// Callers returns the contexts WithCallers put in ctx (or in a context derived from it): the
+// callers whose calls a command sent under ctx serves; nil when there are none. They are for
+// their values: their callers may have stopped waiting.
+func Callers(ctx context.Context) []context.Context {
+	callers, _ := ctx.Value(callersKey{}).([]context.Context)
+	return callers
+}
