@@ -54,6 +54,8 @@ type engine struct {
 	waits   *waitQueues
 	notices *notifier
 	guard   *evictionGuard
+	// sharedWaits: this client's waiters for read-write locks and semaphores (sharedwait.go)
+	sharedWaits *sharedWaits
 
 	ownerID  string // 128 random bits; each lease's secret is ownerID + a sequence number
 	clientID string // 64 random bits, public: names this client's queue entries
@@ -158,6 +160,7 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	e.notices = newNotifier(b.listen, e.granted)
 	e.waits = newWaitQueues(e.notices)
 	e.renewer.entryGone = e.waits.entryGone
+	e.sharedWaits = newSharedWaits(e)
 	c := &Client{e: e, opts: o, meta: holderMeta(o.label)}
 	c.bg.Add(2)
 	go func() { defer c.bg.Done(); e.renewer.run() }()

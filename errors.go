@@ -188,6 +188,9 @@ func (e *NotAcquiredError) Error() string {
 	if h.Held {
 		fmt.Fprintf(&b, ", lease %v left", h.TTL.Round(time.Millisecond))
 	}
+	if h.Shared != nil { // a read-write lock or semaphore: who else holds and waits
+		fmt.Fprintf(&b, " (%s)", h.Shared)
+	}
 	if e.Waited > 0 {
 		fmt.Fprintf(&b, "; waited %v", e.Waited.Round(time.Millisecond))
 	}

@@ -207,7 +207,24 @@ func (st *leaseState) lostAtUnlock() error {
 // releaseReq releases one hold of this lease, or all. The floor is the lease's token: after
 // local handoffs it is above the stored one, and in quorum mode each server's may be below it.
 func (st *leaseState) releaseReq(all bool) releaseReq {
-	return releaseReq{keys: st.spec.keys, channel: st.spec.channel, owner: st.owner, all: all, floor: st.token}
+	return releaseReq{keys: st.spec.keys, channel: st.spec.channel, owner: st.owner, all: all, floor: st.token, shared: st.spec.shared}
+}
+
+// renewal is st's renewal to ttl in a round.
+func (st *leaseState) renewal(ttl time.Duration) renewal {
+	return renewal{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack, shared: st.spec.shared != nil}
+}
+
+// pttl reads the lease left to st as the server sees it, and false when st no longer holds.
+func (st *leaseState) pttl(ctx context.Context) (time.Duration, bool, error) {
+	if st.spec.shared == nil {
+		return st.e.b.pttl(ctx, st.spec.keys, st.owner)
+	}
+	r, _, err := st.e.b.run(ctx, sharedPTTLCall(st.spec.keys, st.owner), replicaAck{})
+	if err != nil {
+		return 0, false, err
+	}
+	return readPTTL(r)
 }
 
 // leaseCtx is the context of a lease: cancelled when the lease ends. Err and Value check the
@@ -339,7 +356,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return st.endedErr()
 	}
 	sent := mono()
-	outs := st.e.b.renew(ctx, round{leases: []renewal{{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack}}}).leases
+	outs := st.e.b.renew(ctx, round{leases: []renewal{st.renewal(ttl)}}).leases
 	switch {
 	case outs[0].err == errNotAcked:
 		return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.spec.name)
@@ -365,7 +382,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if l.unlocked.Load() || st.expired() || st.state.Load() != stateHeld {
 		return 0, st.endedErr()
 	}
-	left, held, err := st.e.b.pttl(ctx, st.spec.keys, st.owner)
+	left, held, err := st.pttl(ctx)
 	if err != nil {
 		return 0, st.e.redisErr("ttl", err)
 	}

@@ -410,7 +410,7 @@ func (r *renewer) next() {
 				if st.confirm.Load() {
 					ttl = st.spec.ttl
 				}
-				rd.leases[i] = renewal{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack}
+				rd.leases[i] = st.renewal(ttl)
 			}
 			r.sentAt = mono()
 		}

@@ -73,6 +73,10 @@ type queue struct {
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
 	rearm     chan struct{} // capacity 1: the lock was granted to another client until pokeAt
 	pokeAt    atomic.Int64  // mono ns: when that grant's first lease runs out unless renewed
+
+	// sink, when set, takes the channel's announcements and wake-ups instead: the waiters of a
+	// read-write lock or semaphore (sharedwait.go).
+	sink noticeSink
 }
 
 type waiter struct {
@@ -362,7 +366,7 @@ func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, er
 		return st, nil
 	}
 	sent := mono()
-	res := e.b.renew(ctx, round{leases: []renewal{{key: st.spec.key, owner: st.owner, ttl: st.spec.ttlArg, ack: st.spec.ack}}})
+	res := e.b.renew(ctx, round{leases: []renewal{st.renewal(st.spec.ttl)}})
 	out := res.leases[0]
 	if out.ok && st.renewed(sent, st.spec.ttl) {
 		st.confirm.Store(false)
@@ -637,6 +641,10 @@ const anyToken = math.MaxUint64
 // wakeHead wakes the head if token (of the release that woke it) is not older than the
 // holder it waits for.
 func (q *queue) wakeHead(token uint64) {
+	if q.sink != nil {
+		q.sink.wake()
+		return
+	}
 	if token < q.blockedOn.Load() {
 		return
 	}
@@ -884,7 +892,7 @@ const localHandoffs = 15
 // renewal, label), is a server handover: one round trip, a new owner secret and a server token,
 // and the server's check that no other client waits too long.
 func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err error) {
-	if !e.traits.localHandoffs || st.spec.ack.n > 0 {
+	if !e.traits.localHandoffs || st.spec.ack.n > 0 || st.spec.shared != nil {
 		return false, nil
 	}
 	qs := e.waits
