@@ -48,7 +48,9 @@ func (s *Semaphore) Size() int { return s.size }
 // for more than the size fails at once with an error wrapping ErrInvalid. A wait that ends
 // returns a *NotAcquiredError (errors.Is ErrNotAcquired). The lease's token is unique to it and
 // larger than the token of every earlier Acquire of this semaphore.
-func (s *Semaphore) Acquire(ctx context.Context, n int) (*Lease, error) { return s.acquire(ctx, n, true) }
+func (s *Semaphore) Acquire(ctx context.Context, n int) (*Lease, error) {
+	return s.acquire(ctx, n, true)
+}
 
 // TryAcquire makes one attempt to take n permits: it fails with a *NotAcquiredError when they
 // are not free, or when callers that came first wait.

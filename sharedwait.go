@@ -37,9 +37,9 @@ type sharedWaits struct {
 	e *engine
 
 	mu     sync.Mutex
-	groups map[string]*sharedGroup   // by key
-	byID   map[string]*sharedWaiter  // waiters whose entry is on the server, by entry id
-	early  map[string]sharedEarly    // grants announced before the attempt that queued their entry came back
+	groups map[string]*sharedGroup  // by key
+	byID   map[string]*sharedWaiter // waiters whose entry is on the server, by entry id
+	early  map[string]sharedEarly   // grants announced before the attempt that queued their entry came back
 }
 
 // sharedEarly is a grant announced for an entry not yet known to be on the server.
