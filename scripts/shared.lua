@@ -55,6 +55,18 @@ local function publish(channel, pub, payload)
   return redis.call(cmd, channel, payload)
 end
 
+-- settle sets the expiry of B and E after holders left: the longest lease left, and at least
+-- the retention (B keeps the last token, and a semaphore's size, that long).
+local function settle(B, E, ms, retention)
+  local last = redis.call('ZRANGE', E, -1, -1, 'WITHSCORES')
+  local t = retention
+  if last[2] then
+    t = math.max(t, tonumber(last[2]) - ms)
+  end
+  redis.call('PEXPIRE', B, t)
+  redis.call('PEXPIRE', E, t)
+end
+
 -- purge drops the holders whose lease ended without a release (crashed, paused, cut off).
 local function purge(B, E, ms)
   local gone = redis.call('ZRANGE', E, '-inf', fmt(ms), 'BYSCORE')
@@ -195,14 +207,6 @@ if op == 'a' then
   local kind, units, size, parent = ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
   local now, ms = clock()
   purge(B, E, ms)
-  if kind == 'rw' then
-    size = ALL
-  else
-    local stored = tonumber(redis.call('HGET', B, '=s'))
-    if stored and stored ~= size then
-      return {-1, stored, 0}
-    end
-  end
   local h = redis.call('HGET', B, owner)
   if h then
     -- Re-entry (mode r: one more hold), or the claim of a grant the caller has not heard of:
@@ -219,6 +223,14 @@ if op == 'a' then
   end
   if mode == 'r' then
     return {0, -2, 0}
+  end
+  if kind == 'rw' then
+    size = ALL
+  else
+    local stored = tonumber(redis.call('HGET', B, '=s'))
+    if stored and stored ~= size then
+      return {-1, stored, 0}
+    end
   end
   if mode == 'd' then
     -- A read hold taken under the caller's write hold (a downgrade): it fits whatever is held
@@ -316,7 +328,7 @@ if op == 'r' then
     size = tonumber(redis.call('HGET', B, '=s')) or size
   end
   walk(B, E, Q, W, kind, size, now, ms, channel, pub, '', '', 0, '')
-  keep(B, E, retention)
+  settle(B, E, ms, retention)
   return r
 end
 
@@ -377,7 +389,7 @@ if op == 'f' then
   if #holders > 0 then
     redis.call('HSET', B, '=u', '0')
     walk(B, E, Q, W, kind, size, now, ms, channel, pub, '', '', 0, '')
-    keep(B, E, retention)
+    settle(B, E, ms, retention)
   end
   r[#r + 1] = #holders
   return r
