@@ -151,6 +151,8 @@ type jsonInfo struct {
 	Holder      *jsonHolder `json:"holder,omitempty"`
 	HolderAlive *bool       `json:"holder_alive"` // holderAlive's answer; null when unknown
 	Waiters     int         `json:"waiters"`
+	Kind        string      `json:"kind,omitempty"`   // "rwmutex" or "semaphore"; omitted for a lock
+	Shared      *jsonShared `json:"shared,omitempty"` // their holders and waiters (shared.go)
 }
 
 type jsonHolder struct {
@@ -161,7 +163,8 @@ type jsonHolder struct {
 }
 
 func toJSON(i dlock.Info) jsonInfo {
-	j := jsonInfo{Name: i.Name, Held: i.Held, Token: i.Token, Holds: i.Holds, TTLms: i.TTL.Milliseconds(), Waiters: i.Waiters}
+	j := jsonInfo{Name: i.Name, Held: i.Held, Token: i.Token, Holds: i.Holds, TTLms: i.TTL.Milliseconds(), Waiters: i.Waiters,
+		Kind: i.Kind, Shared: toJSONShared(i.Shared)}
 	if i.Token != 0 {
 		j.TokenTime = i.TokenTime().UTC().Format(time.RFC3339Nano)
 	}
@@ -215,7 +218,15 @@ JSON fields (one object per lock):
                 "Holder process" above): true or false; null when it cannot be told, for a
                 holder on another host, and for a free lock
   waiters       clients waiting for the lock (subscribers of its release channel; each
-                client counts once however many of its goroutines wait); -1 when unknown`
+                client counts once however many of its goroutines wait); -1 when unknown.
+                For a read-write lock or semaphore, the callers in its queue (each counts)
+  kind          "rwmutex" for a read-write lock, "semaphore" for a semaphore; omitted for a
+                lock. Then holder is the writer's or the first holder's, token the writer's
+                (without one, the last writer's; a semaphore's first holder's), holds the
+                number of holders, and:
+  shared        {"size" (semaphore), "permits" (held; readers of a read-write lock),
+                "writer", "readers", "queued", "writers_queued", "holders": [{"holder",
+                "write", "permits", "holds", "token", "ttl_ms"}, ...]}`
 
 func runStatus(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("status", "[flags] NAME", `
@@ -281,6 +292,10 @@ func printJSON(std *stdio, cmd string, v any) int {
 }
 
 func printStatus(w io.Writer, i dlock.Info) {
+	if i.Shared != nil {
+		printSharedStatus(w, i) // a read-write lock or semaphore (shared.go)
+		return
+	}
 	if !i.Held {
 		fmt.Fprintf(w, "%s: free\n", display(i.Name))
 		if i.Token != 0 {
@@ -410,6 +425,9 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 		if alive, _ := holderAlive(i); alive != nil && !*alive {
 			holder += " [not running]"
 		}
+		if i.Shared != nil {
+			holder = sharedHolderColumn(i) // a read-write lock or semaphore (shared.go)
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\n", display(i.Name), i.Token, i.Holds, i.TTL, holder,
 			i.TokenTime().UTC().Format(time.RFC3339), waitersText(i.Waiters))
 	}
@@ -451,6 +469,10 @@ Example:
 	info, err := c.ForceUnlock(ctx, pos[0])
 	if err != nil {
 		return report(std, "unlock", err)
+	}
+	if info.Shared != nil {
+		fmt.Fprintln(std.out, sharedReleased(info)) // a read-write lock or semaphore (shared.go)
+		return exitOK
 	}
 	fmt.Fprintf(std.out, "released %s: it was held by %s (token %d, %d hold(s), %v of lease left); %d waiting client(s) woken\n",
 		display(info.Name), holderText(info.Holder), info.Token, info.Holds, info.TTL, info.Waiters)

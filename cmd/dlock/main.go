@@ -54,6 +54,7 @@ func init() {
 		{name: "status", summary: "show whether a lock is held, by whom, and its token and lease", run: runStatus},
 		{name: "list", summary: "list the held locks", run: runList},
 		{name: "unlock", summary: "release a lock whoever holds it (admin; needs --force)", run: runUnlock},
+		{name: "resize", summary: "set the size of a semaphore (admin)", run: runResize},
 		{name: "help", summary: "show the commands, or one command's flags", run: runHelp},
 		{name: "version", summary: "print the version", run: runVersion},
 	} {

@@ -32,6 +32,14 @@ gone when it resumes), dlock sends SIGTERM to the command's process group, SIGKI
 --grace, and exits with 76. The command never keeps running unnoticed without the lock; but
 what it did between the loss and its end is not undone: use DLOCK_TOKEN to fence writes.
 
+By default NAME is a lock (dlock.Mutex): one command at a time. With --read the command
+shares NAME, a read-write lock (dlock.RWMutex), with other readers, and --write holds it
+alone; writers are preferred (a reader that comes while a writer waits waits behind it).
+With --permits N/SIZE it holds N permits of NAME, a semaphore (dlock.Semaphore) of SIZE
+permits: at most SIZE are held at once across the fleet, callers served in turn. Each is its
+own object: "dlock run NAME", "dlock run --read NAME" and "dlock run --permits 1/3 NAME" do
+not exclude each other.
+
 Flags may come before or after NAME; "--" ends them (needed when COMMAND starts with "-").
 
 dlock run is made for scripts, cron jobs and services. Since the command has its own process
@@ -54,7 +62,10 @@ Exit codes:
 Examples:
   dlock run nightly-report -- ./report.sh --since yesterday
   dlock run --wait 0 --ttl 30s deploy -- make deploy       # 75 if a deploy is running
-  DLOCK_REDIS_URL=redis://10.0.0.5:6379/0 dlock run --wait 2m db-migrate -- ./migrate up`
+  DLOCK_REDIS_URL=redis://10.0.0.5:6379/0 dlock run --wait 2m db-migrate -- ./migrate up
+  dlock run --read catalog -- ./export-catalog.sh          # many at once, none while a --write runs
+  dlock run --write catalog -- ./rebuild-catalog.sh
+  dlock run --permits 1/3 backups -- ./backup.sh            # at most 3 backups at once`
 
 // waitFlag is --wait: unset means wait forever.
 type waitFlag struct {
@@ -97,6 +108,10 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 	fs.Var(&wait, "wait", "how long to wait for the lock; 0 = fail at once (exit 75) if it is busy (default: wait forever)")
 	grace := fs.Duration("grace", 5*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL of the command")
 	label := fs.String("label", "", "label stored with the lock, shown by dlock status and list (default: the command's name)")
+	read := fs.Bool("read", false, "hold NAME, a read-write lock, for reading: shared with other readers")
+	write := fs.Bool("write", false, "hold NAME, a read-write lock, for writing: alone")
+	var permits permitsFlag
+	fs.Var(&permits, "permits", "hold `N/SIZE`: N permits of NAME, a semaphore of SIZE permits")
 
 	name, command, done, code := parseRunArgs(fs, std, args)
 	if done {
@@ -107,6 +122,8 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 		return usageLine(fs, std, fmt.Sprintf("--ttl must be at least %v", dlock.MinTTL))
 	case *grace < 0:
 		return usageLine(fs, std, "--grace must not be negative")
+	case *read && *write, *read && permits.set, *write && permits.set:
+		return usageLine(fs, std, "--read, --write and --permits exclude each other")
 	}
 	if *label == "" {
 		*label = "dlock run " + filepath.Base(command[0])
@@ -121,7 +138,7 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 	}
 	defer c.Close()
 
-	lease, code := acquire(ctx, std, c, name, wait)
+	lease, code := acquire(ctx, std, c, name, wait, runLocker(c, name, *read, *write, permits))
 	if lease == nil {
 		return code
 	}
@@ -160,8 +177,7 @@ func usageLine(fs *flag.FlagSet, std *stdio, msg string) int {
 }
 
 // acquire takes the lock as --wait says. It returns nil and the exit code when it could not.
-func acquire(ctx context.Context, std *stdio, c *dlock.Client, name string, wait waitFlag) (*dlock.Lease, int) {
-	m := c.Mutex(name)
+func acquire(ctx context.Context, std *stdio, c *dlock.Client, name string, wait waitFlag, m locker) (*dlock.Lease, int) {
 	var (
 		l   *dlock.Lease
 		err error
@@ -191,7 +207,9 @@ func acquire(ctx context.Context, std *stdio, c *dlock.Client, name string, wait
 		ictx, cancel := context.WithTimeout(context.Background(), runLockTimeout)
 		info, ierr := c.Inspect(ictx, name)
 		cancel()
-		if ierr == nil && info.Held {
+		if ierr == nil && info.Shared != nil {
+			msg += fmt.Sprintf(" (%s)", info.Shared) // a read-write lock or semaphore: who holds, who waits
+		} else if ierr == nil && info.Held {
 			msg += fmt.Sprintf(": held by %s, token %d, %v of lease left", holderText(info.Holder), info.Token, info.TTL)
 			if alive, why := holderAlive(info); alive != nil && !*alive {
 				msg += fmt.Sprintf("; its process is not running (%s)", why)
