@@ -90,6 +90,9 @@ type cycleKey struct {
 // the failures and notes in the report.
 func analyze(d *runData, linTimeout time.Duration) *findings {
 	a := newAnalysis(d)
+	if a.sc.shared != "" {
+		return a.analyzeShared(linTimeout) // a read-write lock or semaphore (shared.go)
+	}
 	a.checkDials()
 	a.countRegisterOps()
 	a.measureOverlaps()

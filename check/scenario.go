@@ -1,6 +1,9 @@
 package main
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // The scenarios: every fact about one lives in its row of the table below (what it runs
 // against, how long it may run, and which guarantees the analysis holds it to), and the rest
@@ -68,6 +71,9 @@ type scenario struct {
 	// server must grant the lock again: recovery is measured from the fault's end to the next
 	// grant by the server.
 	outOfMemory bool
+	// shared: the workers hold a read-write lock (rwLoad) or a semaphore (semLoad) instead of
+	// a Mutex, and the analysis checks what those promise (shared.go).
+	shared sharedLoad
 }
 
 // killRecoverySlack is how long past the TTL a dead holder's lock may stay out of reach
@@ -186,6 +192,13 @@ var scenarios = []scenario{
 		fault:       exhaustMemory,
 		outOfMemory: true,
 	},
+	// Read-write locks and semaphores (shared.go).
+	{name: "rw-pause", help: "read-write lock (a writer in four cycles): as pause", deploy: standalone, fault: pauseHolder, minFaults: 2, mustSignal: true, shared: rwLoad},
+	{name: "rw-kill", help: "read-write lock: as kill", deploy: standalone, fault: killHolder, shared: rwLoad},
+	{name: "rw-partition", help: "read-write lock: as partition", deploy: standalone, fault: cutHolderOff, mustSignal: true, shared: rwLoad},
+	{name: "sem-pause", help: "semaphore of 3, holders of 1 or 2 permits: as pause (unfenced only)", deploy: standalone, fault: pauseHolder, minFaults: 2, mustSignal: true, shared: semLoad},
+	{name: "sem-kill", help: "semaphore: as kill (unfenced only)", deploy: standalone, fault: killHolder, shared: semLoad},
+	{name: "sem-partition", help: "semaphore: as partition (unfenced only)", deploy: standalone, fault: cutHolderOff, mustSignal: true, shared: semLoad},
 }
 
 // notRun are scenarios the checker was built for whose deployment or API is not in the
@@ -225,6 +238,9 @@ func (s *scenario) faults(o options) int {
 func (s *scenario) modes(asked []bool) []bool {
 	if s.dialRefused != "" && len(asked) > 1 {
 		return asked[:1]
+	}
+	if s.shared == semLoad { // a register fence means nothing to holders that hold at once (shared.go)
+		return slices.DeleteFunc(slices.Clone(asked), func(fenced bool) bool { return fenced })
 	}
 	return asked
 }

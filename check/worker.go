@@ -66,6 +66,8 @@ type workerConf struct {
 	UnsafeEviction bool `json:"unsafe_eviction"`
 	// ReadBack: after each Unlock, read the lock's key (through the slot's proxy) and log it.
 	ReadBack bool `json:"read_back"`
+	// Shared: hold a read-write lock ("rw") or a semaphore ("sem") instead (shared.go).
+	Shared string `json:"shared,omitempty"`
 }
 
 // who is one participant of the workload: goroutine G of incarnation Inc of the worker process
@@ -95,7 +97,8 @@ type event struct {
 	Inc   int    `json:"inc"`
 	G     int    `json:"g"` // the goroutine (start and exit: the process, 0)
 	Cause string `json:"cause,omitempty"`
-	Is    string `json:"is,omitempty"` // the errKinds the event's error (sig: the lease's cause) wraps
+	Is    string `json:"is,omitempty"`    // the errKinds the event's error (sig: the lease's cause) wraps
+	Units int    `json:"units,omitempty"` // acq of a shared row: 1 a reader, -1 the writer, or permits (shared.go)
 }
 
 func (e event) who() who { return who{e.Slot, e.Inc, e.G} }
@@ -312,7 +315,11 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	var wg sync.WaitGroup
 	for g, w := range workers {
 		wg.Go(func() {
-			if errs[g] = w.run(ctx, m); errs[g] != nil {
+			run := func() error { return w.run(ctx, m) }
+			if conf.Shared != "" {
+				run = func() error { return w.runShared(ctx, client) } // shared.go
+			}
+			if errs[g] = run(); errs[g] != nil {
 				cancel() // the others finish their cycles and stop
 			}
 		})
