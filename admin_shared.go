@@ -124,11 +124,7 @@ func (c *Client) inspectShared(ctx context.Context, name, suffix string, kind sh
 	if err != nil {
 		return Info{}, false, c.badReply("inspect", name, reply)
 	}
-	info := sharedInfo(name, kind, s)
-	if n, err := c.numSub(ctx, []string{releaseChannel(key)}); err == nil {
-		info.Waiters = max(n[0], info.Waiters)
-	}
-	return info, s.exists || s.queued > 0, nil
+	return sharedInfo(name, kind, s), s.exists || s.queued > 0, nil
 }
 
 // orShared completes Inspect: when the Mutex called name (info) is not held, a held read-write
@@ -228,11 +224,7 @@ func (c *Client) forceShared(ctx context.Context, name string) (Info, bool, erro
 			return Info{}, false, c.badReply("force unlock", name, reply)
 		}
 		if dropped, _ := s.rest[0].(int64); dropped > 0 {
-			info := sharedInfo(name, k.kind, s)
-			if n, err := c.numSub(ctx, []string{releaseChannel(key)}); err == nil {
-				info.Waiters = n[0]
-			}
-			return info, true, nil
+			return sharedInfo(name, k.kind, s), true, nil // Waiters: the callers queued, to whom it may go
 		}
 	}
 	return Info{}, false, nil

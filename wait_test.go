@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -60,12 +62,13 @@ func TestWaiting_WakesOnReleaseWithoutPolling(t *testing.T) {
 	})
 }
 
-// waitSubscribed waits until some client subscribes to the lock's release channel.
+// waitSubscribed waits until some client subscribes to its own channel of the lock (a waiting
+// client's, <key>:rel:<client id>).
 func waitSubscribed(t *testing.T, name string) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "a subscription to the release channel", func(context.Context) error {
-		if out := redisDo(t, shared, "PUBSUB", "NUMSUB", keyOf(name)+":rel"); !strings.HasSuffix(out, "\n1") {
-			return fmt.Errorf("PUBSUB NUMSUB: %q", out)
+	waitFor(t, 10*time.Second, "a waiting client's subscription", func(context.Context) error {
+		if out := redisDo(t, shared, "PUBSUB", "CHANNELS", keyOf(name)+":rel:*"); strings.TrimSpace(out) == "" {
+			return errors.New("no waiting client's channel subscribed")
 		}
 		return nil
 	})
@@ -548,4 +551,45 @@ func TestGrant_ClientsTakeTurns(t *testing.T) {
 			t.Errorf("client %d held the lock %d times of %d, below half its share", i, n, total)
 		}
 	}
+}
+
+// A release publishes only where someone listens: an uncontended Lock and Unlock publish
+// nothing; a subscriber of a pattern (an inspection tool's PSUBSCRIBE) hears the release.
+func TestRelease_PublishesOnlyToListeners(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		s := redistest.Start(t)
+		ctx := ctxT(t)
+		c := tr.dial(t, s.URL())
+		cycle := func() uint64 {
+			l, err := c.Mutex("quiet").Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return l.Token()
+		}
+		cycle() // scripts loaded
+		redisDo(t, s, "CONFIG", "RESETSTAT")
+		cycle()
+		if stats := redisDo(t, s, "INFO", "commandstats"); strings.Contains(stats, "cmdstat_publish:") {
+			t.Errorf("an uncontended lock and unlock published a message:\n%s", stats)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+		defer rdb.Close()
+		sub := rdb.PSubscribe(ctx, "dlock:*")
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+			t.Fatal(err)
+		}
+		token := cycle()
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.Channel != "dlock:{quiet}:rel" || msg.Payload != strconv.FormatUint(token, 10) {
+			t.Errorf("pattern subscriber heard %q on %q, want the release of token %d on dlock:{quiet}:rel", msg.Payload, msg.Channel, token)
+		}
+	})
 }
