@@ -19,7 +19,7 @@
 //
 // Two kinds, so that an option cannot land where it means nothing. An Option (WithTTL,
 // WithoutRenewal, WithLabel, WithWait, WithReplicaAck) configures one lock when passed to
-// Mutex or Do, and the default of every lock of a client when passed to Dial, New, DialQuorum
+// Mutex, RWMutex, Semaphore or a Do, and the default of every lock of a client when passed to Dial, New, DialQuorum
 // or NewQuorum. A ClientOption (WithPrefix, WithTLSConfig, WithCAFile, WithLogger,
 // WithUnsafeEviction, WithTokenRetention) is taken by those four alone: passing one to Mutex or
 // Do does not compile. A CA file is read once, when Dial applies the option.
@@ -168,6 +168,56 @@
 // setting always gets the lock through the server. docs/PROTOCOL.md ("The queue") states the
 // protocol and its failure cases.
 //
+// # Read-write locks and semaphores
+//
+// Client.RWMutex(name) is a read-write lock: RLock and TryRLock take a read hold (many at
+// once), Lock and TryLock the write hold (alone). Client.Semaphore(name, size) is a counting
+// semaphore: Acquire(ctx, n) and TryAcquire take n permits, at most size held at once across
+// every process. Client.DoRead, DoWrite and DoAcquire run a function under a hold, as Do does.
+// Each takes the Options of a Mutex and returns a *Lease, and every hold is its own lease, on
+// the server and in the client: renewed by the client's one renewal loop with its other
+// leases, its context cancelled with ErrLost on the same signal as a Mutex's (see What is
+// guaranteed: before the server could give its units to anyone else), its Extend, TTL and
+// Unlock as a Mutex lease's. A reader or permit holder that crashed frees its units when its
+// own lease runs out, at most its TTL after its last renewal, whatever the other holders do.
+// RWMutex("x"), Semaphore("x", n) and Mutex("x") are three objects that do not exclude one
+// another.
+//
+// Guaranteed, on one server (standalone, Sentinel, Cluster) and under the conditions of the
+// lease above: while their leases last, a writer holds alone, and the permits held of a
+// semaphore never exceed its size (a size made smaller with Client.ResizeSemaphore takes
+// nothing from the holders: new permits are granted once the held ones fit). Waiting callers
+// are served first-in first-out, each with an entry of its own in the server's queue: a request
+// that does not fit keeps the later ones waiting, so a request for many permits is not starved
+// by smaller ones, and a writer that waits keeps the readers that came after it waiting (writer
+// preference: a steady stream of readers cannot starve writers; TryRLock fails while a writer
+// holds or waits). A release grants the freed units to the callers queued, announced in one
+// message: waiting costs no polling while holders live.
+//
+// Fencing tokens: a writer's token is larger than every earlier writer's, and so than every
+// earlier reader's; a reader's token is the token of the last writer before it (the last write
+// it may have seen): no writer with a larger token holds while it does, so a resource that
+// refuses reads and writes below the largest token it has seen refuses a paused reader's late
+// read as well as a paused writer's late write. A semaphore holder's token is unique and larger
+// than every earlier holder's. They keep increasing under the conditions given above for a
+// Mutex's (the server's clock, its data, the token retention).
+//
+// Re-entry: a read lease's context passed to RLock, or the write lease's to Lock, re-enters
+// (same token, one more hold). The write lease's context passed to RLock takes a read hold
+// under it at once, with the writer's token, which outlives the write hold (a downgrade). A
+// read lease's context passed to Lock fails at once with ErrInvalid: two readers upgrading
+// would wait for each other for ever. Semaphores have no re-entry: every Acquire takes permits
+// of its own. A semaphore's size is stored on the server while it is held and for the token
+// retention after; a handle that declares another size fails with ErrInvalid naming it, and a
+// request for more than the size fails at once with ErrInvalid.
+//
+// Not guaranteed: what a Mutex does not guarantee either (failover without replica
+// acknowledgement, a restart without persistence, clock jumps). There are no local handoffs:
+// every hold comes from the server. Quorum mode has neither: the calls of a DialQuorum or
+// NewQuorum client fail with ErrInvalid (a semaphore counted on each of a majority of servers
+// is not safe, and dlock has no quorum grants for shared holds; docs/PROTOCOL.md, "Read-write
+// locks and semaphores").
+//
 // # Do and outcomes
 //
 // A nil error from Do means fn ran to completion while the lock was held. The converse does
@@ -202,7 +252,8 @@
 //	                  says what each did). Also matches ErrUnavailable.
 //	ErrUnavailable    the server cannot be reached, or its connection failed.
 //	ErrDenied         the server refused the login or a command (ACL; docs/SECURITY.md).
-//	ErrInvalid        bad input: a name, an option, a TTL, a URL.
+//	ErrInvalid        bad input: a name, an option, a TTL, a URL; a read lock asked to upgrade;
+//	                  a semaphore size that differs from the stored one, or permits above it.
 //	ErrLost           the lock was (or may have been) lost: the lease context's cause, and the
 //	                  error of later calls on the lease.
 //	ErrNotHeld        the lease was already unlocked, or is nil.
@@ -219,8 +270,12 @@
 // Client.Inspect reads one lock (held or free, holder's host, pid and label, token, holds,
 // remaining lease, waiting clients), Client.List the held locks by name prefix (with SCAN),
 // and Client.ForceUnlock releases a lock whoever holds it, waking its waiters; the former
-// holder's lease is lost at its next renewal. The dlock command (cmd/dlock) offers them as
-// dlock status, list and unlock --force, and dlock run runs a command under a lock.
+// holder's lease is lost at its next renewal. They see read-write locks and semaphores too
+// (Info.Kind, Info.Shared: readers, writer, permits and size, each holder, callers queued): a
+// name's Mutex first, then its read-write lock, then its semaphore. Client.ResizeSemaphore
+// changes a semaphore's size. The dlock command (cmd/dlock) offers them as dlock status, list,
+// unlock --force and resize, and dlock run runs a command under a lock (--read, --write and
+// --permits N/SIZE for the others).
 //
 // docs/PROTOCOL.md describes the keys, values, scripts and channels; docs/CORRECTNESS.md and
 // docs/BENCHMARKS.md give the measured figures.

@@ -42,11 +42,10 @@ func (s *sharedSpec) kindArg() string {
 }
 
 // sharedKeys returns the keys of the read-write lock or semaphore whose hash is key, in the
-// order shared.lua takes them: the hash, its holders' lease ends, its queue and the queue's
-// entries.
+// order shared.lua takes them: the hash (its holders), its queue and the queue's entries.
 func sharedKeys(key string) []string {
 	q, w := queueKeys(key)
-	return []string{key, key + ":e", q, w}
+	return []string{key, q, w}
 }
 
 // sharedAcquireArgs: the acquire operation takes units for owner, re-enters owner's hold,
@@ -123,20 +122,18 @@ func sharedReleaseCall(r releaseReq, retention string, sharded bool) conn.Call {
 // owner still holds it. Its reply reads as renew.lua's (readRenew). Keys must share a slot on
 // a Cluster.
 func sharedRenewCall(keys, owners, ttls []string) conn.Call {
-	ks := make([]string, 0, 2*len(keys))
 	args := make([]string, 0, 1+2*len(keys))
 	args = append(args, "n")
-	for i, k := range keys {
-		ks = append(ks, k, k+":e")
+	for i := range keys {
 		args = append(args, owners[i], ttls[i])
 	}
-	return conn.Call{Script: scriptShared, Keys: ks, Args: args}
+	return conn.Call{Script: scriptShared, Keys: keys, Args: args}
 }
 
 // sharedPTTLCall: the pttl operation reads the lease left to owner's hold. Its reply reads as
 // pttl.lua's (readPTTL).
 func sharedPTTLCall(keys []string, owner string) conn.Call {
-	return conn.Call{Script: scriptShared, Keys: keys[:2], Args: []string{"t", owner}}
+	return conn.Call{Script: scriptShared, Keys: keys[:1], Args: []string{"t", owner}}
 }
 
 // sharedResizeArgs: the resize operation stores a semaphore's new size and grants what now

@@ -2,28 +2,32 @@
 -- so that the grant walk, which most of them end with, exists once (docs/PROTOCOL.md,
 -- "Read-write locks and semaphores").
 --
--- One read-write lock or semaphore has four keys, all with its name as the Cluster hash tag:
---   B  <prefix>{<tag>}:rw or :sem  hash: "=t" the last token, "=u" the units held, "=s" the
---                                  size (semaphore), and per holder
---                                  <owner> -> "<units> <holds> <token> <description>"
---   E  B:e  sorted set: holder's owner -> the end of its lease (ms, server clock)
+-- One read-write lock or semaphore has three keys, all with its name as the Cluster hash tag:
+--   B  <prefix>{<tag>}:rw or :sem  hash: per holder
+--        <owner> -> "<lease end ms> <units> <holds> <token> <description>"
+--      and "=u" the units held, "=t" the last token, "=s" the size (semaphore), "=e" a lease
+--      end no later than the earliest holder's (when to look for holders that left without a
+--      release), "=x" when B expires (ms, server clock)
 --   Q  B:q  sorted set: waiting entry id -> its place (µs, server clock, at registration)
 --   W  B:w  hash: entry id -> "<expiry ms> <window ms> <owner> <units> <description>"
 -- A read-write lock counts as a semaphore of ALL units: a reader takes one, a writer takes
 -- ALL, so a writer fits only when nobody holds it and a reader only while no writer does.
--- Every holder has its own lease in E: one that is not renewed leaves alone (purge), the
--- others keep theirs. B and E expire together, never before the longest lease, and B keeps
--- the last token for the retention after a release.
+-- Every holder has its own lease end: one that is not renewed is dropped once it passes (purge),
+-- the others keep theirs. B lives at least until the last lease end, and keeps the last token
+-- (and a semaphore's size) for the retention after the last release.
+--
+-- Each operation reads B with one HMGET and writes it with one HDEL and one HSET at most, so
+-- that the common calls stay few: the cost of a script is mostly its calls.
 --
 -- ARGV[1] is the operation:
---   a  acquire  KEYS B E Q W  ARGV owner, lease ms, description, mode, channel, pub, entry id,
---                             window ms, kind, units, size, parent owner, place
---   r  release  KEYS B E Q W  ARGV owner, retention ms, channel, pub, all, kind, size, entry id
---   n  renew    KEYS B E ...  ARGV owner, lease ms per pair of keys
---   t  pttl     KEYS B E      ARGV owner
---   z  resize   KEYS B E Q W  ARGV size, retention ms, channel, pub
---   f  force    KEYS B E Q W  ARGV retention ms, channel, pub, kind
---   i  inspect  KEYS B E Q W
+--   a  acquire  KEYS B Q W  ARGV owner, lease ms, description, mode, channel, pub, entry id,
+--                           window ms, kind, units, size, parent owner, place
+--   r  release  KEYS B Q W  ARGV owner, retention ms, channel, pub, all, kind, size, entry id
+--   n  renew    KEYS B ...  ARGV owner, lease ms per key
+--   t  pttl     KEYS B      ARGV owner
+--   z  resize   KEYS B Q W  ARGV size, retention ms, channel, pub
+--   f  force    KEYS B Q W  ARGV retention ms, channel, pub, kind
+--   i  inspect  KEYS B Q W
 -- kind is "rw" or "sem"; pub is "s" to announce with SPUBLISH (Redis Cluster), else PUBLISH.
 local op = ARGV[1]
 local ALL = 1073741824 -- a writer's units
@@ -37,13 +41,92 @@ local function clock()
   return now, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 end
 
--- keep makes B and E live at least ms more, and exactly as long as each other. PEXPIRE needs
--- no memory: on a server out of memory, a script whose first write it is may write on.
-local function keep(B, E, ms)
-  local t = math.max(ms, redis.call('PTTL', B), redis.call('PTTL', E))
-  if t > 0 then
-    redis.call('PEXPIRE', B, t)
-    redis.call('PEXPIRE', E, t)
+-- A holder's field: lease end, units, holds, token, description. Read with string.find, not a
+-- pattern: a pattern match costs the server several times more, and this is the hot path.
+local function parse(h)
+  local a = string.find(h, ' ', 1, true)
+  local b = string.find(h, ' ', a + 1, true)
+  local c = string.find(h, ' ', b + 1, true)
+  local d = string.find(h, ' ', c + 1, true)
+  return tonumber(string.sub(h, 1, a - 1)), tonumber(string.sub(h, a + 1, b - 1)),
+    tonumber(string.sub(h, b + 1, c - 1)), string.sub(h, c + 1, (d or 0) - 1), d and string.sub(h, d + 1) or ''
+end
+
+-- holder makes a holder's field; the token is kept as its decimal string (16 digits: more than
+-- tostring keeps), the other numbers are at most 13 digits.
+local function holder(d, u, n, t, m)
+  return tostring(d) .. ' ' .. tostring(u) .. ' ' .. tostring(n) .. ' ' .. t .. ' ' .. m
+end
+
+-- st is B's state for one call: read with load, changed in place, written back by flush.
+-- Tokens are kept as decimal strings (ts), compared as numbers (t).
+local function load(B, ...)
+  local v = redis.call('HMGET', B, '=u', '=t', '=s', '=e', '=x', '=q', ...)
+  local st = {u = tonumber(v[1]) or 0, ts = v[2] or nil, s = tonumber(v[3]), e = tonumber(v[4]),
+    x = tonumber(v[5]), q = v[6] or nil, set = {}, del = {}, dirty = false}
+  st.t = st.ts and tonumber(st.ts)
+  st.u0, st.e0, st.s0, st.ts0, st.q0 = st.u, st.e, st.s, st.ts, st.q
+  return st, v[7], v[8]
+end
+
+-- hold makes owner a holder until the lease end d.
+local function hold(st, owner, d, u, n, t, m)
+  st.set[#st.set + 1] = owner
+  st.set[#st.set + 1] = holder(d, u, n, t, m)
+  if not st.e or d < st.e then
+    st.e = d
+  end
+  st.dirty = true
+end
+
+-- flush writes st back: the fields dropped first (HDEL needs no memory: on a server out of
+-- memory, a script whose first write it is may write on), then the fields that changed, then
+-- the expiry when B must live longer than it would (to need, ms, and half as long again, so
+-- that the next calls need no PEXPIRE), or, with exact, exactly until need.
+local function flush(B, st, ms, need, exact)
+  if not st.dirty then
+    return
+  end
+  if #st.del > 0 then
+    redis.call('HDEL', B, unpack(st.del))
+  end
+  local x = st.x
+  if exact or not x or x < need then
+    x = need
+    if not exact then
+      x = need + math.floor((need - ms) / 2)
+    end
+  end
+  local kv = st.set
+  if st.u ~= st.u0 or not st.x then
+    kv[#kv + 1] = '=u'
+    kv[#kv + 1] = tostring(st.u)
+  end
+  if x ~= st.x then
+    kv[#kv + 1] = '=x'
+    kv[#kv + 1] = tostring(x)
+  end
+  if st.ts ~= st.ts0 then
+    kv[#kv + 1] = '=t'
+    kv[#kv + 1] = st.ts
+  end
+  if st.s and st.s ~= st.s0 then
+    kv[#kv + 1] = '=s'
+    kv[#kv + 1] = tostring(st.s)
+  end
+  if st.e and st.e ~= st.e0 then
+    kv[#kv + 1] = '=e'
+    kv[#kv + 1] = tostring(st.e)
+  end
+  if st.q and not st.q0 then
+    kv[#kv + 1] = '=q'
+    kv[#kv + 1] = '1'
+  end
+  if #kv > 0 then
+    redis.call('HSET', B, unpack(kv))
+  end
+  if x ~= st.x then
+    redis.call('PEXPIRE', B, x - ms)
   end
 end
 
@@ -55,63 +138,50 @@ local function publish(channel, pub, payload)
   return redis.call(cmd, channel, payload)
 end
 
--- settle sets the expiry of B and E after holders left: the longest lease left, and at least
--- the retention (B keeps the last token, and a semaphore's size, that long).
-local function settle(B, E, ms, retention)
-  local last = redis.call('ZRANGE', E, -1, -1, 'WITHSCORES')
-  local t = retention
-  if last[2] then
-    t = math.max(t, tonumber(last[2]) - ms)
+-- purge drops the holders whose lease ended without a release (crashed, paused, cut off),
+-- once "=e" says one may have: it reads every holder and makes "=e" exact again. It returns
+-- whether it dropped keep's field (the caller's own lease ended).
+local function purge(B, st, ms, keep)
+  if not st.e or ms < st.e then
+    return false
   end
-  redis.call('PEXPIRE', B, t)
-  redis.call('PEXPIRE', E, t)
-end
-
--- purge drops the holders whose lease ended without a release (crashed, paused, cut off).
-local function purge(B, E, ms)
-  local gone = redis.call('ZRANGE', E, '-inf', fmt(ms), 'BYSCORE')
-  if #gone == 0 then
-    return
-  end
-  local used = tonumber(redis.call('HGET', B, '=u')) or 0
-  for _, o in ipairs(gone) do
-    redis.call('ZREM', E, o)
-    local h = redis.call('HGET', B, o)
-    if h then
-      redis.call('HDEL', B, o)
-      used = used - tonumber(string.match(h, '^%d+'))
+  local all = redis.call('HGETALL', B)
+  local e, gone = nil, false
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.byte(f, 1) ~= 61 then -- "=": not a holder
+      local d, u = parse(all[i + 1])
+      if d and d <= ms then
+        st.del[#st.del + 1] = f
+        st.u = st.u - u
+        gone = gone or f == keep
+      elseif d and (not e or d < e) then
+        e = d
+      end
     end
   end
-  redis.call('HSET', B, '=u', fmt(math.max(used, 0)))
+  st.u = math.max(st.u, 0)
+  st.e = e
+  if not e then
+    st.del[#st.del + 1] = '=e'
+  end
+  st.dirty = true
+  return gone
 end
 
--- fresh makes a new token: max(last token + 1, server time in µs).
-local function fresh(B, now)
+-- token is a new holder's, as a decimal string: a reader's is the last writer's (the last
+-- write it may have seen), any other a fresh one, max(last token + 1, server time in µs).
+local function token(st, kind, units, now)
+  if kind == 'rw' and units < ALL and st.ts then
+    return st.ts
+  end
   local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local last = tonumber(redis.call('HGET', B, '=t'))
-  if last and last + 1 > t then
-    t = last + 1
+  if st.t and st.t + 1 > t then
+    t = st.t + 1
   end
-  redis.call('HSET', B, '=t', fmt(t))
-  return t
-end
-
--- token is a new holder's: a reader's is the last writer's (the last write it may have seen),
--- any other a fresh one.
-local function token(B, kind, units, now)
-  if kind == 'rw' and units < ALL then
-    local t = tonumber(redis.call('HGET', B, '=t'))
-    if t then
-      return t
-    end
-  end
-  return fresh(B, now)
-end
-
-local function hold(B, E, owner, units, tok, meta, lease, ms)
-  redis.call('HSET', B, owner, fmt(units) .. ' 1 ' .. fmt(tok) .. ' ' .. meta)
-  redis.call('ZADD', E, fmt(ms + lease), owner)
-  keep(B, E, lease)
+  st.t, st.ts = t, fmt(t)
+  st.dirty = true
+  return st.ts
 end
 
 -- walk gives the free units to the queue's live entries in order, and stops at the first that
@@ -119,151 +189,189 @@ end
 -- writer waiting keeps the readers that came after it waiting. Expired entries are dropped on
 -- the way. The grants are announced in one message, "G <id> <token> <window ms> ..."; the
 -- caller's own entry (id caller) is not announced but taken with the caller's lease, and its
--- token returned. Returns the units held afterwards, and that token or nil.
-local function walk(B, E, Q, W, kind, size, now, ms, channel, pub, caller, cowner, clease, cmeta)
-  local used = tonumber(redis.call('HGET', B, '=u')) or 0
-  local grants = {}
-  local mine
-  while true do
-    local id = redis.call('ZRANGE', Q, 0, 0)[1]
-    if not id then
+-- token returned. It returns that token or nil, whether it stopped at an entry that does not
+-- fit (the queue still holds live entries), and the latest lease end it granted.
+-- "=q" says the queue may hold entries: without it (in a B that exists) the queue is not read.
+local function walk(Q, W, st, kind, size, now, ms, channel, pub, caller, cowner, clease, cmeta)
+  if st.x and not st.q then
+    return nil, false, ms
+  end
+  local grants, done = {}, {}
+  local mine, blocked, last = nil, false, ms
+  while not blocked do
+    local ids = redis.call('ZRANGE', Q, 0, 63)
+    if #ids == 0 then
+      if st.q then
+        st.q = nil
+        st.del[#st.del + 1] = '=q'
+        st.dirty = true
+      end
       break
     end
-    local e = redis.call('HGET', W, id)
-    local exp, win, owner, units, meta
-    if e then
-      exp, win, owner, units, meta = string.match(e, '^(%d+) (%d+) (%S+) (%d+) (.*)$')
-    end
-    if exp and tonumber(exp) > ms then
+    local es = redis.call('HMGET', W, unpack(ids))
+    for i, id in ipairs(ids) do
+      local exp, win, owner, units, meta
+      if es[i] then
+        exp, win, owner, units, meta = string.match(es[i], '^(%d+) (%d+) (%S+) (%d+) (.*)$')
+      end
       units = tonumber(units)
-      if used + units > size then
-        break
+      if exp and tonumber(exp) > ms and units <= size then -- (a request above a size made smaller waits no more)
+        if st.u + units > size then
+          blocked = true
+          break
+        end
+        local tok = token(st, kind, units, now)
+        st.u = st.u + units
+        if id == caller then
+          hold(st, cowner, ms + clease, units, 1, tok, cmeta)
+          mine = tok
+          last = math.max(last, ms + clease)
+        else
+          hold(st, owner, ms + tonumber(win), units, 1, tok, meta)
+          grants[#grants + 1] = id .. ' ' .. tok .. ' ' .. win
+          last = math.max(last, ms + tonumber(win))
+        end
       end
-      local tok = token(B, kind, units, now)
-      used = used + units
-      if id == caller then
-        hold(B, E, cowner, units, tok, cmeta, clease, ms)
-        mine = tok
-      else
-        hold(B, E, owner, units, tok, meta, tonumber(win), ms)
-        grants[#grants + 1] = id .. ' ' .. fmt(tok) .. ' ' .. win
-      end
+      done[#done + 1] = id
     end
-    redis.call('ZREM', Q, id)
-    redis.call('HDEL', W, id)
+    if #done > 0 then
+      redis.call('ZREM', Q, unpack(done))
+      redis.call('HDEL', W, unpack(done))
+      done = {}
+    end
+    if #ids < 64 then
+      break
+    end
+  end
+  if blocked and not st.q then
+    st.q = '1'
+    st.dirty = true
   end
   if mine or #grants > 0 then
-    redis.call('HSET', B, '=u', fmt(used))
     if kind == 'sem' then
-      redis.call('HSET', B, '=s', fmt(size))
+      st.s = size
     end
+    st.dirty = true
   end
   if #grants > 0 then
     publish(channel, pub, 'G ' .. table.concat(grants, ' '))
   end
-  return used, mine
+  return mine, blocked, last
 end
 
 -- state lists, for inspection: exists, size, units held, last token, PTTL of B, live queue
 -- entries, writers among them, then per live holder: units, holds, token, lease left ms,
 -- description.
-local function state(B, E, Q, W, ms)
-  local r = {redis.call('EXISTS', B), tonumber(redis.call('HGET', B, '=s')) or 0, 0,
-    tonumber(redis.call('HGET', B, '=t')) or 0, redis.call('PTTL', B), 0, 0}
-  for _, id in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
-    local e = redis.call('HGET', W, id)
-    local exp, units
-    if e then
-      exp, units = string.match(e, '^(%d+) %d+ %S+ (%d+)')
-    end
-    if exp and tonumber(exp) > ms then
-      r[6] = r[6] + 1
-      if tonumber(units) >= ALL then
-        r[7] = r[7] + 1
+local function state(B, Q, W, ms)
+  local all = redis.call('HGETALL', B)
+  local f = {}
+  for i = 1, #all, 2 do
+    f[all[i]] = all[i + 1]
+  end
+  local r = {redis.call('EXISTS', B), tonumber(f['=s']) or 0, 0, tonumber(f['=t']) or 0, redis.call('PTTL', B), 0, 0}
+  local ids = redis.call('ZRANGE', Q, 0, -1)
+  if #ids > 0 then
+    local es = redis.call('HMGET', W, unpack(ids))
+    for i = 1, #ids do
+      local exp, units
+      if es[i] then
+        exp, units = string.match(es[i], '^(%d+) %d+ %S+ (%d+)')
+      end
+      if exp and tonumber(exp) > ms then
+        r[6] = r[6] + 1
+        if tonumber(units) >= ALL then
+          r[7] = r[7] + 1
+        end
       end
     end
   end
-  local hs = redis.call('ZRANGE', E, 0, -1, 'WITHSCORES')
-  for i = 1, #hs, 2 do
-    local h = redis.call('HGET', B, hs[i])
-    local left = tonumber(hs[i + 1]) - ms
-    if h and left > 0 then
-      local units, holds, tok, meta = string.match(h, '^(%d+) (%d+) (%d+) ?(.*)$')
-      r[3] = r[3] + tonumber(units)
-      r[#r + 1] = tonumber(units)
-      r[#r + 1] = tonumber(holds)
-      r[#r + 1] = tonumber(tok)
-      r[#r + 1] = left
-      r[#r + 1] = meta
+  for i = 1, #all, 2 do
+    if string.byte(all[i], 1) ~= 61 then
+      local d, u, n, t, m = parse(all[i + 1])
+      if d and d > ms then
+        r[3] = r[3] + u
+        r[#r + 1] = u
+        r[#r + 1] = n
+        r[#r + 1] = tonumber(t)
+        r[#r + 1] = d - ms
+        r[#r + 1] = m
+      end
     end
   end
   return r
 end
 
 if op == 'a' then
-  local B, E, Q, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  local B, Q, W = KEYS[1], KEYS[2], KEYS[3]
   local owner, lease, meta, mode = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
   local channel, pub, id, window = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
   local kind, units, size, parent = ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
   local now, ms = clock()
-  purge(B, E, ms)
-  local h = redis.call('HGET', B, owner)
+  local st, h, p = load(B, owner, parent ~= '' and parent or '=u')
+  if purge(B, st, ms, owner) then
+    h = nil
+  end
   if h then
     -- Re-entry (mode r: one more hold), or the claim of a grant the caller has not heard of:
     -- either way the lease restarts.
-    local u, n, t, m = string.match(h, '^(%d+) (%d+) (%d+) (.*)$')
-    n = tonumber(n)
+    local _, u, n, t, m = parse(h)
     if mode == 'r' then
       n = n + 1
-      redis.call('HSET', B, owner, u .. ' ' .. n .. ' ' .. t .. ' ' .. m)
     end
-    redis.call('ZADD', E, fmt(ms + lease), owner)
-    keep(B, E, lease)
+    hold(st, owner, ms + lease, u, n, t, m)
+    flush(B, st, ms, ms + lease)
     return {1, tonumber(t), n}
   end
   if mode == 'r' then
+    flush(B, st, ms, ms + lease)
     return {0, -2, 0}
   end
   if kind == 'rw' then
     size = ALL
-  else
-    local stored = tonumber(redis.call('HGET', B, '=s'))
-    if stored and stored ~= size then
-      return {-1, stored, 0}
-    end
+  elseif st.s and st.s ~= size then
+    flush(B, st, ms, ms + lease)
+    return {-1, st.s, 0}
   end
   if mode == 'd' then
     -- A read hold taken under the caller's write hold (a downgrade): it fits whatever is held
     -- or waits, and carries the writer's token.
-    local p = redis.call('HGET', B, parent)
-    local pu, pt
-    if p then
-      pu, pt = string.match(p, '^(%d+) %d+ (%d+)')
+    local pd, pu, _, pt
+    if p and parent ~= '' then
+      pd, pu, _, pt = parse(p)
     end
-    if not pu or tonumber(pu) < ALL then
+    if not pu or pu < ALL or pd <= ms then
+      flush(B, st, ms, ms + lease)
       return {0, -2, 0}
     end
-    redis.call('HSET', B, '=u', fmt((tonumber(redis.call('HGET', B, '=u')) or 0) + 1))
-    hold(B, E, owner, 1, tonumber(pt), meta, lease, ms)
+    st.u = st.u + 1
+    hold(st, owner, ms + lease, 1, 1, pt, meta)
+    flush(B, st, ms, ms + lease)
     return {1, tonumber(pt), 1}
   end
   local caller = ''
   if mode == 'q' then
     caller = id
   end
-  local used, mine = walk(B, E, Q, W, kind, size, now, ms, channel, pub, caller, owner, lease, meta)
+  local mine, blocked, last = walk(Q, W, st, kind, size, now, ms, channel, pub, caller, owner, lease, meta)
   if mine then
-    return {1, mine, 1}
+    flush(B, st, ms, last)
+    return {1, tonumber(mine), 1}
   end
-  if redis.call('ZCARD', Q) == 0 and used + units <= size then
-    local tok = token(B, kind, units, now)
-    redis.call('HSET', B, '=u', fmt(used + units))
+  if not blocked and st.u + units <= size then
+    local tok = token(st, kind, units, now)
+    st.u = st.u + units
     if kind == 'sem' then
-      redis.call('HSET', B, '=s', fmt(size))
+      st.s = size
     end
-    hold(B, E, owner, units, tok, meta, lease, ms)
-    return {1, tok, 1}
+    hold(st, owner, ms + lease, units, 1, tok, meta)
+    flush(B, st, ms, math.max(last, ms + lease))
+    return {1, tonumber(tok), 1}
   end
+  if mode == 'q' and not st.q then
+    st.q = '1' -- the queue is read again from now on
+    st.dirty = true
+  end
+  flush(B, st, ms, math.max(last, ms + window))
   if mode == 'q' then
     local place = tonumber(ARGV[14] or '') or tonumber(now[1]) * 1000000 + tonumber(now[2])
     redis.call('ZADD', Q, 'NX', fmt(place), id)
@@ -272,76 +380,93 @@ if op == 'a' then
     redis.call('PEXPIRE', Q, k)
     redis.call('PEXPIRE', W, k)
   end
-  -- When to look again without a notice: when the first holder's lease ends (a holder that
-  -- crashed sends none), and, when the caller would fit but for the entry at the head of the
-  -- queue, when that entry expires (its client may have crashed).
+  -- When to look again without a notice: when the first holder's lease could end ("=e": a
+  -- holder that crashed sends none), and, when the caller would fit but for the entry at the
+  -- head of the queue, when that entry expires (its client may have crashed).
   local hint = -1
-  local first = redis.call('ZRANGE', E, 0, 0, 'WITHSCORES')
-  if first[2] then
-    hint = tonumber(first[2]) - ms
+  if st.e then
+    hint = math.max(st.e - ms, 0)
   end
-  if used + units <= size then
+  if st.u + units <= size then
     local head = redis.call('ZRANGE', Q, 0, 0)[1]
     local e = head and head ~= id and redis.call('HGET', W, head)
     if e then
       local exp = tonumber(string.match(e, '^%d+')) - ms
       if hint < 0 or exp < hint then
-        hint = exp
+        hint = math.max(exp, 0)
       end
     end
   end
-  keep(B, E, lease)
-  return {0, hint, tonumber(redis.call('HGET', B, '=t')) or 0}
+  return {0, hint, st.t or 0}
 end
 
 if op == 'r' then
-  local B, E, Q, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  local B, Q, W = KEYS[1], KEYS[2], KEYS[3]
   local owner, retention, channel, pub = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
   local all, kind, size, leave = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
   local now, ms = clock()
+  local st, h = load(B, owner)
   -- A release only frees memory, so it must work on a server out of memory: its first write
-  -- needs none (keep, or the HDELs and ZREMs below), after which Redis lets the script write on.
-  keep(B, E, 0)
+  -- needs none (the HDELs and ZREMs), after which Redis lets the script write on.
   if leave and leave ~= '' then
     redis.call('ZREM', Q, leave)
     redis.call('HDEL', W, leave)
   end
-  purge(B, E, ms)
+  if purge(B, st, ms, owner) then
+    h = nil
+  end
   local r = -1
-  local h = redis.call('HGET', B, owner)
   if h then
-    local u, n, t, m = string.match(h, '^(%d+) (%d+) (%d+) (.*)$')
-    n = tonumber(n)
+    local d, u, n, t, m = parse(h)
     if n > 1 and all ~= '1' then
-      redis.call('HSET', B, owner, u .. ' ' .. (n - 1) .. ' ' .. t .. ' ' .. m)
+      if st.x then
+        redis.call('PEXPIRE', B, math.max(st.x - ms, 1)) -- a first write that needs no memory
+      end
+      st.set[1], st.set[2] = owner, holder(d, u, n - 1, t, m)
+      st.dirty = true
+      flush(B, st, ms, d)
       return n - 1
     end
-    redis.call('HDEL', B, owner)
-    redis.call('ZREM', E, owner)
-    local used = (tonumber(redis.call('HGET', B, '=u')) or 0) - tonumber(u)
-    redis.call('HSET', B, '=u', fmt(math.max(used, 0)))
+    st.del[#st.del + 1] = owner
+    st.u = math.max(st.u - u, 0)
+    st.dirty = true
     r = 0
   end
   if kind == 'rw' then
     size = ALL
   else
-    size = tonumber(redis.call('HGET', B, '=s')) or size
+    size = st.s or size
   end
-  walk(B, E, Q, W, kind, size, now, ms, channel, pub, '', '', 0, '')
-  settle(B, E, ms, retention)
+  local _, _, last = walk(Q, W, st, kind, size, now, ms, channel, pub, '', '', 0, '')
+  if st.u == 0 then
+    -- Free: B keeps the last token (and size) for the retention, exactly.
+    st.e = nil
+    st.del[#st.del + 1] = '=e'
+    flush(B, st, ms, ms + retention, true)
+  else
+    flush(B, st, ms, math.max(last, ms + retention))
+  end
   return r
 end
 
 if op == 'n' then
   local now, ms = clock()
   local r = {}
-  for i = 1, #KEYS / 2 do
-    local B, E = KEYS[2 * i - 1], KEYS[2 * i]
-    local owner, lease = ARGV[2 * i], tonumber(ARGV[2 * i + 1])
-    local d = redis.call('ZSCORE', E, owner)
-    if d and tonumber(d) > ms then
-      keep(B, E, lease) -- first: on a server out of memory, then the ZADD goes through
-      redis.call('ZADD', E, 'XX', fmt(ms + lease), owner)
+  for i = 1, #KEYS do
+    local B, owner, lease = KEYS[i], ARGV[2 * i], tonumber(ARGV[2 * i + 1])
+    local v = redis.call('HMGET', B, owner, '=x')
+    local d, u, n, t, m
+    if v[1] then
+      d, u, n, t, m = parse(v[1])
+    end
+    if d and d > ms then
+      -- PEXPIRE first: on a server out of memory, then the HSET goes through.
+      local x = tonumber(v[2]) or 0
+      if x < ms + lease then
+        x = ms + lease + math.floor(lease / 2)
+      end
+      redis.call('PEXPIRE', B, x - ms)
+      redis.call('HSET', B, owner, holder(ms + lease, u, n, t, m), '=x', fmt(x))
       r[i] = 1
     else
       r[i] = 0
@@ -352,52 +477,63 @@ end
 
 if op == 't' then
   local now, ms = clock()
-  local d = redis.call('ZSCORE', KEYS[2], ARGV[2])
-  if d and tonumber(d) > ms then
-    return tonumber(d) - ms
+  local h = redis.call('HGET', KEYS[1], ARGV[2])
+  local d = h and parse(h)
+  if d and d > ms then
+    return d - ms
   end
   return -2
 end
 
 if op == 'z' then
-  local B, E, Q, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  local B, Q, W = KEYS[1], KEYS[2], KEYS[3]
   local size, retention, channel, pub = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
   local now, ms = clock()
-  purge(B, E, ms)
-  local old = tonumber(redis.call('HGET', B, '=s')) or 0
-  redis.call('HSET', B, '=s', fmt(size))
-  walk(B, E, Q, W, 'sem', size, now, ms, channel, pub, '', '', 0, '')
-  keep(B, E, retention)
+  local st = load(B)
+  purge(B, st, ms, '')
+  local old = st.s or 0
+  st.s = size
+  st.dirty = true
+  local _, _, last = walk(Q, W, st, 'sem', size, now, ms, channel, pub, '', '', 0, '')
+  flush(B, st, ms, math.max(last, ms + retention))
   return old
 end
 
 if op == 'f' then
-  local B, E, Q, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+  local B, Q, W = KEYS[1], KEYS[2], KEYS[3]
   local retention, channel, pub, kind = tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
   local now, ms = clock()
-  local r = state(B, E, Q, W, ms)
-  keep(B, E, 0)
-  local holders = redis.call('ZRANGE', E, 0, -1)
-  for _, o in ipairs(holders) do
-    redis.call('ZREM', E, o)
-    redis.call('HDEL', B, o)
+  local r = state(B, Q, W, ms)
+  local st = load(B)
+  local all = redis.call('HGETALL', B)
+  local dropped = 0
+  for i = 1, #all, 2 do
+    if string.byte(all[i], 1) ~= 61 then
+      st.del[#st.del + 1] = all[i]
+      dropped = dropped + 1
+    end
   end
-  local size = ALL
-  if kind == 'sem' then
-    size = tonumber(redis.call('HGET', B, '=s')) or 0
+  if dropped > 0 then
+    st.u, st.e, st.dirty = 0, nil, true
+    st.del[#st.del + 1] = '=e'
+    local size = ALL
+    if kind == 'sem' then
+      size = st.s or 0
+    end
+    local _, _, last = walk(Q, W, st, kind, size, now, ms, channel, pub, '', '', 0, '')
+    if st.u == 0 then
+      flush(B, st, ms, ms + retention, true)
+    else
+      flush(B, st, ms, math.max(last, ms + retention))
+    end
   end
-  if #holders > 0 then
-    redis.call('HSET', B, '=u', '0')
-    walk(B, E, Q, W, kind, size, now, ms, channel, pub, '', '', 0, '')
-    settle(B, E, ms, retention)
-  end
-  r[#r + 1] = #holders
+  r[#r + 1] = dropped
   return r
 end
 
 if op == 'i' then
   local now, ms = clock()
-  return state(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ms)
+  return state(KEYS[1], KEYS[2], KEYS[3], ms)
 end
 
 return redis.error_reply('ERR dlock shared.lua: unknown operation')

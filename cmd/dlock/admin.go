@@ -232,7 +232,9 @@ func runStatus(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("status", "[flags] NAME", `
 Show whether the lock NAME is held and, if it is, by whom (host, pid, process start, label),
 its fencing token and when it was taken, its hold count, the remaining lease, and how many
-clients wait for it. It exits 0 whether the lock is held or free.
+clients wait for it. It exits 0 whether the lock is held or free. When the lock NAME is free
+and a read-write lock or semaphore of that name is held (or known), status shows that instead:
+its writer or readers, or its permits held and size, each holder, and the callers queued.
 
 Examples:
   dlock status orders:42
@@ -366,7 +368,9 @@ func orDash(s string) string {
 func runList(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSet("list", `
 List every held lock (or those whose name starts with --name-prefix), sorted by name: name,
-token, holds, remaining lease, holder and waiting clients. It walks the keys with SCAN, never
+token, holds, remaining lease, holder and waiting clients. Held read-write locks and
+semaphores are listed too, their HOLDER column saying "rw: N reader(s)", "rw writer HOST:PID"
+or "semaphore: HELD/SIZE permits". It walks the keys with SCAN, never
 KEYS, so it does not block the server; locks taken or released during the walk may or may not
 appear. On Redis Cluster it lists the node it connects to only.
 
@@ -441,7 +445,9 @@ Release the lock NAME whoever holds it, as an administrator: its waiters are wok
 next holder's fencing token is larger than the released one. The holder is not told at once:
 its next renewal fails (within a third of its lease) and its lease context is cancelled then;
 a holder started with "dlock run" terminates its command and exits with 76. It prints who held
-the lock. Exit code 1 when the lock was not held.
+the lock. When the lock NAME is not held, a held read-write lock or semaphore of that name is
+released instead: every holder loses its hold, and the callers queued get it. Exit code 1 when
+none was held.
 
 Example:
   dlock unlock --force orders:42
