@@ -208,6 +208,9 @@ func (s *oneServer) chunks(keys []string, apart func(int) bool) [][]int {
 	for i := range order {
 		order[i] = i
 	}
+	if apart != nil && !slices.ContainsFunc(order, apart) {
+		apart = nil // none goes to another script: the order is the keys'
+	}
 	side := func(i int) bool { return apart != nil && apart(i) }
 	if s.cluster || apart != nil {
 		slices.SortStableFunc(order, func(a, b int) int {

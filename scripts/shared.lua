@@ -371,7 +371,10 @@ if op == 'a' then
     st.q = '1' -- the queue is read again from now on
     st.dirty = true
   end
-  flush(B, st, ms, math.max(last, ms + window))
+  if mode == 'q' then
+    last = math.max(last, ms + window) -- "=q" lives at least as long as the entry
+  end
+  flush(B, st, ms, last)
   if mode == 'q' then
     local place = tonumber(ARGV[14] or '') or tonumber(now[1]) * 1000000 + tonumber(now[2])
     redis.call('ZADD', Q, 'NX', fmt(place), id)
