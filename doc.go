@@ -274,8 +274,9 @@
 // (Info.Kind, Info.Shared: readers, writer, permits and size, each holder, callers queued): a
 // name's Mutex first, then its read-write lock, then its semaphore. Client.ResizeSemaphore
 // changes a semaphore's size. The dlock command (cmd/dlock) offers them as dlock status, list,
-// unlock --force and resize, and dlock run runs a command under a lock (--read, --write and
-// --permits N/SIZE for the others).
+// unlock --force and resize, dlock web serves a live page of them (with JSON and Prometheus
+// gauges), and dlock run runs a command under a lock (--read, --write and --permits N/SIZE for
+// the others).
 //
 // docs/PROTOCOL.md describes the keys, values, scripts and channels; docs/CORRECTNESS.md and
 // docs/BENCHMARKS.md give the measured figures.

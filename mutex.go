@@ -236,6 +236,9 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, err
 	}
 	st := newLeaseState(e, spec, ctx, owner, res.token, sent)
+	if reg != nil && e.traits.servers > 1 {
+		st.leave = reg.id
+	}
 	if !e.renewer.add(st) {
 		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 		return nil, holder{}, ErrClosed

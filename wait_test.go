@@ -53,8 +53,11 @@ func TestWaiting_WakesOnReleaseWithoutPolling(t *testing.T) {
 		}
 		wake := time.Since(released)
 		lw.Unlock(ctx)
-		if idle > 1 {
-			t.Errorf("the waiter sent %d scripts in 300ms of waiting, want at most 1 (no polling)", idle)
+		// Allowed: one attempt after its subscription is confirmed, and the refreshes of its
+		// queue entry (one every third of its 1 s acceptance window: one in 300 ms, two when a
+		// busy machine delayed one). Polling would be many more.
+		if idle > 3 {
+			t.Errorf("the waiter sent %d scripts in 300ms of waiting, want at most 3 (no polling)", idle)
 		}
 		if wake > time.Second {
 			t.Errorf("waiter woke %v after the release, want well under a second (lease was 30s)", wake)
