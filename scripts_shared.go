@@ -115,6 +115,7 @@ func sharedReleaseCall(r releaseReq, retention string, sharded bool) conn.Call {
 	}
 	return conn.Call{Script: scriptShared, Keys: r.keys, Args: []string{
 		"r", r.owner, retention, r.channel, pub, all, r.shared.kindArg(), strconv.Itoa(r.shared.size), r.leave,
+		strconv.Itoa(r.shared.units),
 	}}
 }
 

@@ -40,6 +40,7 @@ const (
 	rmGoroutines = 16
 	rmWriteShare = 0.05
 	rmHold       = time.Millisecond
+	rmLongHold   = 5 * time.Millisecond // shown beside: how the ratio grows with the hold
 )
 
 // rmHold is one hold as a worker of scenario 8 records it: its kind (r, w, or p for a permit),
@@ -374,9 +375,12 @@ func measureReadMostly(srv *server, cfg config) (string, bool) {
 	runs := []run{
 		{"rw", "RWMutex: RLock / Lock", rmHold, 0},
 		{"mutex", "Mutex: Lock for both", rmHold, 0},
+		{"rw", "RWMutex: RLock / Lock", rmLongHold, 0},
+		{"mutex", "Mutex: Lock for both", rmLongHold, 0},
 		{"sem", fmt.Sprintf("Semaphore of %d: Acquire(1)", g), 0, g},
 		{"mutexes", "a Mutex per goroutine: Lock", 0, 0},
 	}
+	key := func(rn run) string { return rn.mode + "@" + rn.hold.String() }
 	res := map[string][]rmResult{}
 	ok := true
 	for rep := 0; rep < cfg.reps; rep++ {
@@ -396,19 +400,19 @@ func measureReadMostly(srv *server, cfg config) (string, bool) {
 			}
 			cfg.logf("scenario 8, rep %d, %-8s %8.0f holds/s (%d reads, %d writes), write wait p99 %v, at most %d at once",
 				rep+1, rn.mode, r.rate(), r.reads, r.write, pctOf(r.writeWaits, 99).Round(time.Microsecond), r.most)
-			res[rn.mode] = append(res[rn.mode], r)
+			res[key(rn)] = append(res[key(rn)], r)
 		}
 	}
-	med := func(mode string, f func(rmResult) float64) float64 {
+	med := func(k string, f func(rmResult) float64) float64 {
 		var xs []float64
-		for _, r := range res[mode] {
+		for _, r := range res[k] {
 			xs = append(xs, f(r))
 		}
 		return median(xs)
 	}
 	rate := func(r rmResult) float64 { return r.rate() }
-	checked := func(mode string) (n, v, most int) {
-		for _, r := range res[mode] {
+	checked := func(k string) (n, v, most int) {
+		for _, r := range res[k] {
 			n += r.checked
 			v += r.violations
 			most = max(most, r.most)
@@ -418,47 +422,50 @@ func measureReadMostly(srv *server, cfg config) (string, bool) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### 8. Read-write lock and semaphore beside the Mutex: %d processes × %d goroutines\n\n", rmProcs, rmGoroutines)
 	fmt.Fprintf(&b, "%v per measurement, median of %d repetitions. Each process has its own client. "+
-		"**Read-mostly:** one name, %.0f %% of the holds reads and %.0f %% writes (drawn per hold), each hold %v long; "+
+		"**Read-mostly:** one name, %.0f %% of the holds reads and %.0f %% writes (drawn per hold), each hold %v long (the target), "+
+		"and %v long beside it; "+
 		"the RWMutex takes RLock or Lock, the Mutex Lock for both. Writer wait: from calling Lock to holding, "+
 		"under the stream of readers (writers are preferred: a reader that comes while a writer waits waits behind it). "+
 		"**Permits:** empty holds; a Semaphore whose size is the number of goroutines (no acquisition waits) "+
 		"against a Mutex per goroutine (none waits either): what an acquire+release pair costs. Checked: every "+
 		"process records each hold (wall-clock time Lock returned, time just before Unlock); the parent "+
 		"sweeps them all and counts holds that began while a write overlapped another hold, or more "+
-		"than the size were held.\n\n", cfg.readMostlyDuration, cfg.reps, 100*(1-rmWriteShare), 100*rmWriteShare, rmHold)
+		"than the size were held.\n\n", cfg.readMostlyDuration, cfg.reps, 100*(1-rmWriteShare), 100*rmWriteShare, rmHold, rmLongHold)
 	b.WriteString("| workload | lock | holds/s | × Mutex | reads/s | writes/s | writer wait p50 / p99 | reader wait p99 | most held at once | checked |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|---|\n")
-	rwRate, mRate := med("rw", rate), med("mutex", rate)
-	sRate, msRate := med("sem", rate), med("mutexes", rate)
+	at := func(mode string, hold time.Duration) string { return mode + "@" + hold.String() }
+	rwRate, mRate := med(at("rw", rmHold), rate), med(at("mutex", rmHold), rate)
+	sRate, msRate := med(at("sem", 0), rate), med(at("mutexes", 0), rate)
 	for _, rn := range runs {
-		workload, base := "read-mostly", mRate
+		workload, base := fmt.Sprintf("read-mostly, %v holds", rn.hold), med(at("mutex", rn.hold), rate)
 		if rn.mode == "sem" || rn.mode == "mutexes" {
 			workload, base = "permits", msRate
 		}
-		n, v, most := checked(rn.mode)
+		k := key(rn)
+		n, v, most := checked(k)
 		verdict := fmt.Sprintf("exact (%s holds)", thousands(float64(n)))
 		if v != 0 {
 			verdict = fmt.Sprintf("**BROKEN**: %d of %s", v, thousands(float64(n)))
 		}
 		ww := "–"
 		if rn.mode == "rw" || rn.mode == "mutex" {
-			ww = fmt.Sprintf("%s / %s", rmMS(med(rn.mode, func(r rmResult) float64 { return float64(pctOf(r.writeWaits, 50)) })),
-				rmMS(med(rn.mode, func(r rmResult) float64 { return float64(pctOf(r.writeWaits, 99)) })))
+			ww = fmt.Sprintf("%s / %s", rmMS(med(k, func(r rmResult) float64 { return float64(pctOf(r.writeWaits, 50)) })),
+				rmMS(med(k, func(r rmResult) float64 { return float64(pctOf(r.writeWaits, 99)) })))
 		}
 		rw := "–"
 		if rn.mode == "rw" || rn.mode == "mutex" {
-			rw = rmMS(med(rn.mode, func(r rmResult) float64 { return float64(pctOf(r.readWaits, 99)) }))
+			rw = rmMS(med(k, func(r rmResult) float64 { return float64(pctOf(r.readWaits, 99)) }))
 		}
-		reads := med(rn.mode, func(r rmResult) float64 { return float64(r.reads) / r.elapsed.Seconds() })
-		writes := med(rn.mode, func(r rmResult) float64 { return float64(r.write) / r.elapsed.Seconds() })
+		reads := med(k, func(r rmResult) float64 { return float64(r.reads) / r.elapsed.Seconds() })
+		writes := med(k, func(r rmResult) float64 { return float64(r.write) / r.elapsed.Seconds() })
 		fmt.Fprintf(&b, "| %s | %s | %s | %.2f× | %s | %s | %s | %s | %d | %s |\n", workload, rn.what,
-			thousands(med(rn.mode, rate)), med(rn.mode, rate)/base, thousands(reads), thousands(writes), ww, rw, most, verdict)
+			thousands(med(k, rate)), med(k, rate)/base, thousands(reads), thousands(writes), ww, rw, most, verdict)
 	}
 	b.WriteString("\nWaits in ms.\n")
 	cfg.fig.target("8, read-mostly", "RWMutex ≥ 5× the Mutex's holds/s", rwRate >= 5*mRate, "%.1f× (%s vs %s holds/s)", rwRate/mRate, thousands(rwRate), thousands(mRate))
 	cfg.fig.target("8, permits", "Semaphore ≥ 0.8× the Mutex's acquire+release pairs/s", sRate >= 0.8*msRate, "%.2f× (%s vs %s pairs/s)", sRate/msRate, thousands(sRate), thousands(msRate))
 	cfg.fig.info("8, read-mostly", "RWMutex writer wait p99 under the read stream", "%s ms",
-		rmMS(med("rw", func(r rmResult) float64 { return float64(pctOf(r.writeWaits, 99)) })))
+		rmMS(med(at("rw", rmHold), func(r rmResult) float64 { return float64(pctOf(r.writeWaits, 99)) })))
 	return b.String(), ok
 }
 

@@ -7,7 +7,8 @@
 --        <owner> -> "<lease end ms> <units> <holds> <token> <description>"
 --      and "=u" the units held, "=t" the last token, "=s" the size (semaphore), "=e" a lease
 --      end no later than the earliest holder's (when to look for holders that left without a
---      release), "=x" when B expires (ms, server clock)
+--      release), "=x" when B expires (ms, server clock), "=q" present when the queue may hold
+--      entries, "=qx" when the queue keys expire at the latest
 --   Q  B:q  sorted set: waiting entry id -> its place (µs, server clock, at registration)
 --   W  B:w  hash: entry id -> "<expiry ms> <window ms> <owner> <units> <description>"
 -- A read-write lock counts as a semaphore of ALL units: a reader takes one, a writer takes
@@ -22,7 +23,8 @@
 -- ARGV[1] is the operation:
 --   a  acquire  KEYS B Q W  ARGV owner, lease ms, description, mode, channel, pub, entry id,
 --                           window ms, kind, units, size, parent owner, place
---   r  release  KEYS B Q W  ARGV owner, retention ms, channel, pub, all, kind, size, entry id
+--   r  release  KEYS B Q W  ARGV owner, retention ms, channel, pub, all, kind, size, entry id,
+--                           units
 --   n  renew    KEYS B ...  ARGV owner, lease ms per key
 --   t  pttl     KEYS B      ARGV owner
 --   z  resize   KEYS B Q W  ARGV size, retention ms, channel, pub
@@ -61,12 +63,12 @@ end
 -- st is B's state for one call: read with load, changed in place, written back by flush.
 -- Tokens are kept as decimal strings (ts), compared as numbers (t).
 local function load(B, ...)
-  local v = redis.call('HMGET', B, '=u', '=t', '=s', '=e', '=x', '=q', ...)
+  local v = redis.call('HMGET', B, '=u', '=t', '=s', '=e', '=x', '=q', '=qx', ...)
   local st = {u = tonumber(v[1]) or 0, ts = v[2] or nil, s = tonumber(v[3]), e = tonumber(v[4]),
-    x = tonumber(v[5]), q = v[6] or nil, set = {}, del = {}, dirty = false}
+    x = tonumber(v[5]), q = v[6] or nil, qx = tonumber(v[7]), set = {}, del = {}, dirty = false}
   st.t = st.ts and tonumber(st.ts)
-  st.u0, st.e0, st.s0, st.ts0, st.q0 = st.u, st.e, st.s, st.ts, st.q
-  return st, v[7], v[8]
+  st.u0, st.e0, st.s0, st.ts0, st.q0, st.qx0 = st.u, st.e, st.s, st.ts, st.q, st.qx
+  return st, v[8], v[9]
 end
 
 -- hold makes owner a holder until the lease end d.
@@ -121,6 +123,10 @@ local function flush(B, st, ms, need, exact)
   if st.q and not st.q0 then
     kv[#kv + 1] = '=q'
     kv[#kv + 1] = '1'
+  end
+  if st.qx and st.qx ~= st.qx0 then
+    kv[#kv + 1] = '=qx'
+    kv[#kv + 1] = tostring(st.qx)
   end
   if #kv > 0 then
     redis.call('HSET', B, unpack(kv))
@@ -191,15 +197,28 @@ end
 -- caller's own entry (id caller) is not announced but taken with the caller's lease, and its
 -- token returned. It returns that token or nil, whether it stopped at an entry that does not
 -- fit (the queue still holds live entries), and the latest lease end it granted.
+-- entry reads a queue entry: expiry, window, owner, units, description (string.find: see parse).
+local function entry(e)
+  local a = string.find(e, ' ', 1, true)
+  local b = string.find(e, ' ', a + 1, true)
+  local c = string.find(e, ' ', b + 1, true)
+  local d = string.find(e, ' ', c + 1, true)
+  return tonumber(string.sub(e, 1, a - 1)), string.sub(e, a + 1, b - 1), string.sub(e, b + 1, c - 1),
+    tonumber(string.sub(e, c + 1, (d or 0) - 1)), d and string.sub(e, d + 1) or ''
+end
+
 -- "=q" says the queue may hold entries: without it (in a B that exists) the queue is not read.
+-- The head is read alone first (when it does not fit, nothing more is read), then 64 at a time.
+-- It also returns, when it stopped at an entry, that entry's id and expiry.
 local function walk(Q, W, st, kind, size, now, ms, channel, pub, caller, cowner, clease, cmeta)
   if st.x and not st.q then
     return nil, false, ms
   end
-  local grants, done = {}, {}
-  local mine, blocked, last = nil, false, ms
+  local grants = {}
+  local mine, blocked, last, batch = nil, false, ms, 0
+  local headID, headExp
   while not blocked do
-    local ids = redis.call('ZRANGE', Q, 0, 63)
+    local ids = redis.call('ZRANGE', Q, 0, batch)
     if #ids == 0 then
       if st.q then
         st.q = nil
@@ -208,16 +227,21 @@ local function walk(Q, W, st, kind, size, now, ms, channel, pub, caller, cowner,
       end
       break
     end
-    local es = redis.call('HMGET', W, unpack(ids))
+    local es
+    if #ids == 1 then
+      es = {redis.call('HGET', W, ids[1])}
+    else
+      es = redis.call('HMGET', W, unpack(ids))
+    end
+    local done = {}
     for i, id in ipairs(ids) do
       local exp, win, owner, units, meta
       if es[i] then
-        exp, win, owner, units, meta = string.match(es[i], '^(%d+) (%d+) (%S+) (%d+) (.*)$')
+        exp, win, owner, units, meta = entry(es[i])
       end
-      units = tonumber(units)
-      if exp and tonumber(exp) > ms and units <= size then -- (a request above a size made smaller waits no more)
+      if exp and exp > ms and units <= size then -- (a request above a size made smaller waits no more)
         if st.u + units > size then
-          blocked = true
+          blocked, headID, headExp = true, id, exp
           break
         end
         local tok = token(st, kind, units, now)
@@ -237,11 +261,11 @@ local function walk(Q, W, st, kind, size, now, ms, channel, pub, caller, cowner,
     if #done > 0 then
       redis.call('ZREM', Q, unpack(done))
       redis.call('HDEL', W, unpack(done))
-      done = {}
     end
-    if #ids < 64 then
+    if #ids <= batch then
       break
     end
+    batch = 63
   end
   if blocked and not st.q then
     st.q = '1'
@@ -256,7 +280,7 @@ local function walk(Q, W, st, kind, size, now, ms, channel, pub, caller, cowner,
   if #grants > 0 then
     publish(channel, pub, 'G ' .. table.concat(grants, ' '))
   end
-  return mine, blocked, last
+  return mine, blocked, last, headID, headExp
 end
 
 -- state lists, for inspection: exists, size, units held, last token, PTTL of B, live queue
@@ -352,7 +376,7 @@ if op == 'a' then
   if mode == 'q' then
     caller = id
   end
-  local mine, blocked, last = walk(Q, W, st, kind, size, now, ms, channel, pub, caller, owner, lease, meta)
+  local mine, blocked, last, headID, headExp = walk(Q, W, st, kind, size, now, ms, channel, pub, caller, owner, lease, meta)
   if mine then
     flush(B, st, ms, last)
     return {1, tonumber(mine), 1}
@@ -367,22 +391,26 @@ if op == 'a' then
     flush(B, st, ms, math.max(last, ms + lease))
     return {1, tonumber(tok), 1}
   end
-  if mode == 'q' and not st.q then
-    st.q = '1' -- the queue is read again from now on
-    st.dirty = true
-  end
-  if mode == 'q' then
-    last = math.max(last, ms + window) -- "=q" lives at least as long as the entry
-  end
-  flush(B, st, ms, last)
   if mode == 'q' then
     local place = tonumber(ARGV[14] or '') or tonumber(now[1]) * 1000000 + tonumber(now[2])
     redis.call('ZADD', Q, 'NX', fmt(place), id)
     redis.call('HSET', W, id, fmt(ms + window) .. ' ' .. fmt(window) .. ' ' .. owner .. ' ' .. fmt(units) .. ' ' .. meta)
-    local k = math.max(window, redis.call('PTTL', Q))
-    redis.call('PEXPIRE', Q, k)
-    redis.call('PEXPIRE', W, k)
+    if not st.qx or st.qx < ms + window then
+      -- The queue keys live past every entry: an entry lives a window (at most a second) from
+      -- its last refresh, so a second more than this one's covers them all ("=qx" records it,
+      -- so that most entries need no PEXPIRE).
+      st.qx = ms + window + 1000
+      redis.call('PEXPIRE', Q, st.qx - ms)
+      redis.call('PEXPIRE', W, st.qx - ms)
+      st.dirty = true
+    end
+    if not st.q then
+      st.q = '1' -- the queue is read again from now on
+      st.dirty = true
+    end
+    last = math.max(last, ms + window) -- "=q" lives at least as long as the entry
   end
+  flush(B, st, ms, last)
   -- When to look again without a notice: when the first holder's lease could end ("=e": a
   -- holder that crashed sends none), and, when the caller would fit but for the entry at the
   -- head of the queue, when that entry expires (its client may have crashed).
@@ -390,14 +418,10 @@ if op == 'a' then
   if st.e then
     hint = math.max(st.e - ms, 0)
   end
-  if st.u + units <= size then
-    local head = redis.call('ZRANGE', Q, 0, 0)[1]
-    local e = head and head ~= id and redis.call('HGET', W, head)
-    if e then
-      local exp = tonumber(string.match(e, '^%d+')) - ms
-      if hint < 0 or exp < hint then
-        hint = math.max(exp, 0)
-      end
+  if st.u + units <= size and headID and headID ~= id then
+    local exp = headExp - ms
+    if hint < 0 or exp < hint then
+      hint = math.max(exp, 0)
     end
   end
   return {0, hint, st.t or 0}
@@ -406,19 +430,33 @@ end
 if op == 'r' then
   local B, Q, W = KEYS[1], KEYS[2], KEYS[3]
   local owner, retention, channel, pub = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-  local all, kind, size, leave = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
-  local now, ms = clock()
-  local st, h = load(B, owner)
+  local all, kind, size, leave, units = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
   -- A release only frees memory, so it must work on a server out of memory: its first write
   -- needs none (the HDELs and ZREMs), after which Redis lets the script write on.
   if leave and leave ~= '' then
     redis.call('ZREM', Q, leave)
     redis.call('HDEL', W, leave)
   end
-  if purge(B, st, ms, owner) then
+  local r = -1
+  if all == '1' and units and redis.call('HDEL', B, owner) == 1 then
+    -- The common case, in three calls: the hold goes, its units with it; while others hold and
+    -- nobody waits there is nothing more to do (B lives as long as their leases).
+    r = 0
+    local u = redis.call('HINCRBY', B, '=u', -units)
+    if u < 0 then
+      redis.call('HSET', B, '=u', '0')
+    end
+    if u > 0 and not redis.call('HGET', B, '=q') then
+      return 0
+    end
+  end
+  local now, ms = clock()
+  local st, h = load(B, owner)
+  if r == 0 then
+    h = nil
+  elseif purge(B, st, ms, owner) then
     h = nil
   end
-  local r = -1
   if h then
     local d, u, n, t, m = parse(h)
     if n > 1 and all ~= '1' then
@@ -441,9 +479,9 @@ if op == 'r' then
     size = st.s or size
   end
   local _, _, last = walk(Q, W, st, kind, size, now, ms, channel, pub, '', '', 0, '')
-  if st.u == 0 then
+  if st.u == 0 and (r == 0 or st.dirty) then
     -- Free: B keeps the last token (and size) for the retention, exactly.
-    st.e = nil
+    st.e, st.dirty = nil, true
     st.del[#st.del + 1] = '=e'
     flush(B, st, ms, ms + retention, true)
   else
