@@ -47,6 +47,7 @@ func TestHarness(t *testing.T) {
 	cfg.clientsDuration = 600 * time.Millisecond // ten processes dialling and contending from cold, as for scenario 3
 	cfg.frozenTTLs = []time.Duration{500 * time.Millisecond}
 	cfg.frozenTries = 1
+	cfg.readMostlyDuration = 300 * time.Millisecond
 	cfg.log = io.Discard
 	cfg.plotDir = t.TempDir()
 	cfg.plotLink = "img/" + plotFile
