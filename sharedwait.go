@@ -50,11 +50,13 @@ type sharedEarly struct {
 }
 
 // sharedGroup is the waiters of one name in this client, in arrival order; its sink is
-// registered with the notifier for the name's channel while it has waiters.
+// registered with the notifier for the name's channel while it has waiters, and for the
+// notifier's linger after its last one left.
 type sharedGroup struct {
 	sw      *sharedWaits
 	sink    *queue
 	waiters []*sharedWaiter
+	idle    int // how many times it emptied (under sharedWaits.mu): reap drops it only if still idle
 }
 
 // sharedWaiter is one waiting caller.
@@ -169,7 +171,6 @@ func (sw *sharedWaits) leave(w *sharedWaiter, joined, got bool) {
 		default:
 		}
 	}
-	var emptied *sharedGroup
 	if joined {
 		g := sw.groups[w.spec.key]
 		if g != nil {
@@ -180,20 +181,35 @@ func (sw *sharedWaits) leave(w *sharedWaiter, joined, got bool) {
 				}
 			}
 			if len(g.waiters) == 0 {
-				delete(sw.groups, w.spec.key)
-				emptied = g
+				// The group lingers, subscribed, so that the next waiter of the name (on a busy
+				// lock, within milliseconds) finds it with no subscription to make and no
+				// announcement missed; it goes once idle for the notifier's linger.
+				g.idle++
+				idle := g.idle
+				time.AfterFunc(linger, func() { sw.reap(w.spec, g, idle) })
 			}
 		}
 	}
 	sw.mu.Unlock()
-	if emptied != nil {
-		sw.e.notices.remove(w.spec.channel, emptied.sink)
-	}
 	if stray != nil {
 		(&Lease{st: stray}).Unlock(context.WithoutCancel(w.ctx))
 	}
 	if !got {
 		sw.e.unregister(w.reg)
+	}
+}
+
+// reap drops g, the group of spec's name, if it has had no waiter since it emptied for the
+// idle-th time.
+func (sw *sharedWaits) reap(spec *lockSpec, g *sharedGroup, idle int) {
+	sw.mu.Lock()
+	gone := sw.groups[spec.key] == g && len(g.waiters) == 0 && g.idle == idle
+	if gone {
+		delete(sw.groups, spec.key)
+	}
+	sw.mu.Unlock()
+	if gone {
+		sw.e.notices.remove(spec.channel, g.sink)
 	}
 }
 
