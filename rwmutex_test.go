@@ -368,7 +368,7 @@ func TestRWMutex_RenewedAndLost(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		if _, err := c.ForceUnlock(ctx, name); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v (the hash: %q)", err, redisDo(t, shared, "HGETALL", keyOf(name)+":rw"))
 		}
 		for _, l := range []*dlock.Lease{r1, r2} {
 			select {

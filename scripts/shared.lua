@@ -8,7 +8,7 @@
 --      and "=u" the units held, "=t" the last token, "=s" the size (semaphore), "=e" a lease
 --      end no later than the earliest holder's (when to look for holders that left without a
 --      release), "=x" when B expires (ms, server clock), "=q" present when the queue may hold
---      entries, "=qx" when the queue keys expire at the latest
+--      entries, "=qx" the latest expiry set on the queue keys
 --   Q  B:q  sorted set: waiting entry id -> its place (µs, server clock, at registration)
 --   W  B:w  hash: entry id -> "<expiry ms> <window ms> <owner> <units> <description>"
 -- A read-write lock counts as a semaphore of ALL units: a reader takes one, a writer takes
@@ -395,15 +395,16 @@ if op == 'a' then
     local place = tonumber(ARGV[14] or '') or tonumber(now[1]) * 1000000 + tonumber(now[2])
     redis.call('ZADD', Q, 'NX', fmt(place), id)
     redis.call('HSET', W, id, fmt(ms + window) .. ' ' .. fmt(window) .. ' ' .. owner .. ' ' .. fmt(units) .. ' ' .. meta)
+    -- The queue keys live past every entry: an entry lives a window (at most a second) from its
+    -- last refresh, so a second more than this one's covers them all. "=qx" records the latest
+    -- such expiry set, so that no PTTL is needed: the keys are set to it (or later), which
+    -- never shortens them, and sets it on keys made anew (emptied, then queued into again).
     if not st.qx or st.qx < ms + window then
-      -- The queue keys live past every entry: an entry lives a window (at most a second) from
-      -- its last refresh, so a second more than this one's covers them all ("=qx" records it,
-      -- so that most entries need no PEXPIRE).
       st.qx = ms + window + 1000
-      redis.call('PEXPIRE', Q, st.qx - ms)
-      redis.call('PEXPIRE', W, st.qx - ms)
       st.dirty = true
     end
+    redis.call('PEXPIRE', Q, st.qx - ms)
+    redis.call('PEXPIRE', W, st.qx - ms)
     if not st.q then
       st.q = '1' -- the queue is read again from now on
       st.dirty = true
