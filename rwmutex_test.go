@@ -343,14 +343,14 @@ func TestRWMutex_Tokens(t *testing.T) {
 	})
 }
 
-// Each hold is renewed by the client's renewal loop through many lease periods, and a lost
+// Each hold is renewed by the client's renewal loop through several lease periods, and a lost
 // hold (force-unlocked) cancels its lease context with ErrLost.
 func TestRWMutex_RenewedAndLost(t *testing.T) {
 	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
-		c := tr.dial(t, shared.URL(), dlock.WithTTL(300*time.Millisecond))
+		c := tr.dial(t, shared.URL(), dlock.WithTTL(500*time.Millisecond))
 		rw := c.RWMutex(name)
 		r1, err := rw.RLock(ctx)
 		if err != nil {
@@ -360,7 +360,7 @@ func TestRWMutex_RenewedAndLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(1500 * time.Millisecond) // five lease periods
+		deadline := time.Now().Add(1700 * time.Millisecond) // five renewal periods
 		for time.Now().Before(deadline) {
 			if r1.Context().Err() != nil || r2.Context().Err() != nil {
 				t.Fatalf("a read hold was lost while its client renewed it: %v %v", context.Cause(r1.Context()), context.Cause(r2.Context()))
@@ -395,7 +395,7 @@ func TestRWMutex_KilledReaderFreesItsShare(t *testing.T) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
 		h, _ := startHelper(t, "rw-read", shared.URL(), name, ttl)
-		c := tr.dial(t, shared.URL(), dlock.WithTTL(ttl))
+		c := tr.dial(t, shared.URL(), dlock.WithTTL(2*time.Second)) // the live reader: a lease a busy machine cannot miss
 		r, err := c.RWMutex(name).RLock(ctx)
 		if err != nil {
 			t.Fatal(err)
