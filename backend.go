@@ -90,6 +90,7 @@ type releaseReq struct {
 	leave   string // a client id whose queue entry goes too
 	// shared: a read-write lock's or semaphore's hold, released by shared.lua (nil: a mutex)
 	shared *sharedSpec
+	record string // adaptive lease: record the hold, keeping the record this long (ms)
 }
 
 // renewal is one lease in a renewal round.

@@ -462,6 +462,7 @@ func TestRWMutex_BadInput(t *testing.T) {
 		"negative wait":  c.RWMutex("x", dlock.WithWait(-1)),
 		"long label":     c.RWMutex("x", dlock.WithLabel(strings.Repeat("l", 300))),
 		"replica ack 0s": c.RWMutex("x", dlock.WithReplicaAck(1, 0)),
+		"adaptive lease": c.RWMutex("x", dlock.WithAdaptiveTTL(100*time.Millisecond, time.Second)),
 	} {
 		for _, lock := range []func(context.Context) (*dlock.Lease, error){rw.RLock, rw.TryRLock, rw.Lock, rw.TryLock} {
 			if _, err := lock(ctx); !errors.Is(err, dlock.ErrInvalid) {

@@ -37,6 +37,9 @@ func (c *Client) newSharedHandle(name, suffix, what string, opts []Option) share
 	if err := checkName(name); err != nil {
 		h.err = err
 	}
+	if h.err == nil && o.adapt.on() {
+		h.err = fmt.Errorf("%w: %s %q: WithAdaptiveTTL is for a Mutex: every hold of a read-write lock or semaphore has the lease WithTTL gives", ErrInvalid, what, name)
+	}
 	if h.err == nil && !c.e.traits.shared {
 		h.err = fmt.Errorf("%w: %s %q: not available in quorum mode (docs/PROTOCOL.md, \"Read-write locks and semaphores\")", ErrInvalid, what, name)
 	}

@@ -169,6 +169,7 @@ local function purge(B, st, ms, keep)
   st.u = math.max(st.u, 0)
   st.e = e
   if not e then
+    st.e0 = nil -- deleted: set again if a holder comes in this call
     st.del[#st.del + 1] = '=e'
   end
   st.dirty = true
@@ -221,7 +222,7 @@ local function walk(Q, W, st, kind, size, now, ms, channel, pub, caller, cowner,
     local ids = redis.call('ZRANGE', Q, 0, batch)
     if #ids == 0 then
       if st.q then
-        st.q = nil
+        st.q, st.q0 = nil, nil -- deleted: set again below if an entry is queued in this call
         st.del[#st.del + 1] = '=q'
         st.dirty = true
       end
@@ -482,7 +483,7 @@ if op == 'r' then
   local _, _, last = walk(Q, W, st, kind, size, now, ms, channel, pub, '', '', 0, '')
   if st.u == 0 and (r == 0 or st.dirty) then
     -- Free: B keeps the last token (and size) for the retention, exactly.
-    st.e, st.dirty = nil, true
+    st.e, st.e0, st.dirty = nil, nil, true
     st.del[#st.del + 1] = '=e'
     flush(B, st, ms, ms + retention, true)
   else
@@ -556,7 +557,7 @@ if op == 'f' then
     end
   end
   if dropped > 0 then
-    st.u, st.e, st.dirty = 0, nil, true
+    st.u, st.e, st.e0, st.dirty = 0, nil, nil, true
     st.del[#st.del + 1] = '=e'
     local size = ALL
     if kind == 'sem' then

@@ -39,6 +39,11 @@ With --permits N/SIZE it holds N permits of NAME, a semaphore (dlock.Semaphore) 
 permits: at most SIZE are held at once across the fleet, callers served in turn. Each is its
 own object: "dlock run NAME", "dlock run --read NAME" and "dlock run --permits 1/3 NAME" do
 not exclude each other.
+With --adaptive, the lease is chosen at each run from how long the runs of NAME have held the
+lock: the server records each run's hold (from the acquisition to the release) and gives the
+next run three times the longest recent one, between --min-ttl and --ttl (--ttl for the
+first run). A run killed with SIGKILL then blocks NAME for about three times the longest
+recent run, not for the whole --ttl. "dlock status NAME" shows what was recorded.
 
 Flags may come before or after NAME; "--" ends them (needed when COMMAND starts with "-").
 
@@ -62,6 +67,7 @@ Exit codes:
 Examples:
   dlock run nightly-report -- ./report.sh --since yesterday
   dlock run --wait 0 --ttl 30s deploy -- make deploy       # 75 if a deploy is running
+  dlock run --adaptive --ttl 1m sync-catalog -- ./sync.sh   # lease learnt from earlier runs
   DLOCK_REDIS_URL=redis://10.0.0.5:6379/0 dlock run --wait 2m db-migrate -- ./migrate up
   dlock run --read catalog -- ./export-catalog.sh          # many at once, none while a --write runs
   dlock run --write catalog -- ./rebuild-catalog.sh
@@ -103,7 +109,9 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("run", "[flags] NAME [--] COMMAND [ARGS...]", runUsage)
 	var sf serverFlags
 	sf.add(fs)
-	ttl := fs.Duration("ttl", 10*time.Second, "the lease, renewed automatically (every third of it) while the command runs")
+	ttl := fs.Duration("ttl", 10*time.Second, "the lease, renewed automatically (every third of it) while the command runs; with --adaptive, the longest lease")
+	adaptive := fs.Bool("adaptive", false, "choose the lease from how long earlier runs of NAME held the lock (see above), between --min-ttl and --ttl")
+	minTTL := fs.Duration("min-ttl", time.Second, "with --adaptive: the shortest lease")
 	var wait waitFlag
 	fs.Var(&wait, "wait", "how long to wait for the lock; 0 = fail at once (exit 75) if it is busy (default: wait forever)")
 	grace := fs.Duration("grace", 5*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL of the command")
@@ -124,6 +132,16 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 		return usageLine(fs, std, "--grace must not be negative")
 	case *read && *write, *read && permits.set, *write && permits.set:
 		return usageLine(fs, std, "--read, --write and --permits exclude each other")
+	case *adaptive && (*read || *write || permits.set):
+		return usageLine(fs, std, "--adaptive is for a lock, not with --read, --write or --permits")
+	case *adaptive && *minTTL < dlock.MinTTL:
+		return usageLine(fs, std, fmt.Sprintf("--min-ttl must be at least %v", dlock.MinTTL))
+	case *adaptive && *minTTL > *ttl:
+		return usageLine(fs, std, fmt.Sprintf("--min-ttl %v is above --ttl %v", *minTTL, *ttl))
+	}
+	leaseOpt := dlock.WithTTL(*ttl)
+	if *adaptive {
+		leaseOpt = dlock.WithAdaptiveTTL(*minTTL, *ttl)
 	}
 	if *label == "" {
 		*label = "dlock run " + filepath.Base(command[0])
@@ -132,7 +150,7 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 		*label = (*label)[:256]
 	}
 
-	c, code := sf.dial(ctx, std, "run", dlock.WithTTL(*ttl), dlock.WithLabel(*label))
+	c, code := sf.dial(ctx, std, "run", leaseOpt, dlock.WithLabel(*label))
 	if c == nil {
 		return code
 	}

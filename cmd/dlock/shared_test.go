@@ -106,7 +106,7 @@ func TestRun_Permits(t *testing.T) {
 	if most > 2 || len(lines) != 12 {
 		t.Fatalf("%d permits held at once (size 2), %d lines:\n%s", most, len(lines), strings.Join(lines, "\n"))
 	}
-	for _, bad := range [][]string{{"--permits", "3/2"}, {"--permits", "x"}, {"--read", "--write"}, {"--read", "--permits", "1/2"}} {
+	for _, bad := range [][]string{{"--permits", "3/2"}, {"--permits", "x"}, {"--read", "--write"}, {"--read", "--permits", "1/2"}, {"--adaptive", "--read"}} {
 		args := append(append([]string{"run", "--redis", s.URL()}, bad...), "name", "--", "true")
 		if _, errOut, code := dlockCmd(t, args...); code != exitUsage {
 			t.Errorf("dlock %v: exit %d (%s), want 2", args, code, errOut)
