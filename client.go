@@ -54,6 +54,7 @@ type engine struct {
 	waits   *waitQueues
 	notices *notifier
 	guard   *evictionGuard
+	latches latchHubs // the latches this client's callers wait for (latch.go)
 
 	ownerID  string // 128 random bits; each lease's secret is ownerID + a sequence number
 	clientID string // 64 random bits, public: names this client's queue entries

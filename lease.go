@@ -20,6 +20,7 @@ func mono() int64 { return int64(time.Since(epoch)) }
 type Lease struct {
 	st       *leaseState
 	unlocked atomic.Bool
+	multi    *multiLease // a MultiMutex's lease (multilease.go); st is nil then
 }
 
 // lease states
@@ -238,6 +239,8 @@ func (x *leaseCtx) Value(k any) any {
 		}
 	case tokenKey:
 		return x.st.token
+	case tokensKey:
+		return map[string]uint64{x.st.spec.name: x.st.token}
 	}
 	x.cancelIfEnded() // context.Cause and context.WithCancel look up the parent's state through Value
 	return x.Context.Value(k)
@@ -291,6 +294,9 @@ func (l *Lease) Token() uint64 {
 	if l == nil {
 		return 0
 	}
+	if l.multi != nil {
+		return l.multi.token
+	}
 	return l.st.token
 }
 
@@ -298,6 +304,9 @@ func (l *Lease) Token() uint64 {
 func (l *Lease) Name() string {
 	if l == nil {
 		return ""
+	}
+	if l.multi != nil {
+		return l.multi.name()
 	}
 	return l.st.spec.name
 }
@@ -318,6 +327,9 @@ func (l *Lease) Context() context.Context {
 	if l == nil {
 		return endedCtx
 	}
+	if l.multi != nil {
+		return l.multi.context()
+	}
 	return l.st.context()
 }
 
@@ -327,6 +339,9 @@ func (l *Lease) Context() context.Context {
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	if l.multi != nil {
+		return l.multi.extend(ctx, l, ttl)
 	}
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL)
@@ -361,6 +376,9 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if l == nil {
 		return 0, fmt.Errorf("%w: nil lease", ErrNotHeld)
 	}
+	if l.multi != nil {
+		return l.multi.ttl(ctx, l)
+	}
 	st := l.st
 	if l.unlocked.Load() || st.expired() || st.state.Load() != stateHeld {
 		return 0, st.endedErr()
@@ -391,6 +409,9 @@ const unlockTimeout = 5 * time.Second
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	if l.multi != nil {
+		return l.multi.unlock(ctx, l)
 	}
 	if !l.unlocked.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: %q already unlocked", ErrNotHeld, l.st.spec.name)
