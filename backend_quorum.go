@@ -297,8 +297,12 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 	res.queuedOn = queuedOn
 	if !a.reenterOnly && (err != nil || (!res.ok && (yes > 0 || !decided))) {
 		// Some servers may hold it for owner: give it back everywhere. (When every server
-		// refused there is nothing to give back, and owner, a queue entry's, stays usable.)
-		q.releaseOwner(a.keys, a.owner)
+		// refused there is nothing to give back, and owner, a queue entry's, stays usable.) A
+		// queue entry's owner is given back by the caller, unless a grant to the entry reached
+		// a majority meanwhile (engine.dropRegistration).
+		if !a.queue {
+			q.releaseOwner(a.keys, a.owner)
+		}
 		res.dirty = true
 	}
 	return res, -1, err

@@ -474,3 +474,42 @@ func TestErrors_OneLine(t *testing.T) {
 		t.Fatalf("DialQuorum error %q: want one line", err)
 	}
 }
+
+// Two clients take two names nested, again and again, each waiting for the other's grants:
+// every lease holds until its Unlock. (A head's attempt that split the servers once gave its
+// registration's owner back everywhere while a grant to that registration reached a majority:
+// the lease made from the grant was then held nowhere.)
+func TestQuorum_NestedPingPongKeepsLeases(t *testing.T) {
+	srv := startN(t, 5)
+	for _, tr := range quorumTransports {
+		t.Run(tr.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			a := tr.dial(t, serverAddrs(srv))
+			b := tr.dial(t, serverAddrs(srv))
+			outer, inner := uniqueName(t), uniqueName(t)
+			var wg sync.WaitGroup
+			var inside sync.Mutex
+			for _, c := range []*dlock.Client{a, b} {
+				wg.Go(func() {
+					for range 40 {
+						err := c.Do(ctx, outer, func(ctx context.Context) error {
+							return c.Do(ctx, inner, func(context.Context) error {
+								if !inside.TryLock() {
+									t.Error("two holders at once")
+									return nil
+								}
+								inside.Unlock()
+								return nil
+							})
+						})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
