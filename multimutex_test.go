@@ -616,3 +616,180 @@ func TestMultiMutex_RandomPairsNoDeadlockNoOverlap(t *testing.T) {
 		}
 	})
 }
+
+// On a Redis Cluster: names that share a hash tag are one script on their slot's master; names
+// on several slots are taken slot by slot, one script each, in the global order; random pairs
+// over names of several slots neither deadlock nor overlap. A latch there is woken through
+// sharded pub/sub.
+func TestCluster_MultiMutexAndLatch(t *testing.T) {
+	g := redistest.NewCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	clients := clusterClients(t, g)
+	others := clusterClients(t, g)
+	for _, tr := range []string{"rueidis", "goredis"} {
+		t.Run(tr, func(t *testing.T) {
+			c := clients[tr]
+			base := uniqueName(t)
+			// "<tag>}<rest>": the part before the first '}' is the hash tag (docs/PROTOCOL.md).
+			tagged := []string{base + "}usd", base + "}eur", base + "}gbp"}
+			slot := redistest.SlotOf(keyOf(tagged[0]))
+			master, err := g.MasterOfSlot(ctx, slot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every master has the scripts cached from here on (a NOSCRIPT costs a second call).
+			warm, err := c.MultiMutex([]string{base + "}warm1", base + "}warm2"}).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			warm.Unlock(ctx)
+			for _, m := range g.Masters() {
+				for _, s := range dlock.Scripts() {
+					redisDo(t, m, "SCRIPT", "LOAD", s.Src)
+				}
+			}
+			before := scriptCalls(t, master)
+			l, err := c.MultiMutex(tagged).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := scriptCalls(t, master) - before; n != 1 {
+				t.Errorf("Lock of 3 names sharing a hash tag ran %d scripts on their master, want 1", n)
+			}
+			if _, err := others[tr].Mutex(tagged[1]).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("Mutex of a name the multi-lock holds = %v, want ErrNotAcquired", err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			// Names on every shard.
+			var spread []string
+			slots := map[int]bool{}
+			for i, m := range g.Masters() {
+				for n := 0; ; n++ {
+					cand := fmt.Sprintf("%s-shard%d-%d", base, i, n)
+					if owner, err := g.MasterOfSlot(ctx, redistest.SlotOf(keyOf(cand))); err == nil && owner == m {
+						spread = append(spread, cand)
+						slots[redistest.SlotOf(keyOf(cand))] = true
+						break
+					}
+				}
+			}
+			calls := func() (n int) {
+				for _, m := range g.Masters() {
+					n += scriptCalls(t, m)
+				}
+				return n
+			}
+			before = calls()
+			l, err = c.MultiMutex(spread).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := calls() - before; n != len(slots) {
+				t.Errorf("Lock of names on %d slots ran %d scripts, want one per slot", len(slots), n)
+			}
+			for _, n := range spread {
+				if _, err := others[tr].Mutex(n).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+					t.Errorf("Mutex of %s while the multi-lock holds it = %v, want ErrNotAcquired", n, err)
+				}
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			accounts := append(spread, tagged[0]) // two of them share a slot with nothing else
+			n := transferLoad(t, []*dlock.Client{c, others[tr]}, 6, accounts, multiLoadDuration(t))
+			t.Logf("%d transfers over %d slots in %v", n, len(slots)+1, multiLoadDuration(t))
+
+			name := base + "-latch"
+			done := make(chan error, 1)
+			go func() { done <- others[tr].Latch(name, 2).Wait(ctx) }()
+			lt := c.Latch(name, 2)
+			for range 2 {
+				if err := lt.CountDown(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("latch waiter not woken on the Cluster")
+			}
+		})
+	}
+}
+
+// Quorum mode: the names are taken one by one in the global order, each a quorum lock; the
+// multi-lock excludes Mutex holders of its names and opposite-order transfers finish. Latches
+// are refused there.
+func TestQuorum_MultiMutex(t *testing.T) {
+	srv := startN(t, 5)
+	for _, tr := range quorumTransports {
+		t.Run(tr.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			a := tr.dial(t, serverAddrs(srv))
+			b := tr.dial(t, serverAddrs(srv))
+			names := multiNames(t, 3)
+			l, err := a.MultiMutex(names).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range names {
+				if h := holders(t, srv, n); h < 3 {
+					t.Errorf("%s held on %d servers, want a majority", n, h)
+				}
+			}
+			if _, err := b.Mutex(names[1]).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("Mutex of a held name = %v, want ErrNotAcquired", err)
+			}
+			if _, err := b.MultiMutex(names[1:]).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("MultiMutex TryLock of held names = %v, want ErrNotAcquired", err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// A release returns once a majority answered; the others follow.
+			waitFor(t, 10*time.Second, "every server to release", func(context.Context) error {
+				for _, n := range names {
+					if h := holders(t, srv, n); h != 0 {
+						return fmt.Errorf("%s held on %d servers after Unlock", n, h)
+					}
+				}
+				return nil
+			})
+			var wg sync.WaitGroup
+			var inside atomic.Int32
+			for i, c := range []*dlock.Client{a, b} {
+				order := slices.Clone(names[:2])
+				if i == 1 {
+					slices.Reverse(order)
+				}
+				wg.Go(func() {
+					for range 20 {
+						err := c.DoMulti(ctx, order, func(context.Context) error {
+							if n := inside.Add(1); n != 1 {
+								t.Errorf("%d inside", n)
+							}
+							inside.Add(-1)
+							return nil
+						})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if err := a.Latch(uniqueName(t), 1).CountDown(ctx); !errors.Is(err, dlock.ErrInvalid) {
+				t.Errorf("Latch in quorum mode = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
