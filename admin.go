@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -28,11 +27,10 @@ type Info struct {
 	TTL time.Duration
 	// Holder is the holder's description, stored with the lock by the library; zero when free.
 	Holder Holder
-	// Waiters is the number of clients waiting for the lock: the larger of the clients in its
-	// queue on the server (a client queues once however many of its goroutines wait; an entry
-	// that expired may count until it is cleared) and the clients subscribed to its release
-	// channel (PUBSUB NUMSUB; in quorum mode clients wait without queueing). -1 when unknown.
-	// From ForceUnlock: the number of clients its release notice reached.
+	// Waiters is the number of clients waiting for the lock: the clients in its queue on the
+	// server (a client queues once however many of its goroutines wait; an entry that expired
+	// may count until it is cleared). From ForceUnlock: the number of clients its release
+	// notice reached (queued clients, and listeners of the release channel); -1 when unknown.
 	Waiters int
 }
 
@@ -79,10 +77,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	queued, _ := arr[2].(int64)
-	info.Waiters = -1
-	if n, err := c.numSub(ctx, []string{releaseChannel(key)}); err == nil {
-		info.Waiters = max(n[0], int(queued))
-	}
+	info.Waiters = int(queued)
 	return info, nil
 }
 
@@ -149,8 +144,6 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 		return nil, c.badReply("list", "", reply)
 	}
 	var held []Info
-	var channels []string
-	var queued []int
 	for i, key := range keys {
 		name, _ := nameOfKey(c.opts.prefix, key)
 		info, err := parseLock(name, arr[3*i], arr[3*i+1])
@@ -158,19 +151,8 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 			continue // not a lock value (another application's key), or free
 		}
 		q, _ := arr[3*i+2].(int64)
+		info.Waiters = int(q)
 		held = append(held, info)
-		channels = append(channels, releaseChannel(key))
-		queued = append(queued, int(q))
-	}
-	if len(held) == 0 {
-		return nil, nil
-	}
-	n, err := c.numSub(ctx, channels)
-	for i := range held {
-		held[i].Waiters = -1
-		if err == nil {
-			held[i].Waiters = max(n[i], queued[i])
-		}
 	}
 	return held, nil
 }
@@ -223,27 +205,6 @@ func (c *Client) lockKey(name string) string { return lockKey(c.opts.prefix, nam
 
 func (c *Client) badReply(op, name string, reply any) error {
 	return fmt.Errorf("dlock: %s %q: unexpected reply %v from %s", op, name, reply, c.e.b.addr())
-}
-
-// numSub returns the number of subscribers of each channel (PUBSUB NUMSUB).
-func (c *Client) numSub(ctx context.Context, channels []string) ([]int, error) {
-	reply, err := c.e.b.numSub(ctx, channels)
-	if err != nil {
-		return nil, err
-	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != 2*len(channels) {
-		return nil, errors.New("unexpected PUBSUB NUMSUB reply")
-	}
-	out := make([]int, len(channels))
-	for i := range channels {
-		n, ok := arr[2*i+1].(int64)
-		if !ok {
-			return nil, errors.New("unexpected PUBSUB NUMSUB reply")
-		}
-		out[i] = int(n)
-	}
-	return out, nil
 }
 
 // parseLock decodes a lock's value and PTTL as the inspect and forceunlock scripts return them

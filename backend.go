@@ -32,7 +32,6 @@ type backend interface {
 	// The reads and writes of inspection and administration (admin.go), and of the
 	// eviction check (evict.go): replies with strings.
 	inspect(ctx context.Context, keys []string) (any, error)
-	numSub(ctx context.Context, channels []string) (any, error)
 	scan(ctx context.Context, cursor, pattern string) (any, error)
 	forceUnlock(ctx context.Context, key, channel string) (any, error)
 	masters(ctx context.Context, args ...string) []conn.MasterReply

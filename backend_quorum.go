@@ -94,7 +94,7 @@ type pendingAcquire struct {
 // server's call first waits for that server's answer to it. Calls still running when fanOut
 // returns finish in the background (close waits for them).
 func (q *quorum) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, owner string, after *pendingAcquire, decide func(reply) bool) bool {
-	return q.fanOutAdapt(ctx, calls, limit, false, owner, afterOf(after), decide)
+	return q.fanOutAdapt(ctx, calls, limit, false, owner, afterOf(after), decide, nil)
 }
 
 func afterOf(p *pendingAcquire) []*pendingAcquire {
@@ -107,7 +107,7 @@ func afterOf(p *pendingAcquire) []*pendingAcquire {
 // fanOutAdapt is fanOut; with adapt, the limit grows to four times the time the first answer
 // took, so that a machine or network slow for everyone (not a few servers frozen) does not
 // fail every call.
-func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.Duration, adapt bool, owner string, after []*pendingAcquire, decide func(reply) bool) bool {
+func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.Duration, adapt bool, owner string, after []*pendingAcquire, decide func(reply) bool, late func(reply)) bool {
 	start := time.Now()
 	var mine *pendingAcquire
 	if owner != "" {
@@ -123,6 +123,23 @@ func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.
 		q.pmu.Unlock()
 	}
 	ch := make(chan reply, len(q.nodes))
+	// Once decided (or given up), the answers still to come go to late, when set.
+	var lateMu sync.Mutex
+	decided := false
+	if late != nil {
+		defer func() {
+			lateMu.Lock()
+			decided = true
+			var rest []reply
+			for len(ch) > 0 {
+				rest = append(rest, <-ch)
+			}
+			lateMu.Unlock()
+			for _, r := range rest {
+				late(r)
+			}
+		}()
+	}
 	// The calls outlive this one when a decision comes first: they end with ctx or at close.
 	cctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(q.closing, cancel)
@@ -159,7 +176,14 @@ func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.
 			if r.res[0].Err == nil {
 				q.observe(time.Since(sent))
 			}
+			lateMu.Lock()
+			if decided {
+				lateMu.Unlock()
+				late(r)
+				return
+			}
 			ch <- r
+			lateMu.Unlock()
 		}()
 	}
 	var expire <-chan time.Time
@@ -187,6 +211,22 @@ func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.
 		}
 	}
 	return true
+}
+
+// lateReply returns what to do with an answer to a's acquisition that comes after the decision:
+// a refusal that queued the caller is reported to a.queuedLate (the server has the entry).
+func (a acquireArgs) lateReply() func(reply) {
+	if !a.queue || a.queuedLate == nil {
+		return nil
+	}
+	return func(r reply) {
+		if r.res[0].Err != nil {
+			return
+		}
+		if x, err := readAcquire(r.res[0].Ints); err == nil && !x.ok && !x.notMine {
+			a.queuedLate(r.node, x.token)
+		}
+	}
 }
 
 // pendingOf returns the acquisition of owner still running on some server, or nil.
@@ -225,6 +265,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		res             acquired
 		err             error
 		queuedOn        uint64
+		tokensOn        = make([]uint64, n)
 	)
 	states := make([]ServerState, n)
 	for i, node := range q.nodes {
@@ -252,6 +293,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		default:
 			no++
 			states[r.node].State = "held by another owner"
+			tokensOn[r.node] = x.token
 			if a.queue {
 				queuedOn |= 1 << r.node
 			}
@@ -274,7 +316,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 			res = acquired{pttl: q.freeIn(pttls)}
 		}
 		return true
-	})
+	}, a.lateReply())
 	if !decided { // no decision within the timeout, or the caller gave up
 		switch {
 		case ctx.Err() != nil:
@@ -294,7 +336,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		// so the lease has no time left. Give it back and count the attempt as failed.
 		res = acquired{}
 	}
-	res.queuedOn = queuedOn
+	res.queuedOn, res.tokensOn = queuedOn, tokensOn
 	if !a.reenterOnly && (err != nil || (!res.ok && (yes > 0 || !decided))) {
 		// Some servers may hold it for owner: give it back everywhere. (When every server
 		// refused there is nothing to give back, and owner, a queue entry's, stays usable.) A
@@ -505,7 +547,7 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 			}
 		}
 		return decided()
-	})
+	}, nil)
 	undecided := func() error {
 		return fmt.Errorf("undecided, %d of %d servers answered: %w", answers, n, joinErrors(errs...))
 	}
@@ -625,13 +667,8 @@ func (q *quorum) inspect(ctx context.Context, keys []string) (any, error) {
 // answered.
 func (q *quorum) forceUnlock(ctx context.Context, key, channel string) (any, error) {
 	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
-		return evalStrings(ctx, cn, scriptForceUnlock, []string{key}, q.retention, channel)
-	})
-}
-
-func (q *quorum) numSub(ctx context.Context, channels []string) (any, error) {
-	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
-		return cn.Command(ctx, append([]string{"PUBSUB", "NUMSUB"}, channels...)...)
+		qk, _ := queueKeys(key)
+		return evalStrings(ctx, cn, scriptForceUnlock, []string{key, qk}, q.retention, channel)
 	})
 }
 

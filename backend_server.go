@@ -266,11 +266,8 @@ func (s *oneServer) forceUnlock(ctx context.Context, key, channel string) (any, 
 	if s.cluster {
 		args = append(args, "s")
 	}
-	return evalStrings(ctx, s.cn, scriptForceUnlock, []string{key}, args...)
-}
-
-func (s *oneServer) numSub(ctx context.Context, channels []string) (any, error) {
-	return s.cn.Command(ctx, append([]string{"PUBSUB", "NUMSUB"}, channels...)...)
+	q, _ := queueKeys(key)
+	return evalStrings(ctx, s.cn, scriptForceUnlock, []string{key, q}, args...)
 }
 
 func (s *oneServer) scan(ctx context.Context, cursor, pattern string) (any, error) {

@@ -211,8 +211,8 @@ func TestCluster_WakeOnEveryShard(t *testing.T) {
 			}()
 			// Release once the waiter's client is subscribed on the shard's master.
 			waitFor(t, 20*time.Second, fmt.Sprintf("%s shard %d: the waiter to subscribe on %s", tr, i, m.Addr), func(context.Context) error {
-				if out := redisDo(t, m, "PUBSUB", "SHARDNUMSUB", keyOf(name)+":rel"); !strings.HasSuffix(out, "\n1") {
-					return fmt.Errorf("PUBSUB SHARDNUMSUB: %q", out)
+				if out := redisDo(t, m, "PUBSUB", "SHARDCHANNELS", keyOf(name)+":rel:*"); strings.TrimSpace(out) == "" {
+					return errors.New("PUBSUB SHARDCHANNELS: no waiting client's channel")
 				}
 				return nil
 			})

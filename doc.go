@@ -91,7 +91,8 @@
 // of the client is treated as lost (context cause wrapping ErrLost and ErrEvictionPolicy) and
 // acquisitions fail until the server is safe again. A lease can still be overtaken within that
 // second; fencing tokens protect the resource then too. On a server out of memory under
-// noeviction, releases and renewals still work and acquisitions fail with ErrOutOfMemory. A
+// noeviction, releases and renewals still work (a release still grants the lock to the first
+// queued client) and acquisitions fail with ErrOutOfMemory. A
 // release that fails on the network is retried in the background until it succeeds or the
 // lease would have run out.
 //

@@ -6,7 +6,8 @@ import "strings"
 // (docs/PROTOCOL.md):
 //
 //	key      <prefix>{<tag>}      tag = name, or "{" + name when name starts with '{' or '}'
-//	channel  <key>:rel
+//	channel  <key>:rel            releases and grants, for whoever listens (inspection tools)
+//	channel  <key>:rel:<client>   grants and wake-ups for one waiting client (its client id)
 //	queue    <key>:q, <key>:w     the clients waiting for it
 //
 // The braces make the tag the Redis Cluster hash tag, so that the key, the channel and any
@@ -26,6 +27,11 @@ func lockKey(prefix, name string) string {
 
 // releaseChannel returns the channel on which releases of the lock with this key are announced.
 func releaseChannel(key string) string { return key + ":rel" }
+
+// grantChannel returns the channel on which the client with this id hears the grants and
+// wake-ups meant for it about the lock with this key: a release tells the client it grants
+// the lock to, and the one queued next, not every waiting client.
+func grantChannel(key, clientID string) string { return releaseChannel(key) + ":" + clientID }
 
 // queueKeys returns the keys of the lock's server-side queue: the sorted set of waiting
 // clients, and the hash of their entries (docs/PROTOCOL.md, "The queue").

@@ -24,7 +24,8 @@ type lockSpec struct {
 	name    string
 	key     string   // lockKey: the name is the cluster hash tag
 	keys    []string // key and its queue keys, for script calls
-	channel string   // where releases are announced
+	channel string   // where releases are announced to listeners other than waiting clients
+	grants  string   // where this client hears grants and wake-ups for this lock
 	ttl     time.Duration
 	ttlArg  string // ttl in ms, as the scripts take it
 	renew   bool
@@ -56,7 +57,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	key := lockKey(o.prefix, name)
 	qkey, wkey := queueKeys(key)
 	m.spec = &lockSpec{
-		name: name, key: key, keys: []string{key, qkey, wkey}, channel: releaseChannel(key),
+		name: name, key: key, keys: []string{key, qkey, wkey}, channel: releaseChannel(key), grants: grantChannel(key, c.e.clientID),
 		ttl: o.ttl, ttlArg: ms(o.ttl), renew: o.renew, meta: c.meta,
 		ack: replicaAck{n: o.ackN, wait: o.ackWait}, wait: o.wait,
 	}
@@ -175,13 +176,17 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
 	}
 	a := acquireArgs{keys: spec.keys, owner: "", ttl: spec.ttlArg, meta: spec.meta, channel: spec.channel, client: ""}
+	var sent int64
 	if reg != nil {
 		a.owner, a.queue, a.client, a.window, a.place = reg.owner, true, reg.id, reg.winArg, reg.place
+		if e.traits.servers > 1 {
+			a.queuedLate = func(server int, token uint64) { e.registeredLate(reg, sent, server, token) }
+		}
 	} else {
 		a.owner = e.newOwner()
 	}
 	owner := a.owner
-	sent := mono()
+	sent = mono()
 	res, acked, err := e.b.acquire(ctx, a, spec.ack)
 	if err != nil {
 		// The script may have run all the same (the reply was lost, or the caller gave up
@@ -203,11 +208,11 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 			if res.dirty {
 				e.dropRegistration(reg) // its owner may be released late on some server: never reuse it
 			} else {
-				mask := res.queuedOn
+				mask, tokens := res.queuedOn, res.tokensOn
 				if e.traits.servers == 1 {
-					mask = 1
+					mask, tokens = 1, []uint64{res.token}
 				}
-				e.registered(reg, sent, mask)
+				e.registered(reg, sent, mask, tokens)
 			}
 		}
 		return nil, holder{pttl: res.pttl, token: res.token}, nil

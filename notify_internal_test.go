@@ -26,15 +26,15 @@ func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
 		_, err := m.Lock(wctx)
 		waiter <- err
 	}()
-	waitFor(t, 10*time.Second, "the waiter's subscription to be confirmed", isLive(c.e, m.spec.channel, true))
-	q2 := &queue{key: m.spec.key, channel: m.spec.channel, wake: make(chan struct{}, 1)}
-	c.e.notices.add(m.spec.channel, q2)
+	waitFor(t, 10*time.Second, "the waiter's subscription to be confirmed", isLive(c.e, m.spec.grants, true))
+	q2 := &queue{key: m.spec.key, channel: m.spec.grants, wake: make(chan struct{}, 1)}
+	c.e.notices.add(m.spec.grants, q2)
 	select {
 	case <-q2.wake:
 	default:
 		t.Fatal("a queue registered on a live channel was not woken")
 	}
-	c.e.notices.remove(m.spec.channel, q2)
+	c.e.notices.remove(m.spec.grants, q2)
 	stopWaiter()
 	if err := <-waiter; !errors.Is(err, context.Canceled) {
 		t.Fatalf("waiter: %v, want context.Canceled", err)
@@ -43,5 +43,5 @@ func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
 
 	// Once the unsubscribe is decided the channel is no longer live: a new queue then waits
 	// for the confirmation of its own subscription.
-	waitFor(t, 10*time.Second, "the channel to stop being live after its last queue left", isLive(c.e, m.spec.channel, false))
+	waitFor(t, 10*time.Second, "the channel to stop being live after its last queue left", isLive(c.e, m.spec.grants, false))
 }

@@ -60,6 +60,9 @@ type acquireArgs struct {
 	client      string   // the caller's client id: its queue entry
 	window      string   // queue: the acceptance window, ms
 	place       string   // queue: the entry's place ("": the server's time)
+	// queuedLate (quorum mode, queue): told of a server that queued the entry after the
+	// attempt was decided (and the holder's token there).
+	queuedLate func(server int, token uint64)
 }
 
 func (a acquireArgs) call() conn.Call {
@@ -92,6 +95,8 @@ type acquired struct {
 	dirty bool
 	// queuedOn (quorum mode, with a queue entry): the servers that queued or refreshed it.
 	queuedOn uint64
+	// tokensOn (quorum mode, !ok): the holder's token on each server that refused (0: none).
+	tokensOn []uint64
 }
 
 func readAcquire(r []int64) (acquired, error) {

@@ -3,6 +3,7 @@ package dlock
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -81,7 +82,7 @@ func TestReadAcquire(t *testing.T) {
 		{[]int64{0, 0, 42}, acquired{pttl: 0, token: 42}},                          // its lease ends now
 	} {
 		got, err := readAcquire(tc.reply)
-		if err != nil || got != tc.want {
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("readAcquire(%v) = %+v, %v; want %+v", tc.reply, got, err, tc.want)
 		}
 	}

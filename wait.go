@@ -48,10 +48,11 @@ type waitQueues struct {
 }
 
 // earlyGrant is a grant announced before the reply to the attempt that registered: the
-// announcement and the reply travel on different connections.
+// announcement and the reply travel on different connections. In quorum mode each server
+// announces its own.
 type earlyGrant struct {
-	token uint64
-	at    int64 // mono ns
+	tokens []uint64 // by server; 0: none announced
+	at     int64    // mono ns of the first
 }
 
 type qshard struct {
@@ -100,7 +101,12 @@ type registration struct {
 
 	// sentOn[i]: mono ns, the send time of the newest request that made or refreshed the entry
 	// on server i and succeeded there (0: none yet). One server: sentOn[0].
-	sentOn    []atomic.Int64
+	sentOn []atomic.Int64
+	// seenOn[i]: the largest token of another holder that an attempt under the registration saw
+	// on server i. A grant announced with a token not above it is stale: it was made before
+	// that attempt and has lapsed (the attempt found someone else holding the lock), and the
+	// attempt queued the entry again under the same id.
+	seenOn    []atomic.Uint64
 	state     atomic.Int32  // regNew, regQueued, regDone
 	grantedOn atomic.Uint64 // the servers that announced a grant to it
 	token     atomic.Uint64 // the largest token they announced
@@ -158,6 +164,7 @@ func (e *engine) newRegistration(spec *lockSpec) *registration {
 	reg := &registration{
 		id: e.clientID + "." + strconv.FormatUint(e.seq.Add(1), 10), owner: e.newOwner(),
 		spec: spec, window: w, winArg: ms(w), idx: -1, sentOn: make([]atomic.Int64, e.traits.servers),
+		seenOn: make([]atomic.Uint64, e.traits.servers),
 	}
 	if e.traits.majority > 1 {
 		// The same place on every server: clients registered on them all are ordered the same
@@ -234,9 +241,14 @@ func (reg *registration) validFrom(mask uint64) (int64, bool) {
 }
 
 // registered records that the servers in mask have reg (its attempt, sent at sent, was refused
-// and queued the client), so that a grant to it is recognised and the renewal loop keeps it
-// alive.
-func (e *engine) registered(reg *registration, sent int64, mask uint64) {
+// and queued the client; tokens[i]: the holder's token on server i), so that a grant to it is
+// recognised and the renewal loop keeps it alive.
+func (e *engine) registered(reg *registration, sent int64, mask uint64, tokens []uint64) {
+	for i, t := range tokens {
+		if i < len(reg.seenOn) {
+			atomicMax(&reg.seenOn[i], t)
+		}
+	}
 	reg.refreshedOn(mask, sent)
 	if !reg.state.CompareAndSwap(regNew, regQueued) {
 		return
@@ -248,8 +260,23 @@ func (e *engine) registered(reg *registration, sent int64, mask uint64) {
 	e.waits.regMu.Unlock()
 	e.renewer.addEntry(reg)
 	if early {
-		e.granted(reg.id, g.token, 0)
+		for server, token := range g.tokens {
+			if token != 0 {
+				e.granted(reg.id, token, server)
+			}
+		}
 	}
+}
+
+// registeredLate records that server queued reg (holder's token there: token) in answer to an
+// attempt sent at sent, after that attempt was decided (quorum mode): a grant from that server
+// then counts without a claim.
+func (e *engine) registeredLate(reg *registration, sent int64, server int, token uint64) {
+	if server >= len(reg.sentOn) || reg.state.Load() != regQueued {
+		return
+	}
+	atomicMax(&reg.seenOn[server], token)
+	reg.refreshedOn(1<<server, sent)
 }
 
 // waitInQueue queues behind this client's other waiters for the lock, then, as the head,
@@ -370,7 +397,11 @@ func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, er
 		return st, nil
 	}
 	(&Lease{st: st}).Unlock(context.WithoutCancel(ctx))
-	if out.err == nil || out.err == errNotAcked {
+	if out.err == nil {
+		return nil, fmt.Errorf("%w: lock %q: granted, but the grant had lapsed on the server before it could be confirmed",
+			ErrLost, st.spec.name)
+	}
+	if out.err == errNotAcked {
 		return nil, fmt.Errorf("%w: lock %q: granted, but fewer than %d replicas acknowledged it within %v; released again",
 			ErrReplicaAck, st.spec.name, st.spec.ack.n, st.spec.ack.wait)
 	}
@@ -426,7 +457,7 @@ func (qs *waitQueues) join(spec *lockSpec, ctx context.Context) (*queue, *waiter
 	defer s.mu.Unlock()
 	q := s.m[spec.key]
 	if q == nil {
-		q = &queue{key: spec.key, channel: spec.channel, wake: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}
+		q = &queue{key: spec.key, channel: spec.grants, wake: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}
 		s.m[spec.key] = q
 	}
 	q.waiters = append(q.waiters, w)
@@ -681,7 +712,7 @@ func (e *engine) granted(id string, token uint64, server int) {
 	qs := e.waits
 	qs.regMu.Lock()
 	reg := qs.regs[id]
-	if reg == nil && e.traits.servers == 1 && strings.HasPrefix(id, e.clientID+".") {
+	if reg == nil && server < e.traits.servers && strings.HasPrefix(id, e.clientID+".") {
 		// This client's, and the reply to the attempt that registered it is still on its way:
 		// registered takes it from here. Entries older than a few windows are stale.
 		now := mono()
@@ -692,18 +723,21 @@ func (e *engine) granted(id string, token uint64, server int) {
 				}
 			}
 		}
-		qs.early[id] = earlyGrant{token: token, at: now}
+		g, ok := qs.early[id]
+		if !ok {
+			g = earlyGrant{tokens: make([]uint64, e.traits.servers), at: now}
+		}
+		g.tokens[server] = max(g.tokens[server], token)
+		qs.early[id] = g
 	}
 	qs.regMu.Unlock()
 	if reg == nil || server >= len(reg.sentOn) {
 		return // not this client's, or done with already
 	}
-	for {
-		old := reg.token.Load()
-		if token <= old || reg.token.CompareAndSwap(old, token) {
-			break
-		}
+	if token <= reg.seenOn[server].Load() {
+		return // made before an attempt that found another holder: lapsed
 	}
+	atomicMax(&reg.token, token)
 	mask := reg.grantedOn.Or(1<<server) | 1<<server
 	if n := bits.OnesCount64(mask); n < e.traits.majority {
 		if n == 1 {
@@ -763,6 +797,16 @@ func (e *engine) granted(id string, token uint64, server int) {
 		// Nobody to give it to: give it back, which grants it to the next client.
 		st.end(endReleased, nil)
 		e.renewer.background(release{req: st.releaseReq(true), at: mono(), until: mono() + int64(reg.window)})
+	}
+}
+
+// atomicMax raises v to t if t is larger.
+func atomicMax(v *atomic.Uint64, t uint64) {
+	for {
+		old := v.Load()
+		if t <= old || v.CompareAndSwap(old, t) {
+			return
+		}
 	}
 }
 

@@ -407,12 +407,69 @@ func TestGrant_EarlyAnnouncement(t *testing.T) {
 	if _, ok := e.waits.early[reg.id]; !ok {
 		t.Fatal("early grant not kept")
 	}
-	e.registered(reg, mono(), 1)
+	e.registered(reg, mono(), 1, nil)
 	if reg.state.Load() != regDone {
 		t.Fatalf("registration state %d after its early grant, want done", reg.state.Load())
 	}
 	if reg.pending == nil || reg.pending.token != 12345 {
 		t.Fatalf("pending lease %+v, want the granted one", reg.pending)
+	}
+	reg.pending.end(endReleased, nil)
+}
+
+// A grant announced with a token not above that of a holder an attempt under the same
+// registration saw is stale: the grant lapsed while the client was paused (its announcement
+// still buffered), someone else took the lock, and the attempt that found them queued the entry
+// again under the same id. The client must not make a lease of it; a later grant counts.
+func TestGrant_StaleAnnouncementAfterRequeue(t *testing.T) {
+	_, _, dial := privateServer(t)
+	c := dial()
+	m := c.Mutex("stale-grant")
+	e := c.e
+	reg := e.newRegistration(m.spec)
+	e.registered(reg, mono(), 1, []uint64{5000}) // the attempt after the pause saw holder 5000
+	e.granted(reg.id, 4000, 0)                   // the lapsed grant's buffered announcement
+	if reg.state.Load() != regQueued || reg.pending != nil {
+		t.Fatalf("stale grant taken: state %d, pending %+v", reg.state.Load(), reg.pending)
+	}
+	e.granted(reg.id, 6000, 0) // a grant made after that attempt
+	if reg.state.Load() != regDone || reg.pending == nil || reg.pending.token != 6000 {
+		t.Fatalf("later grant not taken: state %d, pending %+v", reg.state.Load(), reg.pending)
+	}
+	reg.pending.end(endReleased, nil)
+}
+
+// In quorum mode each server announces its own grant, and any of them may come before the
+// reply to the attempt that registered: they are kept per server, and once the registration is
+// known they count (a majority of them makes the lease without a claim).
+func TestGrant_EarlyAnnouncementsQuorum(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var urls []string
+	for range 3 {
+		urls = append(urls, redistest.Start(t).URL())
+	}
+	c, err := DialQuorum(ctx, urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e := c.e
+	reg := e.newRegistration(c.Mutex("early-quorum").spec)
+	e.granted(reg.id, 700, 0) // before the attempt's reply: kept
+	e.granted(reg.id, 800, 2)
+	if g, ok := e.waits.early[reg.id]; !ok || g.tokens[0] != 700 || g.tokens[2] != 800 {
+		t.Fatalf("early grants %+v, want servers 0 and 2 kept", e.waits.early[reg.id])
+	}
+	sent := mono()
+	e.registered(reg, sent, 0b011, []uint64{100, 100, 0}) // servers 0 and 1 answered in time
+	e.registeredLate(reg, sent, 2, 100)                   // server 2 after the decision
+	if reg.state.Load() != regQueued {
+		t.Fatalf("registration state %d with one counted grant, want queued", reg.state.Load())
+	}
+	e.granted(reg.id, 900, 2) // server 2 again: the majority (0 and 2) is now known
+	if reg.state.Load() != regDone || reg.pending == nil || reg.pending.token != 900 {
+		t.Fatalf("state %d, pending %+v: want the lease of a majority's grants, token 900", reg.state.Load(), reg.pending)
 	}
 	reg.pending.end(endReleased, nil)
 }

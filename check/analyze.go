@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -49,18 +50,24 @@ type findings struct {
 	TokenOrderBugs int
 
 	// Memory pressure, in the scenarios with a memory limit.
-	Dials             int   // workers' Dials
-	DialsRefused      int   // ...refused with the error the scenario expects (dialRefused)
-	EvictedKeys       int64 // the server's evicted_keys at the end of the run
-	LockEvictions     int   // evictions of the lock's key
-	LockEvictionsHeld int   // ...while a lease on it was held
-	Warnings          int   // warnings the clients logged (WithLogger)
-	OOMRefused        int   // acquisitions refused with an error wrapping ErrOutOfMemory
-	OOMGrants         int   // acquisitions the server granted while out of memory
-	OOMReleases       int   // Unlocks that overlapped an out-of-memory period and returned nil
-	OOMReleased       int   // ...after which the key read as released (or was gone)
-	OOMPassedOn       int   // ...as held still, by the sibling the lock was passed to locally
-	OOMTakenAgain     int   // ...as held by a later grant
+	Dials              int   // workers' Dials
+	DialsRefused       int   // ...refused with the error the scenario expects (dialRefused)
+	EvictedKeys        int64 // the server's evicted_keys at the end of the run
+	LockEvictions      int   // evictions of the lock's key
+	LockEvictionsHeld  int   // ...while a lease on it was held
+	Warnings           int   // warnings the clients logged (WithLogger)
+	OOMRefused         int   // acquisitions refused with an error wrapping ErrOutOfMemory
+	OOMGrants          int   // acquisitions the server granted while out of memory
+	OOMGrantsOnRelease int   // ...of them by a release (grant on release): inside another holder's Unlock
+	OOMLostBefore      int   // Unlocks that overlapped an out-of-memory period and returned ErrLost for a lease already reported lost
+	OOMReleases        int   // Unlocks that overlapped an out-of-memory period and returned nil
+	OOMReleased        int   // ...after which the key read as released (or was gone)
+	OOMPassedOn        int   // ...as held still, by the sibling the lock was passed to locally
+	OOMPassedBack      int   // ...of them to a sibling whose Lock failed at that moment, and released it again
+	OOMTakenAgain      int   // ...as held by a later grant
+
+	// Waiter faults (waiterFaults): the stall each one caused is its Recovery figure.
+	WaiterGranted int // faults whose hit waiter the server granted the lock to while it was frozen or dead
 
 	Failures []string // claimed guarantees broken, each naming the operations involved
 	Notes    []string
@@ -99,9 +106,11 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	a.checkHitHoldersTold(signalled)
 	a.checkLeaseContexts()
 	a.checkRecovery()
+	a.checkWaiterStalls()
 	a.checkEvictions()
 	a.checkOutOfMemory()
 	a.checkRegister(linTimeout)
+	a.noteScriptErrors()
 	return a.f
 }
 
@@ -422,8 +431,12 @@ func (a *analysis) checkLeaseContexts() {
 // lease just runs out), it must come within TTL + killRecoverySlack. Where the fault puts the
 // server out of memory (outOfMemory), the lock can pass between goroutines of one process all
 // through it, without the server: there recovery runs from the fault's end (memory back) to
-// the next grant by the server.
+// the next grant by the server. Where the fault hits a waiter (waiterFaults), the holder is
+// unharmed and recovery is the stall the waiter caused: checkWaiterStalls measures it.
 func (a *analysis) checkRecovery() {
+	if a.sc.waiterFaults {
+		return
+	}
 	var byR []acq
 	for _, q := range a.acqs {
 		if !a.sc.outOfMemory || !q.local {
@@ -535,15 +548,21 @@ func (a *analysis) checkEvictions() {
 }
 
 // checkOutOfMemory checks, where the fault puts the server out of memory (outOfMemory), what
-// dlock promises there. Every Unlock that overlapped an out-of-memory period must return nil,
-// and every Unlock that returned nil must leave the lock released: the key its worker read
+// dlock promises there. Every Unlock that overlapped an out-of-memory period must return nil
+// (but for an ErrLost from a lease whose context had already said it was lost: such an Unlock
+// has nothing to release, and is noted), and every Unlock that returned nil must leave the
+// lock released: the key its worker read
 // right after (worker.readBack) is gone, or released ("- <token> 0"), or held by a later grant
 // (a larger token), or held still under this lease's token because the Unlock passed the lock
 // to a sibling goroutine (the next token is that local handoff). Acquisitions refused for
 // memory must wrap ErrOutOfMemory, and the server must grant none during the fault (the
 // acquisition scripts' first write needs memory; the fault's record lies inside the time the
-// server was out of memory). A run in which no acquisition was refused for memory, or no
-// Unlock released the lock on the server while it was out of memory, proves nothing and fails.
+// server was out of memory) but by a release: grant on release gives the lock to the first
+// client queued inside the releasing holder's Unlock, and Redis lets a script that has written
+// (the release) write on, so those grants are counted and not failed. A run in which no
+// acquisition was refused for memory, or no Unlock released the lock on the server while it
+// was out of memory (the key then read released, or taken again: granted on by the release),
+// proves nothing and fails.
 func (a *analysis) checkOutOfMemory() {
 	f := a.f
 	if !a.sc.outOfMemory {
@@ -562,12 +581,16 @@ func (a *analysis) checkOutOfMemory() {
 		tok uint64
 	}
 	read := map[lease]event{}
+	told := map[lease]int64{} // when the lease's context reported it lost
 	for _, e := range a.d.events {
-		if e.K == "key" {
+		switch e.K {
+		case "key":
 			read[lease{e.who(), e.Tok}] = e
+		case "sig":
+			told[lease{e.who(), e.Tok}] = e.S
 		}
 	}
-	var unmarked, failed, held []string
+	var unmarked, failed, held, lostBefore []string
 	unread := 0
 	for _, e := range a.d.events {
 		switch {
@@ -576,7 +599,14 @@ func (a *analysis) checkOutOfMemory() {
 		case e.K == "acq" && e.Res != "ok" && strings.Contains(e.Res, "OOM"):
 			unmarked = append(unmarked, fmt.Sprintf("%s at %s: %s", e.who(), ts(e.R, a.d.start), e.Res))
 		case e.K == "unl" && e.Res != "":
-			if during(e.S, e.R) {
+			at, wasTold := told[lease{e.who(), e.Tok}]
+			switch {
+			case !during(e.S, e.R):
+			case e.is(errKindLost) && wasTold && at <= e.S:
+				// The lease was lost before its Unlock, which had nothing to release.
+				f.OOMLostBefore++
+				lostBefore = append(lostBefore, fmt.Sprintf("%s token %d, Lock returned at %s", e.who(), e.Tok, ts(a.lockReturn(e.who(), e.Tok), a.d.start)))
+			default:
 				failed = append(failed, fmt.Sprintf("%s token %d at %s: %s", e.who(), e.Tok, ts(e.S, a.d.start), e.Res))
 			}
 		case e.K == "unl":
@@ -598,18 +628,32 @@ func (a *analysis) checkOutOfMemory() {
 				f.OOMReleased++
 			case "passed on":
 				f.OOMPassedOn++
+			case "passed back":
+				f.OOMPassedOn++
+				f.OOMPassedBack++
 			case "taken again":
 				f.OOMTakenAgain++
 			}
 		}
 	}
+	var unlocks []event
+	for _, e := range a.d.events {
+		if e.K == "unl" {
+			unlocks = append(unlocks, e)
+		}
+	}
 	var granted []string
 	for _, q := range a.acqs {
 		for _, flt := range a.d.faults {
-			if !q.local && q.lo >= flt.Start && q.hi <= flt.End {
-				f.OOMGrants++
-				granted = append(granted, fmt.Sprintf("%s token %d at %s", q.w, q.tok, ts(q.lo, a.d.start)))
+			if q.local || q.lo < flt.Start || q.hi > flt.End {
+				continue
 			}
+			f.OOMGrants++
+			if slices.ContainsFunc(unlocks, func(u event) bool { return u.who() != q.w && u.S <= q.lo && q.hi <= u.R }) {
+				f.OOMGrantsOnRelease++ // the release made it: grant on release
+				continue
+			}
+			granted = append(granted, fmt.Sprintf("%s token %d at %s", q.w, q.tok, ts(q.lo, a.d.start)))
 		}
 	}
 	if len(failed) > 0 {
@@ -619,7 +663,7 @@ func (a *analysis) checkOutOfMemory() {
 		a.fail("%d Unlocks returned nil but left the lock held: %s", len(held), joinN(held, 3))
 	}
 	if len(granted) > 0 {
-		a.fail("the server granted the lock %d times while out of memory: %s", len(granted), joinN(granted, 3))
+		a.fail("the server granted the lock %d times while out of memory, not by a release: %s", len(granted), joinN(granted, 3))
 	}
 	if len(unmarked) > 0 {
 		a.fail("%d acquisitions refused for memory with an error that does not wrap ErrOutOfMemory: %s", len(unmarked), joinN(unmarked, 3))
@@ -627,21 +671,40 @@ func (a *analysis) checkOutOfMemory() {
 	if f.OOMRefused == 0 && len(a.d.faults) > 0 {
 		a.fail("no acquisition was refused with ErrOutOfMemory: the run proves nothing")
 	}
-	if f.OOMReleased == 0 && len(a.d.faults) > 0 {
+	if f.OOMReleased+f.OOMTakenAgain == 0 && len(a.d.faults) > 0 { // taken again: the release ran, and granted it on
 		a.fail("no Unlock released the lock on the server while it was out of memory: the run proves nothing")
 	}
-	a.note("out of memory: %d acquisitions refused with ErrOutOfMemory, %d granted by the server; %d Unlocks returned nil (the key then read released %d times, passed on locally %d, taken again %d)",
-		f.OOMRefused, f.OOMGrants, f.OOMReleases, f.OOMReleased, f.OOMPassedOn, f.OOMTakenAgain)
+	a.note("out of memory: %d acquisitions refused with ErrOutOfMemory, %d granted by the server (%d of them by a release, inside another holder's Unlock); %d Unlocks returned nil (the key then read released %d times, passed on locally %d (%d of them to a sibling whose Lock failed at that moment and released it again), taken again %d)",
+		f.OOMRefused, f.OOMGrants, f.OOMGrantsOnRelease, f.OOMReleases, f.OOMReleased, f.OOMPassedOn, f.OOMPassedBack, f.OOMTakenAgain)
 	if unread > 0 {
 		a.note("%d Unlocks without a read of the key after them (the worker stopped, or the read failed)", unread)
 	}
+	if len(lostBefore) > 0 {
+		a.note("%d leases were lost before their Unlock while the server was out of memory (their context said lost at its first check, and Unlock returned ErrLost): %s", len(lostBefore), joinN(lostBefore, 3))
+	}
 }
+
+// lockReturn is when the Lock call that got w the lease of tok returned (0 when unknown).
+func (a *analysis) lockReturn(w who, tok uint64) int64 {
+	for _, q := range a.acqs {
+		if q.tok == tok && q.w == w {
+			return q.r
+		}
+	}
+	return 0
+}
+
+// passBackWithin bounds how long after an Unlock a sibling's failing Lock may end for the lock
+// to count as passed back (releaseState).
+const passBackWithin = 50 * time.Millisecond
 
 // releaseState judges what the key read right after a successful Unlock (unl) says: "released"
 // (gone, or "- <token> 0"), "taken again" (held under a larger token: a later grant by the
 // server), "passed on" (held under this lease's token or below, and the lease of the next
 // token is a local handoff from this holder: the lock passed to a sibling inside the Unlock,
-// and the server's record of it did not change), or "held": the Unlock left the lock held.
+// and the server's record of it did not change), "passed back" (the same, to a sibling whose
+// Lock call failed at that moment and released the lease it was handed), or "held": the
+// Unlock left the lock held.
 func (a *analysis) releaseState(unl, key event) string {
 	if !key.Live || strings.HasPrefix(key.Res, "- ") {
 		return "released"
@@ -655,6 +718,16 @@ func (a *analysis) releaseState(unl, key event) string {
 	i := sort.Search(len(a.acqs), func(i int) bool { return a.acqs[i].tok > unl.Tok })
 	if i < len(a.acqs) && a.acqs[i].tok == unl.Tok+1 && a.acqs[i].local && a.acqs[i].w.sameProcess(unl.who()) {
 		return "passed on"
+	}
+	// The Unlock passed the lock to a sibling goroutine whose Lock call was failing at that very
+	// moment (its own attempt refused, for memory): that Lock returned its error and released
+	// the lease it had just been handed, which no Lock call returned, so the key still names
+	// this process's hold when the read comes. That sibling's attempt was in flight when the
+	// lock came: its Lock fails within passBackWithin of the Unlock's return.
+	for _, e := range a.d.events {
+		if e.K == "acq" && e.Res != "ok" && e.who().sameProcess(unl.who()) && e.G != unl.G && e.S <= unl.S && e.R >= unl.R && e.R <= unl.R+int64(passBackWithin) {
+			return "passed back"
+		}
 	}
 	return "held"
 }
@@ -939,4 +1012,26 @@ func joinN(xs []string, n int) string {
 		out += x
 	}
 	return out
+}
+
+// scriptError matches a Lua runtime error of a dlock script as Redis reports it
+// ("user_script:<line>: <what went wrong>"), not a command the server refused inside a script
+// (such as OOM, which names "@user_script:<line>." at the end).
+var scriptError = regexp.MustCompile(`(^|[^@])user_script:\d+: `)
+
+// noteScriptErrors notes the Lock and Unlock calls that failed because a dlock script broke on
+// the server: a library bug, whatever the fault. Noted, not failed: the guarantees the run
+// claims are judged on their own, and the report names the script and line.
+func (a *analysis) noteScriptErrors() {
+	var ex []string
+	n := map[string]int{}
+	for _, e := range a.d.events {
+		if (e.K == "acq" || e.K == "unl") && scriptError.MatchString(e.Res) {
+			n[e.K]++
+			ex = append(ex, fmt.Sprintf("%s at %s: %s", e.who(), ts(e.R, a.d.start), strings.TrimPrefix(e.Res, "err: ")))
+		}
+	}
+	if len(ex) > 0 {
+		a.note("a dlock script broke on the server (a library bug): %d Lock calls and %d Unlocks failed with a Lua error, e.g. %s", n["acq"], n["unl"], joinN(ex, 2))
+	}
 }

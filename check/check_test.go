@@ -165,6 +165,9 @@ func TestScenarioTable(t *testing.T) {
 		if got, ok := scenarioNamed(s.name); !ok || got.name != s.name {
 			t.Errorf("scenarioNamed(%q) = %v, %v", s.name, got, ok)
 		}
+		if s.waiterFaults && s.deploy != standalone {
+			t.Errorf("%s: grant on release is for one server; quorum mode still races", s.name)
+		}
 		if s.replicaAck > 0 && s.deploy != sentinelGroup {
 			t.Errorf("%s: replica acknowledgement needs replicas", s.name)
 		}
@@ -176,7 +179,7 @@ func TestScenarioTable(t *testing.T) {
 	if err != nil || strings.Join(o.scenarios, ",") != strings.Join(scenarioNames(), ",") {
 		t.Fatalf("default scenarios %v (%v), want the table's %v", o.scenarios, err, scenarioNames())
 	}
-	o.ttl, o.sentTTL = time.Second, 3*time.Second
+	o.ttl, o.sentTTL, o.waiterTTL = time.Second, 3*time.Second, 2*time.Second
 	o.minFaults, o.sentFaults = 1, 7
 	o.maxRun, o.quorumMax = 10*time.Second, 20*time.Second
 	for _, c := range []struct {
@@ -191,11 +194,16 @@ func TestScenarioTable(t *testing.T) {
 		{"redlock-restart", time.Second, 1, 20 * time.Second},
 		{"eviction", time.Second, 0, 10 * time.Second}, // a refused Dial: no fault
 		{"oom", time.Second, 1, 10 * time.Second},
+		{"waiter-faults", 2 * time.Second, 3, 10 * time.Second}, // its own TTL; one fault of each variant
 	} {
 		s, _ := scenarioNamed(c.name)
-		if ttl, faults, maxRun := s.deploy.ttl(o), s.faults(o), s.deploy.maxRun(o); ttl != c.ttl || faults != c.faults || maxRun != c.maxRun {
+		if ttl, faults, maxRun := s.ttl(o), s.faults(o), s.deploy.maxRun(o); ttl != c.ttl || faults != c.faults || maxRun != c.maxRun {
 			t.Errorf("%s: TTL %v, %d faults, max run %v; want %v, %d, %v", c.name, ttl, faults, maxRun, c.ttl, c.faults, c.maxRun)
 		}
+	}
+	o.minFaults = 5
+	if s, _ := scenarioNamed("waiter-faults"); s.faults(o) != 6 {
+		t.Errorf("waiter-faults plays %d faults for --min-faults 5, want 6: whole rounds of its variants", s.faults(o))
 	}
 	both := []bool{true, false}
 	for _, s := range scenarios {
@@ -598,7 +606,7 @@ func TestAnalyze_OutOfMemory(t *testing.T) {
 	if len(f.Recovery) != 1 || f.Recovery[0] != 20*time.Millisecond {
 		t.Fatalf("recovery %v", f.Recovery)
 	}
-	if cell := memoryCell(f); !strings.Contains(cell, "2 acquisitions refused (ErrOutOfMemory), 0 granted; 1 Unlocks ok, then released 1") {
+	if cell := memoryCell(f); !strings.Contains(cell, "2 acquisitions refused (ErrOutOfMemory), 0 granted (0 by a release); 1 Unlocks ok, then released 1") {
 		t.Fatalf("memory cell %q", cell)
 	}
 
@@ -615,6 +623,15 @@ func TestAnalyze_OutOfMemory(t *testing.T) {
 	if f := analyze(h.d, 10*time.Second); len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "returned nil but left the lock held: worker 0.1 g0 token 10") ||
 		!strings.Contains(f.Failures[1], "no Unlock released the lock on the server") {
 		t.Fatalf("held after Unlock: failures %q", f.Failures)
+	}
+	// ...or when it passed the lock to a sibling whose Lock call failed at that moment (its
+	// attempt refused for memory), which released the lease it was handed.
+	h = oomHistory()
+	stillHeld(h)
+	h.ev(w0b, event{K: "acq", S: msT(150), R: msT(203), Res: "err: dlock: server out of memory", Is: errKindOutOfMemory})
+	if f := analyze(h.d, 10*time.Second); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "no Unlock released the lock on the server") ||
+		f.OOMPassedBack != 1 || f.OOMPassedOn != 1 {
+		t.Fatalf("passed back: failures %q, passed on %d (back %d)", f.Failures, f.OOMPassedOn, f.OOMPassedBack)
 	}
 	// ...which is right when the Unlock passed the lock to a sibling goroutine, whose release
 	// then reached the server.
@@ -642,9 +659,47 @@ func TestAnalyze_OutOfMemory(t *testing.T) {
 	h.ev(w1, event{K: "acq", S: msT(800), R: msT(801), Res: "err: OOM command not allowed when used memory > 'maxmemory'"})
 	f = analyze(h.d, 10*time.Second)
 	if len(f.Failures) != 3 || !strings.Contains(f.Failures[0], "1 Unlocks failed while the server was out of memory: worker 1.1 g0 token 20") ||
-		!strings.Contains(f.Failures[1], "granted the lock 1 times while out of memory: worker 0.1 g0 token 20 at t+0.400s") ||
+		!strings.Contains(f.Failures[1], "granted the lock 1 times while out of memory, not by a release: worker 0.1 g0 token 20 at t+0.400s") ||
 		!strings.Contains(f.Failures[2], "1 acquisitions refused for memory with an error that does not wrap ErrOutOfMemory") {
 		t.Fatalf("failed Unlock, grant, unmarked refusal: failures %q", f.Failures)
+	}
+
+	// A grant made by a release (grant on release): worker 0's Unlock under OOM gives the lock
+	// to worker 1, queued; the key then reads held by worker 1's token. Counted, not failed.
+	h = oomHistory()
+	for i, e := range h.d.events {
+		if e.K == "key" {
+			h.d.events[i].Res = `owner1 20 1 {"pid":2,}`
+		}
+	}
+	h.acq(w1, 20, 150, 200.8) // its grant instant is bounded by the Lock call: 150 to 200.8 ms
+	h.d.events[len(h.d.events)-1].S = msT(200.2)
+	h.d.events[len(h.d.events)-1].R = msT(200.8)
+	h.unl(w1, 20, 250, 251)
+	f = analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 0 || f.OOMGrants != 1 || f.OOMGrantsOnRelease != 1 || f.OOMTakenAgain != 1 {
+		t.Fatalf("grant on release: failures %q, grants %d (%d by a release), taken again %d", f.Failures, f.OOMGrants, f.OOMGrantsOnRelease, f.OOMTakenAgain)
+	}
+
+	// A lease granted while out of memory that its client already counts as lost (its context
+	// said so at its first check): its Unlock returns ErrLost, with nothing to release. Noted;
+	// the same Unlock without the loss reported before it fails.
+	lostLease := func(told bool) *findings {
+		h := oomHistory()
+		h.acq(w1, 20, 200.2, 200.8) // granted by worker 0's release
+		if told {
+			h.sig(w1, 20, 201)
+		}
+		h.unl(w1, 20, 401, 402)
+		h.d.events[len(h.d.events)-1].Res = `dlock: lock lost: "x" was lost before Unlock (dlock: not held)`
+		h.d.events[len(h.d.events)-1].Is = errKindLost
+		return analyze(h.d, 10*time.Second)
+	}
+	if f := lostLease(true); len(f.Failures) != 0 || f.OOMLostBefore != 1 {
+		t.Fatalf("lost before Unlock: failures %q, lost before %d", f.Failures, f.OOMLostBefore)
+	}
+	if f := lostLease(false); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "1 Unlocks failed while the server was out of memory") {
+		t.Fatalf("lost at Unlock: failures %q", f.Failures)
 	}
 
 	// Nothing refused, no release on the server, no grant by the server after memory is back:
@@ -657,6 +712,88 @@ func TestAnalyze_OutOfMemory(t *testing.T) {
 	if len(f.Failures) != 3 || !strings.Contains(f.Failures[0], "granted the lock to no one after memory was back") ||
 		!strings.Contains(f.Failures[1], "no acquisition was refused with ErrOutOfMemory") || !strings.Contains(f.Failures[2], "no Unlock released the lock on the server") {
 		t.Fatalf("proves nothing: failures %q", f.Failures)
+	}
+}
+
+// A waiter fault's schedule: each variant in turn, the pauses on the right side of the
+// acceptance window and of the TTL.
+func TestPlanWaiter(t *testing.T) {
+	ttl := 2 * time.Second
+	win := acceptWindow(ttl)
+	sch := newSchedule(runConf{Scenario: "waiter-faults", Seed: 7})
+	for n := range 30 {
+		p := sch.next(hitWaiter, ttl)
+		switch want := waiterVariants[n%len(waiterVariants)]; {
+		case p.variant != want:
+			t.Fatalf("fault %d: variant %q, want %q", n, p.variant, want)
+		case want == "stop-past-window" && (p.dur <= win+waiterPauseMargin/2 || p.dur >= ttl-waiterPauseMargin/2):
+			t.Fatalf("fault %d: pause %v, want past the window %v and short of the TTL %v", n, p.dur, win, ttl)
+		case want == "stop-past-ttl" && p.dur <= ttl:
+			t.Fatalf("fault %d: pause %v, want past the TTL %v", n, p.dur, ttl)
+		case want == "kill" && p.dur != 0:
+			t.Fatalf("fault %d: kill with a pause of %v", n, p.dur)
+		}
+	}
+	if win != time.Second || acceptWindow(500*time.Millisecond) != 500*time.Millisecond {
+		t.Fatalf("acceptance window %v for 2 s, %v for 500 ms", win, acceptWindow(500*time.Millisecond))
+	}
+	if _, err := parseFlags([]string{"--waiter-ttl", "1s"}, io.Discard); err == nil {
+		t.Fatal("--waiter-ttl 1s accepted: no pause fits between a 1 s window and a 1 s TTL")
+	}
+}
+
+// waiterHistory is a waiter fault at 100 ms on worker 1 (client "c1"), which the server
+// granted the lock to at 105 ms (token 20), while worker 0's goroutines waited; worker 0 gets
+// the lock back after gap ms more.
+func waiterHistory(gap float64, granted bool) *hist {
+	h := newHist("waiter-faults", true)
+	h.d.conf.TTL = 2 * time.Second
+	h.acq(w0, 10, 0, 1)
+	h.unl(w0, 10, 104, 105)
+	h.acq(w0b, 30, 50, 105+gap)
+	h.d.faults = []faultRec{{Kind: "waiter-faults", Variant: "kill", Slot: 0, Inc: 1, Token: 10, Start: msT(100), End: msT(101),
+		Waiter: &waiterHit{Slot: 1, Inc: 1, PID: 42, Entry: "c1.7", Queue: 1}}}
+	if granted {
+		h.d.announcements = []announcement{{T: msT(105), Payload: "g 20 c1.7 1000"}, {T: msT(105 + gap), Payload: "g 30 c0.3 1000"}}
+	}
+	return h
+}
+
+func TestAnalyze_WaiterFaultStall(t *testing.T) {
+	// The dead waiter's window (1 s) runs out, and the other process gets the lock.
+	f := analyze(waiterHistory(1010, true).d, time.Second)
+	if len(f.Failures) != 0 || f.WaiterGranted != 1 || len(f.Recovery) != 1 || f.Recovery[0] != time.Duration(msT(1015)) {
+		t.Fatalf("failures %q, granted %d, stalls %v", f.Failures, f.WaiterGranted, f.Recovery)
+	}
+	if !slices.ContainsFunc(f.Notes, func(n string) bool {
+		return strings.Contains(n, "over the acceptance window 1s + 250 ms after 0 of them")
+	}) {
+		t.Fatalf("notes: %q", f.Notes)
+	}
+	// Over the window + TTL (3 s): the queue stalled.
+	f = analyze(waiterHistory(3100, true).d, time.Second)
+	if len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "the queue stalled") {
+		t.Fatalf("failures %q", f.Failures)
+	}
+	// No grant to the hit waiter: the run proves nothing.
+	f = analyze(waiterHistory(1010, false).d, time.Second)
+	if len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "proves nothing") {
+		t.Fatalf("failures %q", f.Failures)
+	}
+}
+
+// A Lua error inside a dlock script is noted in any scenario; a command the server refused
+// inside a script (out of memory) is not such an error.
+func TestAnalyze_ScriptErrorsNoted(t *testing.T) {
+	h := newHist("kill", true)
+	h.acq(w0, 10, 0, 1)
+	h.ev(w1, event{K: "acq", S: msT(2), R: msT(3), Res: `err: dlock: lock "x" on 127.0.0.1:1: user_script:111: attempt to concatenate local 'meta' (a nil value) script: 3b73, on @user_script:111.`})
+	h.ev(w1, event{K: "acq", S: msT(4), R: msT(5), Res: `err: dlock: lock "x": out of memory: OOM command not allowed when used memory > 'maxmemory'. script: 3b73, on @user_script:24.`})
+	f := analyze(h.d, time.Second)
+	if !slices.ContainsFunc(f.Notes, func(n string) bool {
+		return strings.Contains(n, "1 Lock calls and 0 Unlocks failed with a Lua error") && strings.Contains(n, "user_script:111")
+	}) {
+		t.Fatalf("notes %q", f.Notes)
 	}
 }
 

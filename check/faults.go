@@ -42,6 +42,7 @@ var (
 	restartMajorityMemberLate = fault{plan: planMajorityRestart(true), inject: (*runner).restartMajorityMember}
 	evictHeldLock             = fault{plan: planEviction, inject: (*runner).evictHeldLock}
 	exhaustMemory             = fault{plan: planOutOfMemory, inject: (*runner).exhaustMemory}
+	hitWaiter                 = fault{plan: planWaiter, inject: (*runner).hitWaiter}
 )
 
 // pauseVariants are the places a paused holder is frozen, in the order the schedule

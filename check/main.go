@@ -21,7 +21,9 @@
 // reads about it; faults.go the faults the rows name; run.go one run of a scenario in one mode;
 // worker.go the worker role; resource.go the register the lock protects; memory.go the memory
 // limits of the scenarios that put the server under memory pressure, and the filler that loads
-// an evicting server as a cache; analyze.go the figures and guarantees of a run; report.go the
+// an evicting server as a cache; waiter.go the faults that hit a process queued for the lock on
+// the server rather than the holder, and the stalls they cause; analyze.go the figures and
+// guarantees of a run; report.go the
 // printed table and the docs section; clock.go the one clock every process stamps events with;
 // stop_linux.go the wait for a SIGSTOPped process to freeze; main.go the command line.
 package main
@@ -49,6 +51,7 @@ type options struct {
 	goroutines int
 	ttl        time.Duration
 	sentTTL    time.Duration
+	waiterTTL  time.Duration
 	cycles     int
 	minFaults  int
 	sentFaults int
@@ -90,7 +93,8 @@ whose token is the previous holder's + 1, from another goroutine of its process)
 (writes applied minus the final register), stale operations refused by the fence (or,
 unfenced, applied although a newer token had been seen), acquire latency p50/p99, recovery
 after each fault (fault start -> next successful acquisition; oom: memory back -> next grant
-by the server), lost-lock signals (before / during / after the next holder's acquire), and a
+by the server; waiter-faults: fault start -> the next acquisition by another process after the
+hit waiter's grant), lost-lock signals (before / during / after the next holder's acquire), and a
 porcupine linearizability check of the lock-guarded read-modify-write. The scenarios with a
 memory limit add their own figures (memory pressure): Dials refused; keys evicted, the
 lock's among them and how many under a holder, and the clients' warnings; or, out of memory,
@@ -114,8 +118,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the fault schedule (the same seed gives the same kinds, gaps, durations and variants)")
 	fs.IntVar(&o.workers, "workers", 5, "worker processes (at least 5 for the published figures)")
 	fs.IntVar(&o.goroutines, "goroutines", defaultGoroutines, "goroutines per worker process, sharing its one dlock.Client (so the lock passes between them locally); each is a client of its own in every analysis")
-	fs.DurationVar(&o.ttl, "ttl", 500*time.Millisecond, "lease TTL of every lock (but the Sentinel scenarios')")
+	fs.DurationVar(&o.ttl, "ttl", 500*time.Millisecond, "lease TTL of every lock (but the Sentinel and waiter-faults scenarios')")
 	fs.DurationVar(&o.sentTTL, "sentinel-ttl", 3*time.Second, "lease TTL in the Sentinel scenarios: longer than a failover (Sentinel's down-after is 1.5 s), so that a lock can outlive one")
+	fs.DurationVar(&o.waiterTTL, "waiter-ttl", 2*time.Second, "lease TTL in the waiter-faults scenario: longer than the acceptance window (min(TTL, 1 s)) by more than a pause that outlasts the window")
 	fs.IntVar(&o.cycles, "cycles", 5000, "run until this many writes were applied (each cycle is a read and a write: 2 register operations)...")
 	fs.IntVar(&o.minFaults, "min-faults", 5, "...and at least this many faults played out")
 	fs.IntVar(&o.sentFaults, "sentinel-faults", 10, "...at least this many failovers per Sentinel run")
@@ -188,6 +193,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	if o.workers < 2 || o.goroutines < 1 || o.ttl < 50*time.Millisecond || o.cycles < 1 || o.maxRun <= 0 {
 		return o, fmt.Errorf("need --workers >= 2, --goroutines >= 1, --ttl >= 50ms, --cycles >= 1, --max-run > 0")
 	}
+	if o.waiterTTL < minWaiterTTL() {
+		return o, fmt.Errorf("need --waiter-ttl >= %v: a waiter is frozen past its acceptance window and within the TTL, with a margin on either side", minWaiterTTL())
+	}
 	return o, nil
 }
 
@@ -230,7 +238,7 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 	for _, sc := range o.scenarios {
 		s, _ := scenarioNamed(sc) // parseFlags checked every name
 		for _, fenced := range s.modes(o.modes) {
-			ttl := s.deploy.ttl(o)
+			ttl := s.ttl(o)
 			conf := runConf{
 				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, Goroutines: o.goroutines, TTL: ttl,
 				Cycles: o.cycles, MinFaults: s.faults(o), MaxRun: s.deploy.maxRun(o), Short: o.short, Logf: logf,
@@ -330,6 +338,11 @@ func guaranteesHelp() string {
 			"server grants, or refuses with an error that does not wrap ErrOutOfMemory; no grant " +
 			"by the server once memory is back; or a run in which no acquisition was refused for " +
 			"memory, or no release reached the server while it was out of memory (it proves nothing)"
+	}
+	if l := list(func(s *scenario) bool { return s.waiterFaults }); l != "" {
+		text += "; in " + l + ", a fault on a waiting process after which no other process got the " +
+			"lock within the acceptance window + TTL (the queue stalled), or a run in which no hit " +
+			"waiter was granted the lock while frozen or dead (it proves nothing)"
 	}
 	text += ". Unfenced overlaps and lost updates are measured, not failures."
 	if l := list(func(s *scenario) bool { return s.forgetsLocks }); l != "" {

@@ -11,8 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -64,6 +67,9 @@ type faultRec struct {
 	Token   uint64 `json:"token"` // the lease of the goroutine the fault hit
 	Start   int64  `json:"start"`
 	End     int64  `json:"end"`
+	// Waiter is the process a waiter fault hit (waiter.go): queued for the lock, not holding
+	// it. The fields above then name the holder whose read sprang the trap.
+	Waiter *waiterHit `json:"waiter,omitempty"`
 }
 
 func (f faultRec) who() who { return who{f.Slot, f.Inc, f.G} }
@@ -80,6 +86,10 @@ type runData struct {
 	end    int64
 	infra  []string  // problems of the harness itself (not of dlock)
 	mem    memRecord // a scenario with a memory limit: the server's evictions
+	// announcements heard on the lock's release channel, where the scenario hits waiters
+	// (waiter.go): the grants the analysis places the hit waiters' turns with.
+	announcements []announcement
+	waiterMisses  int64 // waiter-fault traps that found no other process queued, and waited for the next read
 }
 
 // slot is one worker position: its own fault proxies, one in front of each Redis server, and
@@ -106,6 +116,10 @@ type runner struct {
 	slots  []*slot
 	exe    string
 	lock   string
+	// keys reads the lock's keys on the server directly (not through a proxy), where the
+	// scenario hits waiters (waiter.go); else nil.
+	keys         *redis.Client
+	waiterMisses atomic.Int64
 
 	ending chan struct{} // closed when the run is winding down: no respawns
 
@@ -200,6 +214,19 @@ func run(conf runConf) (*runData, error) {
 			}
 		}
 	}
+	if sc.waiterFaults {
+		r.keys = redis.NewClient(&redis.Options{Addr: r.srvs[0].Addr})
+		defer r.keys.Close()
+		l, err := listen(r.keys, dlockKey(r.lock)+":rel")
+		if err != nil {
+			return nil, err
+		}
+		defer func() { // before the server is closed (deferred above)
+			data.announcements = l.close()
+			data.waiterMisses = r.waiterMisses.Load()
+			saveAnnouncements(conf.Dir, data.announcements)
+		}()
+	}
 	for _, s := range r.slots {
 		if err := r.spawn(s); err != nil {
 			r.stopWorkers()
@@ -275,7 +302,13 @@ func run(conf runConf) (*runData, error) {
 	<-schedDone      // a fault under way plays out first (SIGCONT, Unblock, Redis back up)
 	r.faultWG.Wait() // and whatever it started (a respawn)
 	// Let traffic recover from the last fault, so that its recovery is in the record: wait for
-	// a few more applied writes (bounded: a run whose traffic never recovers says so).
+	// a few more applied writes (bounded: a run whose traffic never recovers says so). Where the
+	// fault hits a waiter, the holder's process goes on writing (its goroutines pass the lock
+	// among themselves) until it releases, which grants the lock to the hit waiter for its
+	// acceptance window: the writes that show recovery come after that window.
+	if r.sc.waiterFaults {
+		time.Sleep(acceptWindow(conf.TTL) + killRecoverySlack)
+	}
 	w0 := r.res.acceptedWrites()
 	recoverBy := time.Now().Add(3*conf.TTL + 15*time.Second)
 	for r.res.acceptedWrites() < w0+5 {
@@ -350,7 +383,7 @@ func (r *runner) spawn(s *slot) error {
 		TTL: r.conf.TTL, Log: filepath.Join(r.conf.Dir, fmt.Sprintf("worker-%d.%d.jsonl", s.i, s.inc)),
 		MaxRun:     r.conf.MaxRun + time.Minute,
 		Goroutines: r.conf.Goroutines,
-		Poll:       s.i == len(r.slots)-1, // one goroutine of one worker does not wait in Lock
+		Poll:       s.i == len(r.slots)-1 && !r.sc.noPoll, // one goroutine of one worker does not wait in Lock
 	}
 	if r.group != nil {
 		conf.Sentinels, conf.Master = r.group.SentinelAddrs(), r.group.MasterName()

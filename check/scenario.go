@@ -63,11 +63,25 @@ type scenario struct {
 	// outOfMemory: the fault puts the server out of memory (maxmemory below used_memory under
 	// noeviction). Every Unlock that overlaps it must succeed and leave the lock released (each
 	// worker reads the key right after its Unlock), and one at least must release it on the
-	// server; the server must grant no acquisition meanwhile, and one refused for memory must
+	// server; the server must grant no acquisition meanwhile but by a release (grant on release:
+	// the releasing holder's Unlock gives the lock to the first client queued, and Redis lets a
+	// script that has written go on writing), and one refused for memory must
 	// say so (an error wrapping ErrOutOfMemory), one at least; and once memory is back the
 	// server must grant the lock again: recovery is measured from the fault's end to the next
 	// grant by the server.
 	outOfMemory bool
+	// waiterFaults: the fault hits a process waiting for the lock (queued on the server), not
+	// the holder (waiter.go). The run's TTL is --waiter-ttl, so that a waiter can be frozen
+	// past its acceptance window and yet within its TTL. The analysis measures, per fault, how
+	// long the others go without the lock: from the fault to the next acquisition by another
+	// process after the hit waiter's grant (its recovery figure); one over the acceptance
+	// window + TTL means the queue stalled, and fails the run. A run in which no hit waiter was
+	// granted the lock while frozen or dead proves nothing, and fails too.
+	waiterFaults bool
+	// noPoll: every goroutine waits in Lock; no worker polls with TryLock. A poller tries every
+	// 10 ms, so it finds a grant's window run out at once and passes the lock on to the queue:
+	// it would hide how long the waiters in Lock alone take.
+	noPoll bool
 }
 
 // killRecoverySlack is how long past the TTL a dead holder's lock may stay out of reach
@@ -180,11 +194,20 @@ var scenarios = []scenario{
 	},
 	{
 		name:        "oom",
-		help:        "a redis-server with maxmemory-policy noeviction: while a holder works, maxmemory is set below used_memory for TTL + 0.5–1 s, then set back. Every Unlock must succeed and leave the lock released; acquisitions fail with ErrOutOfMemory; the server grants the lock again once memory is back",
+		help:        "a redis-server with maxmemory-policy noeviction: while a holder works, maxmemory is set below used_memory for TTL + 0.5–1 s, then set back. Every Unlock must succeed and leave the lock released (or granted on to a waiter); acquisitions fail with ErrOutOfMemory, but for grants made by a release; the server grants the lock again once memory is back",
 		deploy:      standalone,
 		memory:      boundedNoEviction,
 		fault:       exhaustMemory,
 		outOfMemory: true,
+	},
+	{
+		name:         "waiter-faults",
+		help:         "grant on release: while the holder reads, the process first in the lock's server-side queue (a waiter, not the holder) is SIGSTOPped past its acceptance window (min(TTL, 1 s)) but within the TTL, or past the TTL, or SIGKILLed (a new worker process takes its place), in turn; TTL --waiter-ttl. The others must get the lock within the window + TTL of the fault",
+		deploy:       standalone,
+		fault:        hitWaiter,
+		minFaults:    len(waiterVariants), // one of each
+		waiterFaults: true,
+		noPoll:       true,
 	},
 }
 
@@ -211,13 +234,27 @@ func scenarioNames() []string {
 	return names
 }
 
+// ttl is the lease TTL of s's runs: --waiter-ttl where the fault hits waiters, else its
+// deployment's.
+func (s *scenario) ttl(o options) time.Duration {
+	if s.waiterFaults {
+		return o.waiterTTL
+	}
+	return s.deploy.ttl(o)
+}
+
 // faults is the number of faults a run of s needs: its deployment's flag, but at least
-// s.minFaults; none where the run is a refused Dial.
+// s.minFaults (where the fault hits waiters, rounded up to whole rounds of its variants); none
+// where the run is a refused Dial.
 func (s *scenario) faults(o options) int {
 	if s.dialRefused != "" {
 		return 0
 	}
-	return max(s.deploy.faults(o), s.minFaults)
+	n := max(s.deploy.faults(o), s.minFaults)
+	if s.waiterFaults {
+		n = (n + len(waiterVariants) - 1) / len(waiterVariants) * len(waiterVariants) // whole rounds of the variants
+	}
+	return n
 }
 
 // modes are the modes s runs in, of those asked for: the first one alone where the run is a

@@ -8,7 +8,7 @@
 -- ARGV[4]  mode: "r" to re-enter only (never take a free lock: a lease that lost its lock must
 --          not silently get a new one with a different token); "q" to queue the caller's
 --          client when the lock is held; "" for neither
--- ARGV[5]  release channel: <lock key>:rel (a grant is announced there)
+-- ARGV[5]  release channel: <lock key>:rel (a grant is announced as release.lua does)
 -- ARGV[6]  "s" to announce with SPUBLISH (Redis Cluster), else PUBLISH
 -- ARGV[7]  the caller's client id (public; names its queue entry)
 -- ARGV[8]  with "q": the acceptance window in ms: how long the queue entry lives unless
@@ -29,12 +29,33 @@
 -- handoff, see handover.lua), and a ForceUnlock keeps only the server's token. The last token
 -- outlives a release (see release.lua), so tokens keep increasing within that window; once the
 -- key is gone, the server clock alone keeps them increasing.
-local function publish(payload)
+local function publish(channel, payload)
   local cmd = 'PUBLISH'
   if ARGV[6] == 's' then
     cmd = 'S' .. cmd -- built at run time: some embedded test servers refuse unknown names at compile time
   end
-  redis.call(cmd, ARGV[5], payload)
+  redis.call(cmd, channel, payload)
+end
+-- client returns the channel of the client whose entry id ("<client id>.<sequence>") is id.
+local function client(id)
+  return ARGV[5] .. ':' .. (string.match(id, '^([^.]*)%.') or id)
+end
+-- grant announces a grant to entry id as release.lua does: to its client, to the client
+-- queued next, and on the release channel if anyone listens there.
+local function grant(id, msg)
+  local to = client(id)
+  publish(to, msg)
+  local nxt = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if nxt and client(nxt) ~= to then
+    publish(client(nxt), msg)
+  end
+  local cmd = 'NUMSUB'
+  if ARGV[6] == 's' then
+    cmd = 'SHARD' .. cmd
+  end
+  if redis.call('PUBSUB', cmd, ARGV[5])[2] > 0 then
+    publish(ARGV[5], msg)
+  end
 end
 local function enqueue(now)
   local ms = now[1] * 1000 + math.floor(now[2] / 1000)
@@ -126,7 +147,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     redis.call('SET', KEYS[1], owner .. ' ' .. string.format('%d', token) .. ' 1 ' .. meta, 'PX', win)
-    publish('g ' .. string.format('%d', token) .. ' ' .. id .. ' ' .. win)
+    grant(id, 'g ' .. string.format('%d', token) .. ' ' .. id .. ' ' .. win)
     if ARGV[4] == 'q' then
       enqueue(now)
     end

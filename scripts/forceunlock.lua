@@ -1,6 +1,7 @@
 -- forceunlock: release a lock whoever holds it (an administrator's "dlock unlock --force"),
 -- exactly as release.lua does for its owner: the last token is kept and waiters are woken.
 -- KEYS[1]  lock key
+-- KEYS[2]  queue: <lock key>:q (see acquire.lua)
 -- ARGV[1]  milliseconds to keep the last token (60000)
 -- ARGV[2]  release channel: <prefix>{<name>}:rel
 -- ARGV[3]  optional: "s" to announce with SPUBLISH (Redis Cluster), else PUBLISH
@@ -8,7 +9,10 @@
 --          value  the lock's value before the call (nil when there is no key)
 --          pttl   its remaining lease before the call, in milliseconds
 --          woken  -1 when nothing was released (not held, or not a dlock value); otherwise the
---                 number of clients that received the release notice (PUBLISH's reply)
+--                 number of clients that received the release notice: every client queued
+--                 (on its own channel, <release channel>:<client id>; the first of them to
+--                 try gets the lock, or grants it to the first live entry) and every listener
+--                 of the release channel
 -- The holder's renewals, re-entries and Unlock fail from then on: its value is gone.
 local v = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
@@ -29,5 +33,14 @@ local publish = 'PUBLISH'
 if ARGV[3] == 's' then
   publish = 'S' .. publish -- built at run time, as in release.lua
 end
-local n = redis.call(publish, ARGV[2], t)
+local n = 0
+local seen = {}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  local ch = ARGV[2] .. ':' .. (string.match(id, '^([^.]*)%.') or id)
+  if not seen[ch] then
+    seen[ch] = true
+    n = n + redis.call(publish, ch, t)
+  end
+end
+n = n + redis.call(publish, ARGV[2], t)
 return {v, pttl, n}

@@ -17,9 +17,9 @@ local function try(name, ...)
     end
   end
 end
-local publish = 'PUBLISH'
+local publish, numsub = 'PUBLISH', 'NUMSUB'
 if ARGV[2] == 's' then
-  publish = 'S' .. publish -- built at run time, as in release.lua
+  publish, numsub = 'S' .. publish, 'SHARD' .. numsub -- built at run time, as in release.lua
 end
 try('GET', KEYS[1])
 try('SET', KEYS[1], '- 0 0', 'NX', 'PX', 1)
@@ -36,4 +36,8 @@ try('HSET', KEYS[3], 'dlock-probe', 'x')
 try('HGET', KEYS[3], 'dlock-probe')
 try('HDEL', KEYS[3], 'dlock-probe')
 try(publish, ARGV[1], '0')
+local r = redis.pcall('PUBSUB', numsub, ARGV[1])
+if type(r) == 'table' and r.err and (string.find(r.err, 'NOPERM', 1, true) or string.find(r.err, 'permission', 1, true) or string.find(r.err, "can't run", 1, true)) then
+  denied[#denied + 1] = 'pubsub|' .. string.lower(numsub)
+end
 return denied

@@ -5,7 +5,7 @@
 -- KEYS[3]  queue entries: <lock key>:w
 -- ARGV[1]  owner secret
 -- ARGV[2]  milliseconds to keep the last token after the final release
--- ARGV[3]  release channel: <lock key>:rel
+-- ARGV[3]  release channel: <lock key>:rel (a client's own channel is <lock key>:rel:<client id>)
 -- ARGV[4]  "1" to drop every hold at once, "0" to drop one
 -- ARGV[5]  "s" to announce with SPUBLISH (Redis Cluster, sharded pub/sub), else PUBLISH
 -- ARGV[6]  a token floor (quorum mode, or a holder that got the lock by a local handoff): the
@@ -13,16 +13,22 @@
 -- ARGV[7]  optional: a client id whose queue entry to drop as well (a client whose waiters all
 --          left: with its entry's owner as ARGV[1], this also gives back a grant it never took)
 -- Reply    holds left (0 = released), or -1 when the caller does not own the lock.
--- Announcement on the channel: "<token>" for a release, "g <token> <client id> <window ms>"
--- for a grant: the lock now belongs to that client's queued owner for the window (its client
--- then renews it), with a new token.
+-- Announcements: "g <token> <entry id> <window ms>" for a grant: the lock now belongs to that
+-- entry's owner for the window (its client then renews it), with a new token. It goes to the
+-- grantee's client channel and to the channel of the client queued next (which watches the
+-- grant: if the grantee never renews, the grant lapses and that client tries). "<token>" for
+-- a release that granted nothing. Either also goes to the release channel, when anyone listens
+-- there (PUBSUB NUMSUB): waiting clients do not, so a busy lock costs one or two messages per
+-- release, not one per waiting client.
 --
 -- A release only ever frees memory, so it must work on a server out of memory too (maxmemory
 -- reached under the noeviction policy). There Redis refuses a script's first write that may
 -- need memory (SET), but not one that cannot (PEXPIRE), and lets a script that has written
 -- finish. So a SET refused for memory is made again after a PEXPIRE of the same key (to
--- pexpire ms, or, when nil, to the key's remaining time). A grant that needs memory the server
--- does not have is not made: the lock stays released and waiters try for it.
+-- pexpire ms, or, when nil, to the key's remaining time). Having written, the script may go on
+-- writing, so a final release still grants the lock to the first live queue entry; queue
+-- entries themselves are neither made nor refreshed on a full server (their writes come first
+-- in their scripts), so they lapse and the queue empties within a window.
 local function set(pexpire, ...)
   local r = redis.pcall('SET', KEYS[1], ...)
   if type(r) == 'table' and r.err then
@@ -33,12 +39,26 @@ local function set(pexpire, ...)
     redis.call('SET', KEYS[1], ...)
   end
 end
-local function publish(payload)
+local function publish(channel, payload)
   local cmd = 'PUBLISH'
   if ARGV[5] == 's' then
     cmd = 'S' .. cmd -- built at run time: some embedded test servers refuse unknown names at compile time
   end
-  redis.call(cmd, ARGV[3], payload)
+  redis.call(cmd, channel, payload)
+end
+-- announce sends payload to the release channel if anyone listens there.
+local function announce(payload)
+  local cmd = 'NUMSUB'
+  if ARGV[5] == 's' then
+    cmd = 'SHARD' .. cmd
+  end
+  if redis.call('PUBSUB', cmd, ARGV[3])[2] > 0 then
+    publish(ARGV[3], payload)
+  end
+end
+-- client returns the channel of the client whose entry id ("<client id>.<sequence>") is id.
+local function client(id)
+  return ARGV[3] .. ':' .. (string.match(id, '^([^.]*)%.') or id)
 end
 local function leave()
   if ARGV[7] and ARGV[7] ~= '' then
@@ -97,12 +117,19 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
       end
       redis.call('ZREM', KEYS[2], id)
       redis.call('HDEL', KEYS[3], id)
-      publish('g ' .. string.format('%d', token) .. ' ' .. id .. ' ' .. win)
+      local msg = 'g ' .. string.format('%d', token) .. ' ' .. id .. ' ' .. win
+      local to = client(id)
+      publish(to, msg)
+      local nxt = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+      if nxt and client(nxt) ~= to then
+        publish(client(nxt), msg)
+      end
+      announce(msg)
       return 0
     end
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
   end
 end
-publish(t)
+announce(t)
 return 0

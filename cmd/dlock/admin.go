@@ -214,7 +214,7 @@ JSON fields (one object per lock):
   holder_alive  whether the holder's process still runs, for a holder on this host (see
                 "Holder process" above): true or false; null when it cannot be told, for a
                 holder on another host, and for a free lock
-  waiters       clients waiting for the lock (subscribers of its release channel; each
+  waiters       clients waiting for the lock (entries of its queue on the server; each
                 client counts once however many of its goroutines wait); -1 when unknown`
 
 func runStatus(ctx context.Context, std *stdio, args []string) int {
