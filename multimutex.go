@@ -447,7 +447,7 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 			if atPos < 0 {
 				reg.spec = specs[res.busy] // queued at the busy name: the registration is its
 			}
-			e.registered(reg, sent, 1)
+			e.registered(reg, sent, 1, []uint64{r.token})
 			res.queued = true
 		}
 	}
