@@ -85,7 +85,12 @@ func (c *Client) Latch(name string, count int, opts ...Option) *Latch {
 func latchKey(prefix, name string) string { return lockKey(prefix, name) + ":latch" }
 
 // Name returns the latch name.
-func (l *Latch) Name() string { return l.name }
+func (l *Latch) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
 // CountDown lowers the count by one. The call counts at most once: it carries an id of its own,
 // and a try that failed on the network is made again with the same id (within ctx), which the
@@ -195,6 +200,36 @@ func (l *Latch) Wait(ctx context.Context) error {
 		}
 		timer.Stop()
 	}
+}
+
+// LatchInfo is a latch as Latch.Inspect reads it.
+type LatchInfo struct {
+	Name    string
+	Exists  bool          // false: there is no latch of that name (then the rest is zero)
+	Left    int           // the count left; 0 once the latch is open
+	Count   int           // its initial count
+	TTL     time.Duration // until its deadline; 0 once past it
+	Expired bool          // its TTL ran out before it reached zero
+}
+
+// Inspect reads the latch without creating it or checking the handle's count, for inspection
+// tools (dlock latch status).
+func (l *Latch) Inspect(ctx context.Context) (LatchInfo, error) {
+	info := LatchInfo{Name: l.Name()}
+	if err := l.usable(ctx); err != nil {
+		return info, err
+	}
+	mb := l.e.b.(multiBackend)
+	st, err := mb.latch(ctx, latchArgs{key: l.key, op: 's', ttl: ms(l.ttl), channel: l.channel})
+	if err != nil {
+		return info, l.callErr(ctx, "inspect", err)
+	}
+	if st.status == latchNone {
+		return info, nil
+	}
+	info.Exists, info.Left, info.Count, info.TTL = true, st.left, st.initial, max(st.rest, 0)
+	info.Expired = st.rest <= 0 && st.left > 0
+	return info, nil
 }
 
 func (l *Latch) usable(ctx context.Context) error {

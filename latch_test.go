@@ -228,3 +228,25 @@ func TestLatch_WaitEnds(t *testing.T) {
 		t.Fatal("Wait still running 5 s after Close")
 	}
 }
+
+// Inspect reads a latch without creating it.
+func TestLatch_Inspect(t *testing.T) {
+	needShared(t)
+	ctx := ctxT(t)
+	c := transports[0].dial(t, shared.URL())
+	name := uniqueName(t)
+	lt := c.Latch(name, 3, dlock.WithTTL(time.Minute))
+	if info, err := lt.Inspect(ctx); err != nil || info.Exists {
+		t.Fatalf("Inspect of no latch = %+v, %v", info, err)
+	}
+	if v := redisDo(t, shared, "EXISTS", latchKeyOf(name)); v != "0" {
+		t.Fatal("Inspect created the latch")
+	}
+	if err := lt.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Latch(name, 0).Inspect(ctx)
+	if err != nil || !info.Exists || info.Left != 2 || info.Count != 3 || info.TTL <= 50*time.Second || info.Expired {
+		t.Fatalf("Inspect = %+v, %v; want 2 of 3 left, about a minute", info, err)
+	}
+}
