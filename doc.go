@@ -256,7 +256,8 @@
 // Waiting. Every client takes names in one global order: by the Cluster hash slot of the key
 // (computed on one server too), then by key. An attempt takes all the names of a server (of
 // a slot) at once or none of them, and, when one is busy, queues the client at the first busy
-// name, in that name's queue like any waiter (see Waiting), woken by its release or grant.
+// name, in that name's queue like any waiter (see Waiting): the release that comes to its turn
+// grants it that name.
 // While it waits there it holds none of the names of that server: the others stay free for
 // everyone. Once its turn came in the queue it waited in (the name was granted or passed to
 // it), or the name it waited for stopped being the first busy one, the waiter keeps what it

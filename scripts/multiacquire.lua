@@ -24,7 +24,9 @@
 --          pttl  that lock's remaining lease in ms (a grant's window), token its holder's token
 --          ti    the token of lock i when this call took or claimed it, else 0
 -- Locks after the first busy one are not looked at. A free lock whose queue holds a live entry
--- of another client first is granted to that entry, as acquire.lua does, and counts as busy.
+-- of another client first is granted to that entry, and announced, as acquire.lua does (to the
+-- entry's client's channel <key>:rel:<client id>, to the channel of the client queued next,
+-- and on the release channel <key>:rel when anyone listens there), and counts as busy.
 -- New tokens follow acquire.lua's rule: max(last token + 16, server time in microseconds).
 local n = #KEYS / 3
 local now = redis.call('TIME')
@@ -45,6 +47,26 @@ local function publish(channel, payload)
     cmd = 'S' .. cmd -- built at run time, as in acquire.lua
   end
   redis.call(cmd, channel, payload)
+end
+-- grant announces a grant of lock k (queue q) to entry id, as acquire.lua does.
+local function grant(k, q, id, msg)
+  local rel = k .. ':rel'
+  local function client(e)
+    return rel .. ':' .. (string.match(e, '^([^.]*)%.') or e)
+  end
+  local to = client(id)
+  publish(to, msg)
+  local nxt = redis.call('ZRANGE', q, 0, 0)[1]
+  if nxt and client(nxt) ~= to then
+    publish(client(nxt), msg)
+  end
+  local cmd = 'NUMSUB'
+  if ARGV[5] == 's' then
+    cmd = 'SHARD' .. cmd
+  end
+  if redis.call('PUBSUB', cmd, rel)[2] > 0 then
+    publish(rel, msg)
+  end
 end
 -- first returns the first live entry of a queue, dropping the expired ones before it.
 local function first(q, w)
@@ -102,7 +124,7 @@ for i = 1, n do
         redis.call('ZREM', q, id)
         redis.call('HDEL', w, id)
         redis.call('SET', k, owner .. ' ' .. string.format('%d', t) .. ' 1 ' .. meta, 'PX', win)
-        publish(k .. ':rel', 'g ' .. string.format('%d', t) .. ' ' .. id .. ' ' .. win)
+        grant(k, q, id, 'g ' .. string.format('%d', t) .. ' ' .. id .. ' ' .. win)
         busy, pttl, btok = i, tonumber(win), t
         break
       end
