@@ -17,7 +17,8 @@ type multiBackend interface {
 	// acquireMulti runs multiacquire.lua, followed by a WAIT when ack.n > 0 (it then reports how
 	// many replicas acknowledged, else -1).
 	acquireMulti(ctx context.Context, a multiArgs, ack replicaAck) (multiAcquired, int, error)
-	// releaseMany runs release.lua once per request, all in one pipeline.
+	// releaseMany releases every hold of each request (all of them are final releases), in one
+	// pipeline: multirelease.lua for the requests of one slot, release.lua for a lone one.
 	releaseMany(ctx context.Context, rs []releaseReq) ([]released, []error)
 	// latch runs latch.lua.
 	latch(ctx context.Context, a latchArgs) (latchState, error)
@@ -29,6 +30,7 @@ var _ multiBackend = (*oneServer)(nil)
 
 var (
 	scriptMultiAcquire = mustScript("multiacquire.lua")
+	scriptMultiRelease = mustScript("multirelease.lua")
 	scriptLatch        = mustScript("latch.lua")
 )
 
@@ -63,23 +65,84 @@ func (s *oneServer) releaseMany(ctx context.Context, rs []releaseReq) ([]release
 	if len(rs) == 0 {
 		return out, errs
 	}
-	calls := make([]conn.Call, len(rs))
+	keys := make([]string, len(rs))
 	for i, r := range rs {
-		calls[i] = s.releaseCall(r)
+		keys[i] = r.keys[0]
+	}
+	groups := s.chunks(keys) // one slot each on a Cluster
+	calls := make([]conn.Call, len(groups))
+	for g, idx := range groups {
+		if len(idx) == 1 {
+			calls[g] = s.releaseCall(rs[idx[0]])
+			continue
+		}
+		m := multiReleaseArgs{retention: s.retention, sharded: s.cluster}
+		for _, i := range idx {
+			m.reqs = append(m.reqs, rs[i])
+		}
+		calls[g] = m.call()
 	}
 	results := s.cn.EvalMulti(ctx, calls)
-	for i := range rs {
-		if i >= len(results) {
-			errs[i] = errShortReply
-			continue
+	for g, idx := range groups {
+		r := conn.Result{Err: errShortReply}
+		if g < len(results) {
+			r = results[g]
 		}
-		if results[i].Err != nil {
-			errs[i] = results[i].Err
-			continue
+		var got []released
+		err := r.Err
+		switch {
+		case err != nil:
+		case len(idx) == 1:
+			var one released
+			one, err = readRelease(r.Ints)
+			got = []released{one}
+		default:
+			got, err = readMultiRelease(r.Ints, len(idx))
 		}
-		out[i], errs[i] = readRelease(results[i].Ints)
+		for k, i := range idx {
+			if err != nil {
+				errs[i] = err
+			} else {
+				out[i] = got[k]
+			}
+		}
 	}
 	return out, errs
+}
+
+// multiReleaseArgs: multirelease.lua releases every hold of each request's owner, each lock as
+// release.lua does; the keys of one call share a slot.
+type multiReleaseArgs struct {
+	reqs      []releaseReq
+	retention string
+	sharded   bool
+}
+
+func (a multiReleaseArgs) call() conn.Call {
+	pub := "p"
+	if a.sharded {
+		pub = "s"
+	}
+	keys := make([]string, 0, 3*len(a.reqs))
+	args := make([]string, 0, 2+3*len(a.reqs))
+	args = append(args, a.retention, pub)
+	for _, r := range a.reqs {
+		keys = append(keys, r.keys...)
+		args = append(args, r.owner, strconv.FormatUint(r.floor, 10), r.leave)
+	}
+	return conn.Call{Script: scriptMultiRelease, Keys: keys, Args: args}
+}
+
+// readMultiRelease returns, per lock, whether its owner held it (it is released now).
+func readMultiRelease(r []int64, n int) ([]released, error) {
+	if len(r) != n {
+		return nil, fmt.Errorf("multirelease.lua: %d answers for %d locks", len(r), n)
+	}
+	out := make([]released, n)
+	for i, v := range r {
+		out[i].owned = v == 0
+	}
+	return out, nil
 }
 
 func (s *oneServer) latch(ctx context.Context, a latchArgs) (latchState, error) {

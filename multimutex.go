@@ -236,28 +236,40 @@ func (a *multiAcq) run(ctx context.Context) error {
 		if err != nil || g < 0 {
 			return err
 		}
-		var reg *registration
-		if e.traits.queue {
-			reg = e.newRegistration(mm.specs[a.missing(g)[0]])
+		first := a.missing(g)[0]
+		var (
+			wait  = first
+			known *holder
+			reg   *registration
+		)
+		if !e.waits.queued(mm.specs[first].key) {
+			if e.traits.queue {
+				reg = e.newRegistration(mm.specs[first])
+			}
+			r, err := a.try(ctx, g, a.ordered[g], -1, reg)
+			if errors.Is(err, ErrNoQuorum) {
+				// Too few servers of a quorum answered: wait a moment, as Lock does.
+				r, err = tryResult{busy: first, h: holder{pttl: noQuorumRetry}}, nil
+			}
+			if err != nil {
+				return err
+			}
+			if r.busy < 0 {
+				continue
+			}
+			a.blocked, a.bh = r.busy, r.h
+			a.giveBackAbove(ctx, r.busy)
+			if !r.queued {
+				reg = nil
+			}
+			wait, known = r.busy, &r.h
 		}
-		r, err := a.try(ctx, g, a.ordered[g], -1, reg)
-		if errors.Is(err, ErrNoQuorum) {
-			// Too few servers of a quorum answered: wait a moment, as Lock does.
-			r, err = tryResult{busy: a.missing(g)[0], h: holder{pttl: noQuorumRetry}}, nil
-		}
-		if err != nil {
-			return err
-		}
-		if r.busy < 0 {
-			continue
-		}
-		a.blocked, a.bh = r.busy, r.h
-		a.giveBackAbove(ctx, r.busy)
-		if !r.queued {
-			reg = nil
-		}
-		h := r.h
-		st, err := e.waitInQueue(ctx, mm.specs[r.busy], &h, reg, a.attemptAt(g, r.busy))
+		// Else callers of this client already wait for the first name this acquisition lacks:
+		// an attempt could only fail, so it queues behind them at once (as Mutex's Lock does),
+		// and most often gets the name passed on by this client's holder without a command.
+		// Either way it waits holding no name after the one it waits for.
+		a.giveBackAbove(ctx, wait)
+		st, err := e.waitInQueue(ctx, mm.specs[wait], known, reg, a.attemptAt(g, wait))
 		if err == nil || errors.Is(err, errMove) {
 			a.ordered[g] = true
 		}
@@ -266,9 +278,9 @@ func (a *multiAcq) run(ctx context.Context) error {
 			continue
 		case err != nil:
 			return err
-		case a.held[r.busy] == nil:
-			a.held[r.busy] = &Lease{st: st} // granted, or passed on by a holder of this client
-		case a.held[r.busy].st != st:
+		case a.held[wait] == nil:
+			a.held[wait] = &Lease{st: st} // granted, or passed on by a holder of this client
+		case a.held[wait].st != st:
 			(&Lease{st: st}).Unlock(context.WithoutCancel(ctx)) // cannot happen: a second hold, given back
 		}
 	}

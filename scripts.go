@@ -40,7 +40,7 @@ var (
 // (SCRIPT LOAD) on servers that restrict EVAL.
 func Scripts() []*conn.Script {
 	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptQueue, scriptInspect, scriptForceUnlock, scriptProbe,
-		scriptMultiAcquire, scriptLatch}
+		scriptMultiAcquire, scriptMultiRelease, scriptLatch}
 }
 
 // ms is a duration as the scripts take it: whole milliseconds, in decimal.

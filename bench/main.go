@@ -51,10 +51,12 @@ type config struct {
 	clientsDuration time.Duration   // per measurement
 	frozenTTLs      []time.Duration // the TTLs of the frozen-majority TryLock case
 	frozenTries     int             // TryLocks per contender and TTL
-	log             io.Writer
-	fig             *figures // filled by scenarios 1 and 2 for the plot
-	plotDir         string   // where to write the plot ("" = no plot)
-	plotLink        string   // the plot's path as the markdown links it
+	// Scenario 8 (transfers.go).
+	transfersDuration time.Duration // per measurement
+	log               io.Writer
+	fig               *figures // filled by scenarios 1 and 2 for the plot
+	plotDir           string   // where to write the plot ("" = no plot)
+	plotLink          string   // the plot's path as the markdown links it
 }
 
 func (c config) logf(format string, args ...any) {
@@ -66,7 +68,7 @@ func (c config) logf(format string, args ...any) {
 func defaultConfig(quick bool) config {
 	c := config{
 		reps:                  3,
-		scenarios:             []int{1, 2, 3, 4, 5, 6, 7},
+		scenarios:             []int{1, 2, 3, 4, 5, 6, 7, 8},
 		uncontendedGoroutines: []int{1, 16, 64},
 		uncontendedDuration:   500 * time.Millisecond,
 		warmUp:                100 * time.Millisecond,
@@ -83,6 +85,7 @@ func defaultConfig(quick bool) config {
 		clientsDuration:       3 * time.Second,
 		frozenTTLs:            []time.Duration{3 * time.Second, 30 * time.Second},
 		frozenTries:           3,
+		transfersDuration:     time.Second,
 		log:                   os.Stderr,
 	}
 	if quick {
@@ -101,6 +104,7 @@ func defaultConfig(quick bool) config {
 		c.clientsDuration = 400 * time.Millisecond
 		c.frozenTTLs = []time.Duration{time.Second, 2 * time.Second}
 		c.frozenTries = 1
+		c.transfersDuration = 300 * time.Millisecond
 	}
 	return c
 }
@@ -119,7 +123,7 @@ func run(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
 	reps := fs.Int("reps", 0, "repetitions per measurement, the tables give medians (default: 3, or 1 with --quick)")
-	scen := fs.String("scenarios", "1,2,3,4,5,6,7", "comma-separated scenarios to run (1 to 7)")
+	scen := fs.String("scenarios", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run (1 to 8)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
@@ -140,8 +144,8 @@ func run(args []string, stdout io.Writer) int {
 	cfg.scenarios = nil
 	for _, f := range strings.Split(*scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 7 {
-			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 7)\n", f)
+		if err != nil || n < 1 || n > 8 {
+			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 8)\n", f)
 			return 2
 		}
 		cfg.scenarios = append(cfg.scenarios, n)
@@ -262,6 +266,8 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 			out, sok = measureCrashRecovery(srv, cfg)
 		case 7:
 			out, sok = measureClients(srv, cfg)
+		case 8:
+			out, sok = measureTransfers(srv, cfg)
 		}
 		b.WriteString("\n" + out)
 		ok = ok && sok
