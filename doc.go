@@ -241,8 +241,8 @@
 //   - Each name's lease is renewed by the client's one renewal loop (the names of one
 //     acquisition fall due at about the same time and share a round). Lease.Context is cancelled as soon as
 //     one of them is lost, with that lease's cause (ErrLost, naming the lock). Unlock releases
-//     them all: one pipeline on one server; a name that a waiter of the same client waits for
-//     is passed to it, as Mutex's Unlock does.
+//     them all: one script per server (per slot on a Cluster), all in one round trip; a name
+//     that a waiter of the same client waits for is passed to it, as Mutex's Unlock does.
 //   - Cost: on one server (standalone or Sentinel), and on a Cluster when every name shares one
 //     hash slot (the part of each name before its first '}', as in "acct:7}usd" and
 //     "acct:7}eur"), one script takes all the names or none: one round trip, and one to
@@ -259,7 +259,9 @@
 // name, in that name's queue like any waiter (see Waiting): the release that comes to its turn
 // grants it that name.
 // While it waits there it holds none of the names of that server: the others stay free for
-// everyone. Once its turn came in the queue it waited in (the name was granted or passed to
+// everyone. (When other callers of the same client already wait for the first name it lacks,
+// it queues behind them at once, as Mutex's Lock does, without an attempt that could only
+// fail.) Once its turn came in the queue it waited in (the name was granted or passed to
 // it), or the name it waited for stopped being the first busy one, the waiter keeps what it
 // has: from then on each attempt takes the free names before the first busy one and holds
 // them while it waits for that one. That holding is what makes progress certain: a waiter that
