@@ -1,12 +1,13 @@
-# make test   — everything CI runs: installs redis-server (and PostgreSQL for examples/inventory) when missing, vet, race tests with leak checks.
+# make test   — everything CI runs: installs redis-server (PostgreSQL for examples/inventory, Chromium for dlock web's browser test) when missing, vet, race tests with leak checks.
 # make bench  — dlock beside its peers (bench/ module, ≤ 6 min); writes docs/BENCHMARKS.md and docs/img/.
 # make bench-quick — the same scenarios, shorter (≤ 60 s), printed only.
 # make bench-go — the Go benchmarks of the library against a private redis-server.
+# make web-screenshot — the picture of dlock web in the README (docs/img/dlock-web.png), from its browser test.
 
 GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: test deps vet fmt-check bench-go test-examples deps-examples
+.PHONY: test deps vet fmt-check bench-go test-examples deps-examples test-web deps-chromium web-screenshot
 
 # -p 1: one package's tests at a time. Several tests hold 200-300 ms leases on purpose (as in
 # "renewal keeps a 200 ms lease through 2 s of work"); on two cores, packages racing each other
@@ -14,6 +15,7 @@ SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 test: deps fmt-check vet
 	$(GO) test -race -count=1 -p 1 -timeout 8m ./...
 	@$(MAKE) --no-print-directory test-examples
+	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory test-bench
 	@$(MAKE) --no-print-directory test-check
 
@@ -28,6 +30,23 @@ deps-examples:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
 		echo "PostgreSQL missing: installing the Debian package"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; \
+	}
+
+# dlock web in a real browser: cmd/dlock/webtest is its own module (chromedp stays out of the
+# library's dependencies). Its test builds the command, runs "dlock web" against a private
+# redis-server and drives the page from headless Chromium.
+test-web: deps deps-chromium
+	cd cmd/dlock/webtest && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 3m ./...
+
+# The browser test's screenshot, kept in docs/img/ and shown in the README.
+web-screenshot: deps deps-chromium
+	cd cmd/dlock/webtest && DLOCK_WEB_SCREENSHOT=$(CURDIR)/docs/img/dlock-web.png $(GO) test -count=1 -run TestBrowser ./...
+
+# The browser test drives Chromium headless; install the Debian package when absent.
+deps-chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+		echo "Chromium missing: installing the Debian package"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	}
 
 # Tests start real redis-server processes (never a mock); install the Debian package when absent.

@@ -92,9 +92,11 @@ type pendingAcquire struct {
 // passes first (it returns false). When owner is set (an acquisition), the calls are
 // registered so that releases of owner wait for them per server; when after is set, each
 // server's call first waits for that server's answer to it. Calls still running when fanOut
-// returns finish in the background (close waits for them).
-func (q *quorum) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, owner string, after *pendingAcquire, decide func(reply) bool) bool {
-	return q.fanOutAdapt(ctx, calls, limit, false, owner, afterOf(after), decide, nil)
+// returns finish in the background (close waits for them): they end with ctx, or, with
+// detach, at answerWait whatever becomes of ctx (a release every server must hear, though the
+// caller returns once a majority answered and may then cancel ctx).
+func (q *quorum) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, detach bool, owner string, after *pendingAcquire, decide func(reply) bool) bool {
+	return q.fanOutAdapt(ctx, calls, limit, false, detach, owner, afterOf(after), decide, nil)
 }
 
 func afterOf(p *pendingAcquire) []*pendingAcquire {
@@ -107,7 +109,7 @@ func afterOf(p *pendingAcquire) []*pendingAcquire {
 // fanOutAdapt is fanOut; with adapt, the limit grows to four times the time the first answer
 // took, so that a machine or network slow for everyone (not a few servers frozen) does not
 // fail every call.
-func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.Duration, adapt bool, owner string, after []*pendingAcquire, decide func(reply) bool, late func(reply)) bool {
+func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.Duration, adapt, detach bool, owner string, after []*pendingAcquire, decide func(reply) bool, late func(reply)) bool {
 	start := time.Now()
 	var mine *pendingAcquire
 	if owner != "" {
@@ -140,8 +142,15 @@ func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.
 			}
 		}()
 	}
-	// The calls outlive this one when a decision comes first: they end with ctx or at close.
-	cctx, cancel := context.WithCancel(ctx)
+	// The calls outlive this one when a decision comes first: they end with ctx (with detach, at
+	// answerWait) or at close.
+	var cctx context.Context
+	var cancel context.CancelFunc
+	if detach {
+		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), answerWait)
+	} else {
+		cctx, cancel = context.WithCancel(ctx)
+	}
 	stop := context.AfterFunc(q.closing, cancel)
 	var left sync.WaitGroup
 	left.Add(len(q.nodes))
@@ -276,7 +285,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 	// answer time, up to a third of the lease.
 	wait := max(quorumTimeout(ttl), min(8*time.Duration(q.latency.Load()), ttl/3))
 	// decide runs in this goroutine, one answer at a time, until it returns true.
-	decided := q.fanOutAdapt(ctx, []conn.Call{a.call()}, wait, true, a.owner, afterOf(q.pendingOf(a.owner)), func(r reply) bool {
+	decided := q.fanOutAdapt(ctx, []conn.Call{a.call()}, wait, true, false, a.owner, afterOf(q.pendingOf(a.owner)), func(r reply) bool {
 		x, rerr := readAcquire(r.res[0].Ints)
 		if r.res[0].Err != nil {
 			rerr = r.res[0].Err
@@ -341,7 +350,8 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		// Some servers may hold it for owner: give it back everywhere. (When every server
 		// refused there is nothing to give back, and owner, a queue entry's, stays usable.) A
 		// queue entry's owner is given back by the caller, unless a grant to the entry reached
-		// a majority meanwhile (engine.dropRegistration).
+		// a majority meanwhile (engine.attempt withdraws it with unregister, which leaves a
+		// registration done with alone).
 		if !a.queue {
 			q.releaseOwner(a.keys, a.owner)
 		}
@@ -398,7 +408,7 @@ func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
 		errs             []error
 	)
 	n := len(q.nodes)
-	if !q.fanOut(ctx, []conn.Call{c}, answerWait, "", q.pendingOf(r.owner), func(rp reply) bool {
+	if !q.fanOut(ctx, []conn.Call{c}, answerWait, true, "", q.pendingOf(r.owner), func(rp reply) bool {
 		x, rerr := readRelease(rp.res[0].Ints)
 		if rp.res[0].Err != nil {
 			rerr = rp.res[0].Err
@@ -514,7 +524,7 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 		}
 		return true
 	}
-	q.fanOutAdapt(ctx, calls, limit, false, "", after, func(r reply) bool {
+	q.fanOutAdapt(ctx, calls, limit, false, true, "", after, func(r reply) bool {
 		answers++
 		for c, x := range r.res {
 			sp := spans[c]
@@ -588,7 +598,7 @@ func (q *quorum) pttl(ctx context.Context, keys []string, owner string) (time.Du
 		err          error
 		n            = len(q.nodes)
 	)
-	if !q.fanOut(ctx, []conn.Call{pttlCall(keys, owner)}, answerWait, "", nil, func(r reply) bool {
+	if !q.fanOut(ctx, []conn.Call{pttlCall(keys, owner)}, answerWait, false, "", nil, func(r reply) bool {
 		answered++
 		d, ok, rerr := readPTTL(r.res[0].Ints)
 		if r.res[0].Err != nil {

@@ -325,7 +325,8 @@
 // remaining lease, waiting clients), Client.List the held locks by name prefix (with SCAN),
 // and Client.ForceUnlock releases a lock whoever holds it, waking its waiters; the former
 // holder's lease is lost at its next renewal. The dlock command (cmd/dlock) offers them as
-// dlock status, list and unlock --force, and dlock run runs a command under a lock.
+// dlock status, list and unlock --force, dlock web serves a live page of them (with JSON and
+// Prometheus gauges), and dlock run runs a command under a lock.
 //
 // docs/PROTOCOL.md describes the keys, values, scripts and channels; docs/CORRECTNESS.md and
 // docs/BENCHMARKS.md give the measured figures.

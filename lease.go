@@ -52,6 +52,10 @@ type leaseState struct {
 	// queued: the registration of the queue this lease's waiter left last; its entry is
 	// withdrawn with the lease's release (one script), or when the lease ends otherwise.
 	queued *registration
+	// leave (quorum mode): the id of the registration this lease was taken under (by an attempt
+	// or a majority's grants); the other servers may still queue it, so its release drops the
+	// entry there too (else a server would later grant the lock to an owner nobody holds).
+	leave string
 
 	// owned by the renewer, under renewer.mu
 	idx int   // index in the renewer's heap, -1 when not in it

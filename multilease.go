@@ -314,6 +314,9 @@ func (e *engine) letGoAll(ctx context.Context, sts []*leaseState) []error {
 		if reg := st.takeQueued(); reg != nil && e.withdrawn(reg) {
 			req.leave = reg.id
 		}
+		if req.leave == "" {
+			req.leave = st.leave
+		}
 		reqs = append(reqs, req)
 		rel = append(rel, st)
 	}

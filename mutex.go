@@ -193,10 +193,13 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		// waiting for it): release under this owner secret, so that no lease nobody holds
 		// lingers. A registration is withdrawn the same way, with its entry, and a grant to it
 		// announced later is ignored.
+		// (Not when a grant to reg made a lease meanwhile: the grant's announcement travels
+		// apart from the attempt's reply, and a release under reg's owner would then take the
+		// lock from under that lease; unregister leaves a registration done with alone.)
 		if reg == nil {
 			e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 		} else {
-			e.dropRegistration(reg)
+			e.unregister(reg)
 		}
 		if ctx.Err() != nil {
 			return nil, holder{}, spec.ctxErr(ctx)
@@ -206,7 +209,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 	if !res.ok {
 		if reg != nil {
 			if res.dirty {
-				e.dropRegistration(reg) // its owner may be released late on some server: never reuse it
+				e.unregister(reg) // its owner may be released late on some server: never reuse it
 			} else {
 				mask, tokens := res.queuedOn, res.tokensOn
 				if e.traits.servers == 1 {
@@ -237,25 +240,14 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, err
 	}
 	st := newLeaseState(e, spec, ctx, owner, res.token, sent)
+	if reg != nil && e.traits.servers > 1 {
+		st.leave = reg.id
+	}
 	if !e.renewer.add(st) {
 		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 		return nil, holder{}, ErrClosed
 	}
 	return st, holder{}, nil
-}
-
-// dropRegistration gives back what an attempt under reg may have left on the servers (the lock
-// taken under its owner, its queue entry), unless a grant to reg made a lease meanwhile: the
-// grant's announcement travels apart from the attempt's reply, and a release under reg's owner
-// would then take the lock from under that lease.
-func (e *engine) dropRegistration(reg *registration) {
-	if reg.state.CompareAndSwap(regNew, regDone) {
-		req := reg.spec.releaseReq(reg.owner)
-		req.leave = reg.id
-		e.renewer.orphan(req, reg.spec.ttl)
-		return
-	}
-	e.unregister(reg) // nothing when done: granted (its lease holds the lock) or claimed
 }
 
 // releaseReq releases every hold of owner on spec's lock.

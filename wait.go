@@ -630,18 +630,23 @@ func (e *engine) withdrawn(reg *registration) bool {
 	return true
 }
 
-// unregister withdraws reg from the server, in the background: release.lua under its owner
-// drops the entry and gives back a grant made to it that nobody took. It reports false when
-// reg was not on the server (as far as this client knows).
+// unregister withdraws reg from the servers, in the background: release.lua under its owner
+// drops the entry, releases the owner's hold and gives back a grant made to it that nobody
+// took. A registration not yet known to be queued (its attempt failed, or its reply was lost)
+// is withdrawn all the same: the attempt's script may have queued it on some server, which
+// would later grant the lock to an owner nobody holds. It reports false when reg was done with
+// already (granted, claimed or withdrawn).
 func (e *engine) unregister(reg *registration) bool {
 	if !reg.state.CompareAndSwap(regQueued, regDone) {
-		reg.state.CompareAndSwap(regNew, regDone)
-		return false
+		if !reg.state.CompareAndSwap(regNew, regDone) {
+			return false
+		}
+	} else {
+		e.waits.regMu.Lock()
+		delete(e.waits.regs, reg.id)
+		e.waits.regMu.Unlock()
+		e.renewer.removeEntry(reg)
 	}
-	e.waits.regMu.Lock()
-	delete(e.waits.regs, reg.id)
-	e.waits.regMu.Unlock()
-	e.renewer.removeEntry(reg)
 	req := reg.spec.releaseReq(reg.owner)
 	req.leave = reg.id
 	e.renewer.background(release{req: req, at: mono(), until: mono() + 2*int64(reg.window)})
@@ -762,6 +767,10 @@ func (e *engine) granted(id string, token uint64, server int) {
 	// The renewal loop renews the lease to its TTL before a third of the window has passed (at
 	// once for a fixed lease, which is not renewed later).
 	st := newLeaseState(e, reg.spec, context.Background(), reg.owner, reg.token.Load(), from)
+	if e.traits.servers > 1 {
+		// The servers that did not grant it (yet) still queue the entry: its release drops it.
+		st.leave = id
+	}
 	st.ttl.Store(int64(reg.window))
 	st.deadline.Store(from + int64(reg.window-drift(reg.window)))
 	st.confirm.Store(true)
@@ -887,6 +896,9 @@ func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 			req.leave = reg.id
 		}
 	}
+	if req.leave == "" {
+		req.leave = st.leave
+	}
 	res, err := e.b.release(ctx, req)
 	switch {
 	case err != nil && !refused(err):
@@ -1003,6 +1015,7 @@ func (st *leaseState) passOn(spec *lockSpec, parent context.Context) *leaseState
 	sent := st.lastSent
 	st.mu.Unlock()
 	next := newLeaseState(st.e, spec, parent, st.owner, st.token+1, sent)
+	next.leave = st.leave
 	next.ttl.Store(st.ttl.Load())
 	next.deadline.Store(st.deadline.Load())
 	return next

@@ -309,6 +309,47 @@ func runFrozen(servers []*server, ttls []time.Duration, tries int, tag string) (
 	return out, nil
 }
 
+// clientsTargets records the targets of case ci of scenario 7 for dlock (rueidis transport),
+// against redsync in the same case.
+func clientsTargets(fig *figures, ci int, cs clientsCase, rows map[string]clientsRow) {
+	dn := "dlock (rueidis)"
+	if cs.quorum {
+		dn = quorumContenders[0].name
+	}
+	d, rs := rows[dn], rows["redsync"]
+	if fig == nil || d.rate == 0 {
+		return
+	}
+	sc := "7, " + cs.name
+	vsRedsync := func(want float64) {
+		if rs.rate > 0 {
+			fig.target(sc, fmt.Sprintf("holds/s ≥ %g× redsync", want), d.rate >= want*rs.rate, "%s (%s vs %s)", ratio(d.rate, rs.rate), thousands(d.rate), thousands(rs.rate))
+		}
+	}
+	fair := func() {
+		fig.target(sc, "every client ≥ half the mean holds", d.minShare >= 0.5, "least served %.2f", d.minShare)
+	}
+	switch {
+	case !cs.quorum && cs.hold == 0:
+		vsRedsync(1.5)
+		fair()
+		fig.target(sc, "wait p99 ≤ 3× the fair-share wait", d.p99Fair <= 3, "%.1f×", d.p99Fair)
+	case !cs.quorum:
+		limit := float64(time.Second / cs.hold)
+		fig.target(sc, fmt.Sprintf("≥ %s holds/s (0.8 of the limit)", thousands(0.8*limit)), d.rate >= 0.8*limit, "%s holds/s", thousands(d.rate))
+		vsRedsync(1.2)
+		fair()
+		fig.target(sc, "wait p99 ≤ 3× the fair-share wait", d.p99Fair <= 3, "%.1f×", d.p99Fair)
+	case cs.procs > 1:
+		vsRedsync(2)
+		fair()
+	default:
+		if rs.rate > 0 {
+			fig.info(sc, "holds/s vs redsync", "%s (%s vs %s)", ratio(d.rate, rs.rate), thousands(d.rate), thousands(rs.rate))
+		}
+	}
+}
+
 // measureClients is scenario 7: clientsN clients with one goroutine each on one name, on one
 // server (empty and 1 ms critical sections) and over a quorum of servers (with one client of
 // clientsN goroutines beside it), reps times, contenders interleaved; then TryLock with a majority
@@ -401,6 +442,7 @@ func measureClients(srv *server, cfg config) (string, bool) {
 				best = r.rate
 			}
 		}
+		clientsTargets(cfg.fig, ci, cs, rows)
 		for _, name := range cs.locks {
 			r := rows[name]
 			mx := fmt.Sprintf("exact (%s holds)", thousands(float64(r.checked)))
@@ -490,6 +532,11 @@ func measureClients(srv *server, cfg config) (string, bool) {
 			if got > 0 {
 				ok = false
 				cfg.logf("scenario 7, frozen, %s, TTL %v: %d tries ACQUIRED the lock with %d of %d servers frozen", fc.name, ttl, got, frozenCount, redlockServers)
+			}
+			if ci == 0 && cfg.fig != nil {
+				slowest := slices.Max(took)
+				cfg.fig.target(fmt.Sprintf("7, %d of %d servers frozen, TTL %v", frozenCount, redlockServers, ttl), "TryLock fails within 100 ms",
+					slowest <= 100 && got == 0, "slowest %s", seconds(slowest))
 			}
 			fmt.Fprintf(&b, "| %s | %v | %s | %s | %s | %d%s | %s |\n", fc.name, ttl, seconds(median(took)), seconds(slices.Min(took)),
 				seconds(slices.Max(took)), len(tries), cutNote(cut), returned)

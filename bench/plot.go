@@ -56,7 +56,7 @@ func (f *figures) targetsTable() string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("### Issue 5's targets in this run\n\n")
+	b.WriteString("### Targets in this run\n\n")
 	b.WriteString("dlock (rueidis transport) unless said otherwise; the figures are the medians of the tables below.\n\n")
 	b.WriteString("| scenario | target | measured | |\n|---|---|---|---|\n")
 	for _, t := range f.targets {

@@ -247,14 +247,22 @@ func uncontendedTable(g int, res map[*contender][]uncontendedResult, fig *figure
 		if rr := rows[contenderByName("raw rueidis")]; rr.rate > 0 {
 			fig.target(sc, "≥ 0.8× the raw rueidis floor", d.rate >= 0.8*rr.rate, "%s (%s vs %s pairs/s)", ratio(d.rate, rr.rate), thousands(d.rate), thousands(rr.rate))
 		}
-		for _, p := range []struct {
-			name string
-			want float64
-		}{{"redsync", 3}, {"redislock", 3}, {"rueidislock", 1.5}} {
-			if r := rows[contenderByName(p.name)]; r.rate > 0 {
-				fig.target(sc, fmt.Sprintf("≥ %g× %s", p.want, p.name), d.rate >= p.want*r.rate, "%s", ratio(d.rate, r.rate))
-			} else {
-				fig.info(sc, fmt.Sprintf("≥ %g× %s", p.want, p.name), "not measured: %s failed in every repetition (%s)", p.name, oneLine(r.err))
+		if bestPeer > 0 {
+			fig.target(sc, "≥ 1.3× the best peer", d.rate >= 1.3*bestPeer, "%s (%s)", ratio(d.rate, bestPeer), bestPeerName)
+		}
+		if d.cpu > 0 {
+			fig.target(sc, "Redis CPU per pair ≤ 6 µs", d.cpu <= 6, "%.1f µs", d.cpu)
+			if rt := rows[contenderByName("raw rueidis, 20 µs flush")]; rt.cpu > 0 {
+				fig.target(sc, "Redis CPU per pair ≤ 2.2× the tuned floor's", d.cpu <= 2.2*rt.cpu, "%.1f vs %.1f µs (%s)", d.cpu, rt.cpu, ratio(d.cpu, rt.cpu))
+			}
+			lowest, lowestName := math.Inf(1), ""
+			for _, c := range contenders {
+				if r := rows[c]; c.kind == kindPeer && r.n > 0 && r.cpu > 0 && r.cpu < lowest {
+					lowest, lowestName = r.cpu, c.name
+				}
+			}
+			if lowestName != "" {
+				fig.target(sc, "Redis CPU per pair below every peer's", d.cpu < lowest, "%.1f vs %.1f µs (%s, the lowest among peers)", d.cpu, lowest, lowestName)
 			}
 		}
 		fewest, fewestName := math.Inf(1), ""

@@ -49,11 +49,13 @@ local function grant(id, msg)
   if nxt and client(nxt) ~= to then
     publish(client(nxt), msg)
   end
-  local cmd = 'NUMSUB'
+  local listened
   if ARGV[6] == 's' then
-    cmd = 'SHARD' .. cmd
+    listened = redis.call('PUBSUB', 'SHARDNUMSUB', ARGV[5])[2] > 0
+  else
+    listened = redis.call('PUBSUB', 'NUMSUB', ARGV[5])[2] > 0 or redis.call('PUBSUB', 'NUMPAT') > 0
   end
-  if redis.call('PUBSUB', cmd, ARGV[5])[2] > 0 then
+  if listened then
     publish(ARGV[5], msg)
   end
 end

@@ -26,7 +26,8 @@
 -- Locks after the first busy one are not looked at. A free lock whose queue holds a live entry
 -- of another client first is granted to that entry, and announced, as acquire.lua does (to the
 -- entry's client's channel <key>:rel:<client id>, to the channel of the client queued next,
--- and on the release channel <key>:rel when anyone listens there), and counts as busy.
+-- and on the release channel <key>:rel when anyone may listen there: a subscriber of it, or,
+-- not on a Cluster, of any pattern), and counts as busy.
 -- New tokens follow acquire.lua's rule: max(last token + 16, server time in microseconds).
 local n = #KEYS / 3
 local now = redis.call('TIME')
@@ -60,11 +61,13 @@ local function grant(k, q, id, msg)
   if nxt and client(nxt) ~= to then
     publish(client(nxt), msg)
   end
-  local cmd = 'NUMSUB'
+  local listened
   if ARGV[5] == 's' then
-    cmd = 'SHARD' .. cmd
+    listened = redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0
+  else
+    listened = redis.call('PUBSUB', 'NUMSUB', rel)[2] > 0 or redis.call('PUBSUB', 'NUMPAT') > 0
   end
-  if redis.call('PUBSUB', cmd, rel)[2] > 0 then
+  if listened then
     publish(rel, msg)
   end
 end

@@ -11,8 +11,8 @@
 --            entry, if given, is dropped all the same)
 -- Announcements as release.lua's: "g <token> <entry id> <window ms>" to the grantee's client
 -- channel <key>:rel:<client id> and to the channel of the client queued next, "<token>" for a
--- release that granted nothing; either also on the release channel <key>:rel when anyone
--- listens there. On a server out of memory the releases still work, as release.lua's do.
+-- release that granted nothing; either also on the release channel <key>:rel when anyone may
+-- listen there (a subscriber of it, or, not on a Cluster, of any pattern). On a server out of memory the releases still work, as release.lua's do.
 local function publish(channel, payload)
   local cmd = 'PUBLISH'
   if ARGV[2] == 's' then
@@ -21,11 +21,13 @@ local function publish(channel, payload)
   redis.call(cmd, channel, payload)
 end
 local function announce(rel, payload)
-  local cmd = 'NUMSUB'
+  local listened
   if ARGV[2] == 's' then
-    cmd = 'SHARD' .. cmd
+    listened = redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0
+  else
+    listened = redis.call('PUBSUB', 'NUMSUB', rel)[2] > 0 or redis.call('PUBSUB', 'NUMPAT') > 0
   end
-  if redis.call('PUBSUB', cmd, rel)[2] > 0 then
+  if listened then
     publish(rel, payload)
   end
 end

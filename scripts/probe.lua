@@ -36,8 +36,14 @@ try('HSET', KEYS[3], 'dlock-probe', 'x')
 try('HGET', KEYS[3], 'dlock-probe')
 try('HDEL', KEYS[3], 'dlock-probe')
 try(publish, ARGV[1], '0')
-local r = redis.pcall('PUBSUB', numsub, ARGV[1])
-if type(r) == 'table' and r.err and (string.find(r.err, 'NOPERM', 1, true) or string.find(r.err, 'permission', 1, true) or string.find(r.err, "can't run", 1, true)) then
-  denied[#denied + 1] = 'pubsub|' .. string.lower(numsub)
+local function trySub(sub, ...)
+  local r = redis.pcall('PUBSUB', sub, ...)
+  if type(r) == 'table' and r.err and (string.find(r.err, 'NOPERM', 1, true) or string.find(r.err, 'permission', 1, true) or string.find(r.err, "can't run", 1, true)) then
+    denied[#denied + 1] = 'pubsub|' .. string.lower(sub)
+  end
+end
+trySub(numsub, ARGV[1])
+if ARGV[2] ~= 's' then
+  trySub('NUMPAT')
 end
 return denied

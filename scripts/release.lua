@@ -18,7 +18,7 @@
 -- grantee's client channel and to the channel of the client queued next (which watches the
 -- grant: if the grantee never renews, the grant lapses and that client tries). "<token>" for
 -- a release that granted nothing. Either also goes to the release channel, when anyone listens
--- there (PUBSUB NUMSUB): waiting clients do not, so a busy lock costs one or two messages per
+-- there (PUBSUB NUMSUB, NUMPAT): waiting clients do not, so a busy lock costs one or two messages per
 -- release, not one per waiting client.
 --
 -- A release only ever frees memory, so it must work on a server out of memory too (maxmemory
@@ -46,13 +46,16 @@ local function publish(channel, payload)
   end
   redis.call(cmd, channel, payload)
 end
--- announce sends payload to the release channel if anyone listens there.
+-- announce sends payload to the release channel if anyone may listen there: a subscriber of
+-- the channel, or (not on a Cluster) of any pattern.
 local function announce(payload)
-  local cmd = 'NUMSUB'
+  local listened
   if ARGV[5] == 's' then
-    cmd = 'SHARD' .. cmd
+    listened = redis.call('PUBSUB', 'SHARDNUMSUB', ARGV[3])[2] > 0
+  else
+    listened = redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2] > 0 or redis.call('PUBSUB', 'NUMPAT') > 0
   end
-  if redis.call('PUBSUB', cmd, ARGV[3])[2] > 0 then
+  if listened then
     publish(ARGV[3], payload)
   end
 end

@@ -22,6 +22,7 @@ func serverCommands(url string) [][]string {
 		{"list", "--redis", url},
 		{"unlock", "--force", "--redis", url, "x"},
 		{"run", "--redis", url, "--wait", "0", "x", "--", "true"},
+		{"web", "--redis", url, "--listen", "127.0.0.1:0"},
 	}
 }
 

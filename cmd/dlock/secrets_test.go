@@ -19,6 +19,7 @@ func TestSecrets_CommandNeverPrintsPasswords(t *testing.T) {
 			{"list", "--redis", url},
 			{"unlock", "--force", "--redis", url, "name"},
 			{"run", "--redis", url, "--wait", "0", "name", "--", "true"},
+			{"web", "--redis", url, "--listen", "127.0.0.1:0"},
 		} {
 			stdout, stderr, code := dlockCmd(t, args...)
 			if code == 0 {

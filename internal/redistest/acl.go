@@ -41,13 +41,14 @@ var (
 	// ACLRule: keys and channels under the default prefix "dlock:"; the commands the clients
 	// send when they connect and on the pub/sub connection, INFO (the eviction-policy check),
 	// the commands of the scripts (the lock key, and the queue's sorted set and hash), the scripts and what they call,
-	// WAIT (replica acknowledgement), and SCAN and PUBSUB NUMSUB (inspection).
+	// WAIT (replica acknowledgement), SCAN (inspection), and PUBSUB NUMSUB and NUMPAT (the
+	// scripts ask whether anyone listens on a release channel).
 	ACLRule = []string{
 		"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
 		"+hello", "+ping", "+info",
 		"+evalsha", "+eval", "+get", "+set", "+pexpire", "+pttl", "+time", "+publish", "+wait",
 		"+exists", "+zadd", "+zrange", "+zrem", "+zcard", "+zscore", "+hget", "+hset", "+hdel",
-		"+subscribe", "+unsubscribe", "+scan", "+pubsub|numsub",
+		"+subscribe", "+unsubscribe", "+scan", "+pubsub|numsub", "+pubsub|numpat",
 	}
 	// ACLSentinelExtra: rueidis asks the server the Sentinels name for its ROLE.
 	ACLSentinelExtra = []string{"+role"}
