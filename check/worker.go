@@ -66,6 +66,8 @@ type workerConf struct {
 	UnsafeEviction bool `json:"unsafe_eviction"`
 	// ReadBack: after each Unlock, read the lock's key (through the slot's proxy) and log it.
 	ReadBack bool `json:"read_back"`
+	// Accounts > 0: a multi-lock scenario's worker (transfers.go).
+	Accounts int `json:"accounts"`
 }
 
 // who is one participant of the workload: goroutine G of incarnation Inc of the worker process
@@ -259,6 +261,9 @@ func (rc *resConn) call(line string) (string, int64, time.Duration, error) {
 // runProcess makes the process's one Client and runs its goroutines until ctx ends or one of
 // them fails (its resource connection broke); it returns the first failure.
 func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
+	if conf.Accounts > 0 {
+		return runTransferProcess(ctx, conf, log)
+	}
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	var client *dlock.Client
 	var err error
