@@ -44,6 +44,7 @@ func TestHarness(t *testing.T) {
 	cfg.clientsDuration = 600 * time.Millisecond // ten processes dialling and contending from cold, as for scenario 3
 	cfg.frozenTTLs = []time.Duration{500 * time.Millisecond}
 	cfg.frozenTries = 1
+	cfg.transfersDuration = 100 * time.Millisecond
 	cfg.log = io.Discard
 	cfg.plotDir = t.TempDir()
 	cfg.plotLink = "img/" + plotFile
@@ -57,7 +58,8 @@ func TestHarness(t *testing.T) {
 	}
 	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
 		"### 7.", "| 1 server, 10 clients × 1, 1 ms held | redislock, 1–10 ms linear |", "| 5 servers, 1 client × 10, empty | dlock quorum (rueidis) |",
-		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |"} {
+		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |",
+		"### 8.", "| 4 | 16 |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
