@@ -133,7 +133,6 @@ type multiAcq struct {
 	reent   []bool          // per spec: held re-enters a lease the caller's context carries
 	ordered []bool          // per group: its attempts take the free names before the busy one
 	blocked int             // the spec that blocked the last attempt (-1: none yet)
-	bh      holder          // and its holder
 }
 
 func (mm *MultiMutex) lock(ctx context.Context, wait bool) (*Lease, error) {
@@ -257,8 +256,6 @@ func (a *multiAcq) run(ctx context.Context) error {
 			if r.busy < 0 {
 				continue
 			}
-			a.blocked, a.bh = r.busy, r.h
-			a.giveBackAbove(ctx, r.busy)
 			if !r.queued {
 				reg = nil
 			}
@@ -269,6 +266,7 @@ func (a *multiAcq) run(ctx context.Context) error {
 		// and most often gets the name passed on by this client's holder without a command.
 		// Either way it waits holding no name after the one it waits for.
 		a.giveBackAbove(ctx, wait)
+		a.blocked = wait
 		st, err := e.waitInQueue(ctx, mm.specs[wait], known, reg, a.attemptAt(g, wait))
 		if err == nil || errors.Is(err, errMove) {
 			a.ordered[g] = true
@@ -295,7 +293,7 @@ func (a *multiAcq) attemptAt(g, f int) attemptFunc {
 			return nil, holder{}, err
 		}
 		if r.busy >= 0 {
-			a.blocked, a.bh = r.busy, r.h
+			a.blocked = r.busy
 			a.giveBackAbove(ctx, r.busy)
 		}
 		switch {
