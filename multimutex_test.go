@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -792,4 +794,53 @@ func TestQuorum_MultiMutex(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A multi-lock's release publishes only where someone listens, as a single lock's does: an
+// uncontended Lock and Unlock publish nothing; a subscriber of a pattern hears each name's
+// release, with its token.
+func TestMultiMutex_ReleasePublishesOnlyToListeners(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		s := redistest.Start(t)
+		ctx := ctxT(t)
+		c := tr.dial(t, s.URL())
+		names := []string{"quiet:a", "quiet:b"}
+		cycle := func() map[string]uint64 {
+			l, err := c.MultiMutex(names).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return l.Tokens()
+		}
+		cycle() // scripts loaded
+		redisDo(t, s, "CONFIG", "RESETSTAT")
+		cycle()
+		if stats := redisDo(t, s, "INFO", "commandstats"); strings.Contains(stats, "cmdstat_publish:") {
+			t.Errorf("an uncontended multi-lock published a message:\n%s", stats)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+		defer rdb.Close()
+		sub := rdb.PSubscribe(ctx, "dlock:*")
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+			t.Fatal(err)
+		}
+		tokens := cycle()
+		heard := map[string]string{}
+		for range names {
+			msg, err := sub.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			heard[msg.Channel] = msg.Payload
+		}
+		for _, n := range names {
+			if got, want := heard[keyOf(n)+":rel"], fmt.Sprint(tokens[n]); got != want {
+				t.Errorf("pattern subscriber heard %q on %s:rel, want the release of token %s", got, keyOf(n), want)
+			}
+		}
+	})
 }

@@ -27,9 +27,10 @@ var transferShapes = []struct{ accounts, goroutines int }{{64, 1}, {1024, 16}, {
 type transferResult struct {
 	transfers int64
 	elapsed   time.Duration
-	overlaps  int64 // an account held by two transfers at once
-	drift     int64 // the total of the balances minus what it started as
-	scripts   int64 // scripts the server ran while measuring (EVALSHA and EVAL calls)
+	overlaps  int64         // an account held by two transfers at once
+	drift     int64         // the total of the balances minus what it started as
+	scripts   int64         // scripts the server ran while measuring (EVALSHA and EVAL calls)
+	cpu       time.Duration // the server's CPU time while measuring
 	err       error
 }
 
@@ -117,13 +118,13 @@ func runTransfers(srv *server, cfg config, multi bool, accounts, goroutines int)
 		})
 	}
 	time.Sleep(cfg.warmUp)
-	scripts := srv.scriptCalls()
+	scripts, cpu := srv.scriptCalls(), srv.cpu()
 	start := time.Now()
 	measuring.Store(true)
 	time.Sleep(cfg.transfersDuration)
 	measuring.Store(false)
 	res.elapsed = time.Since(start)
-	res.scripts = srv.scriptCalls() - scripts
+	res.scripts, res.cpu = srv.scriptCalls()-scripts, srv.cpu()-cpu
 	close(stop)
 	wg.Wait()
 	res.transfers, res.overlaps, res.err = count.Load(), overlaps.Load(), firstErr
@@ -170,15 +171,15 @@ func measureTransfers(srv *server, cfg config) (string, bool) {
 		"sorted order (the order a user must pick by hand to avoid deadlock): two acquisitions and two "+
 		"releases, the first name held while the second is awaited. Every run checks that no account was held "+
 		"by two transfers at once and that the balances' total is unchanged. Scripts per transfer: the server's "+
-		"script calls while measuring (`INFO commandstats`) divided by the transfers, a figure the machine's load "+
-		"does not move.\n\n", cfg.transfersDuration, cfg.warmUp)
-	b.WriteString("| accounts | goroutines | multi-lock transfers/s | nested Do transfers/s | multi ÷ nested | scripts per transfer, multi / nested | exclusion, total |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---|\n")
+		"script calls while measuring (`INFO commandstats`) divided by the transfers, and the server's CPU time "+
+		"(`INFO cpu`) per transfer: figures the machine's load moves much less than transfers/s.\n\n", cfg.transfersDuration, cfg.warmUp)
+	b.WriteString("| accounts | goroutines | multi-lock transfers/s | nested Do transfers/s | multi ÷ nested | scripts per transfer, multi / nested | Redis CPU µs per transfer, multi / nested | exclusion, total |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	stopDog := watchdog("scenario 8", time.Duration(cfg.reps*len(transferShapes)*2)*(cfg.transfersDuration+cfg.warmUp+time.Minute))
 	defer stopDog()
 	var ratios []float64
 	for _, sh := range transferShapes {
-		rates, scripts := map[bool][]float64{}, map[bool][]float64{}
+		rates, scripts, cpus := map[bool][]float64{}, map[bool][]float64{}, map[bool][]float64{}
 		check := "ok"
 		for range cfg.reps {
 			for _, multi := range []bool{true, false} {
@@ -193,13 +194,14 @@ func measureTransfers(srv *server, cfg config) (string, bool) {
 					rates[multi] = append(rates[multi], r.rate())
 					if r.transfers > 0 {
 						scripts[multi] = append(scripts[multi], float64(r.scripts)/float64(r.transfers))
+						cpus[multi] = append(cpus[multi], float64(r.cpu.Microseconds())/float64(r.transfers))
 					}
 				}
 			}
 		}
 		m, n := median(rates[true]), median(rates[false])
-		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %.2f / %.2f | %s |\n", sh.accounts, sh.goroutines, thousands(m), thousands(n), ratio(m, n),
-			median(scripts[true]), median(scripts[false]), check)
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %.2f / %.2f | %.0f / %.0f | %s |\n", sh.accounts, sh.goroutines, thousands(m), thousands(n), ratio(m, n),
+			median(scripts[true]), median(scripts[false]), median(cpus[true]), median(cpus[false]), check)
 		if m > 0 && n > 0 {
 			ratios = append(ratios, m/n)
 			cfg.fig.target(fmt.Sprintf("8, %d accounts × %d goroutines", sh.accounts, sh.goroutines),

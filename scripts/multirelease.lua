@@ -20,16 +20,12 @@ local function publish(channel, payload)
   end
   redis.call(cmd, channel, payload)
 end
+-- The announcements on the release channels are sent at the end, where anyone may listen:
+-- one PUBSUB call for all the channels (and one NUMPAT), not one per lock.
+local channels, payloads = {}, {}
 local function announce(rel, payload)
-  local listened
-  if ARGV[2] == 's' then
-    listened = redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0
-  else
-    listened = redis.call('PUBSUB', 'NUMSUB', rel)[2] > 0 or redis.call('PUBSUB', 'NUMPAT') > 0
-  end
-  if listened then
-    publish(rel, payload)
-  end
+  channels[#channels + 1] = rel
+  payloads[#payloads + 1] = payload
 end
 -- set is release.lua's: a SET refused for memory is made again after a PEXPIRE of the key.
 local function set(k, pexpire, ...)
@@ -109,6 +105,21 @@ for i = 1, #KEYS / 3 do
     end
     if not granted then
       announce(rel, t)
+    end
+  end
+end
+if #channels > 0 then
+  local counts
+  local patterns = false
+  if ARGV[2] == 's' then
+    counts = redis.call('PUBSUB', 'SHARDNUMSUB', unpack(channels))
+  else
+    counts = redis.call('PUBSUB', 'NUMSUB', unpack(channels))
+    patterns = redis.call('PUBSUB', 'NUMPAT') > 0
+  end
+  for i = 1, #channels do
+    if patterns or counts[2 * i] > 0 then
+      publish(channels[i], payloads[i])
     end
   end
 end
