@@ -7,13 +7,21 @@
 GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: test deps vet fmt-check bench-go test-examples deps-examples test-web deps-chromium web-screenshot
+.PHONY: test test-lib test-modules deps vet fmt-check bench-go test-examples deps-examples test-web deps-chromium web-screenshot
+
+# Two lanes at once, each printed when it ends: the library's own tests, and the other modules
+# (example service, browser test, bench harness, fault checker). Most of their time is spent
+# waiting (leases, timeouts, servers starting), so two lanes fit in about half the time.
+test: deps deps-examples deps-chromium fmt-check vet
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lib test-modules
 
 # -p 1: one package's tests at a time. Several tests hold 200-300 ms leases on purpose (as in
 # "renewal keeps a 200 ms lease through 2 s of work"); on two cores, packages racing each other
 # under -race can starve the renewal loop longer than that.
-test: deps fmt-check vet
+test-lib: deps
 	$(GO) test -race -count=1 -p 1 -timeout 8m ./...
+
+test-modules:
 	@$(MAKE) --no-print-directory test-examples
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory test-bench

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +33,10 @@ type Info struct {
 	// may count until it is cleared). From ForceUnlock: the number of clients its release
 	// notice reached (queued clients, and listeners of the release channel); -1 when unknown.
 	Waiters int
+	// HoldStats is what the server measured of the name's holds, for a lock taken with
+	// WithAdaptiveTTL (zero otherwise, and once the record expired). Inspect and List read it;
+	// ForceUnlock does not.
+	HoldStats HoldStats
 }
 
 // Holder describes the process that holds a lock: the description the library stores with the
@@ -64,18 +69,20 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	key := c.lockKey(name)
-	reply, err := c.e.b.inspect(ctx, []string{key})
+	// The hold record is read as one more "lock" of inspect.lua: its value and PTTL.
+	reply, err := c.e.b.inspect(ctx, []string{key, holdKey(key)})
 	if err != nil {
 		return Info{}, c.e.redisErr("inspect "+strconv.Quote(name), err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 3 {
+	if !ok || len(arr) != 6 {
 		return Info{}, c.badReply("inspect", name, reply)
 	}
 	info, err := parseLock(name, arr[0], arr[1])
 	if err != nil {
 		return Info{}, err
 	}
+	info.HoldStats = parseHoldStats(arr[3], arr[4])
 	queued, _ := arr[2].(int64)
 	info.Waiters = int(queued)
 	return info, nil
@@ -133,16 +140,22 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 	return out, nil
 }
 
-// inspectKeys reads the given lock keys in one script call and returns the held ones.
+// inspectKeys reads the given lock keys, and their hold records, in one script call and
+// returns the held ones.
 func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error) {
-	reply, err := c.e.b.inspect(ctx, keys)
+	all := slices.Clone(keys)
+	for _, k := range keys {
+		all = append(all, holdKey(k))
+	}
+	reply, err := c.e.b.inspect(ctx, all)
 	if err != nil {
 		return nil, c.e.redisErr("list", err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 3*len(keys) {
+	if !ok || len(arr) != 3*len(all) {
 		return nil, c.badReply("list", "", reply)
 	}
+	rec := 3 * len(keys) // the hold records' replies follow the locks'
 	var held []Info
 	for i, key := range keys {
 		name, _ := nameOfKey(c.opts.prefix, key)
@@ -151,6 +164,7 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 			continue // not a lock value (another application's key), or free
 		}
 		q, _ := arr[3*i+2].(int64)
+		info.HoldStats = parseHoldStats(arr[rec+3*i], arr[rec+3*i+1])
 		info.Waiters = int(q)
 		held = append(held, info)
 	}

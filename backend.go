@@ -79,6 +79,7 @@ type releaseReq struct {
 	all     bool   // every hold, not one
 	floor   uint64 // the lease's token: the least token the released value keeps
 	leave   string // a client id whose queue entry goes too
+	record  string // adaptive lease: record the hold, keeping the record this long (ms)
 }
 
 // renewal is one lease in a renewal round.

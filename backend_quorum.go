@@ -275,6 +275,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		err             error
 		queuedOn        uint64
 		tokensOn        = make([]uint64, n)
+		leases, offers  []time.Duration // adaptive lease: the granting servers' and the others' choices
 	)
 	states := make([]ServerState, n)
 	for i, node := range q.nodes {
@@ -299,8 +300,14 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 			token = max(token, x.token)
 			holds = max(holds, x.holds)
 			states[r.node].State = "granted"
+			if x.ttl > 0 {
+				leases = append(leases, x.ttl)
+			}
 		default:
 			no++
+			if x.ttl > 0 {
+				offers = append(offers, x.ttl)
+			}
 			states[r.node].State = "held by another owner"
 			tokensOn[r.node] = x.token
 			if a.queue {
@@ -340,6 +347,15 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 			res = acquired{pttl: q.freeIn(pttls)}
 		}
 	}
+	if res.ok {
+		// Each server chose its own adaptive lease: the lock is held on a majority for the
+		// need-th longest (renewals then give every server the same).
+		if res.ttl = majorityLease(leases, q.need); res.ttl > 0 {
+			ttl = res.ttl
+		}
+	} else {
+		res.ttl = majorityLease(offers, q.need)
+	}
 	if res.ok && !a.reenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
 		// Redlock: the majority took longer than the validity time (TTL - drift) to answer,
 		// so the lease has no time left. Give it back and count the attempt as failed.
@@ -350,8 +366,7 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		// Some servers may hold it for owner: give it back everywhere. (When every server
 		// refused there is nothing to give back, and owner, a queue entry's, stays usable.) A
 		// queue entry's owner is given back by the caller, unless a grant to the entry reached
-		// a majority meanwhile (engine.attempt withdraws it with unregister, which leaves a
-		// registration done with alone).
+		// a majority meanwhile (engine.dropRegistration).
 		if !a.queue {
 			q.releaseOwner(a.keys, a.owner)
 		}
@@ -400,7 +415,7 @@ const answerWait = 2 * time.Second
 // caller does not hold the lock.
 func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
 	c := releaseArgs{keys: r.keys, owner: r.owner, retention: q.retention, channel: r.channel,
-		all: r.all, floor: r.floor, leave: r.leave}.call()
+		all: r.all, floor: r.floor, leave: r.leave, record: r.record}.call()
 	var (
 		ok, notHeld, bad int
 		res              released
@@ -471,7 +486,7 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 	}
 	for i, r := range rd.releases {
 		calls = append(calls, releaseArgs{keys: r.keys, owner: r.owner, retention: q.retention, channel: r.channel,
-			all: r.all, floor: r.floor, leave: r.leave}.call())
+			all: r.all, floor: r.floor, leave: r.leave, record: r.record}.call())
 		spans = append(spans, span{i, i + 1, 0})
 		if p := q.pendingOf(r.owner); p != nil {
 			after = append(after, p)

@@ -73,7 +73,7 @@ func (s *oneServer) acquire(ctx context.Context, a acquireArgs, ack replicaAck) 
 func (s *oneServer) releaseCall(r releaseReq) conn.Call {
 	return releaseArgs{
 		keys: r.keys, owner: r.owner, retention: s.retention, channel: r.channel,
-		all: r.all, sharded: s.cluster, floor: r.floor, leave: r.leave,
+		all: r.all, sharded: s.cluster, floor: r.floor, leave: r.leave, record: r.record,
 	}.call()
 }
 

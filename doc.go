@@ -19,11 +19,12 @@
 // # Options
 //
 // Two kinds, so that an option cannot land where it means nothing. An Option (WithTTL,
-// WithoutRenewal, WithLabel, WithWait, WithReplicaAck) configures one lock when passed to
-// Mutex or Do, and the default of every lock of a client when passed to Dial, New, DialQuorum
-// or NewQuorum. A ClientOption (WithPrefix, WithTLSConfig, WithCAFile, WithLogger,
-// WithUnsafeEviction, WithTokenRetention) is taken by those four alone: passing one to Mutex or
-// Do does not compile. A CA file is read once, when Dial applies the option.
+// WithAdaptiveTTL, WithoutRenewal, WithLabel, WithWait, WithReplicaAck) configures one lock
+// when passed to Mutex or Do, and the default of every lock of a client when passed to Dial,
+// New, DialQuorum or NewQuorum. A ClientOption (WithPrefix, WithTLSConfig, WithCAFile,
+// WithLogger, WithUnsafeEviction, WithTokenRetention, WithHoldStatsRetention) is taken by those
+// four alone: passing one to Mutex or Do does not compile. A CA file is read once, when Dial
+// applies the option.
 //
 // # What is guaranteed
 //
@@ -156,7 +157,7 @@
 // announces it on the lock's channel, where each Client holds one subscription — so clients are
 // served in the order they asked, and a handoff between clients costs the release and one
 // message, with no race. A queued client that crashed delays the others by at most one second
-// (its acceptance window; less with a shorter TTL). A holder that crashed sends no notice: the
+// (its acceptance window; less with a shorter TTL, or an adaptive lease's shorter min). A holder that crashed sends no notice: the
 // waiters retry when its lease runs out. Waiting holds no pooled connection.
 //
 // On a hot lock, Unlock hands the lock straight to the next waiter of the same client. Up to 15
@@ -166,8 +167,47 @@
 // server token), which refuses it when another client is queued: the client then releases the
 // lock, which goes to the first client queued. So while other clients wait, a client holds a
 // lock at most 16 times in a row. A waiter whose Mutex asks for another TTL, label or renewal
-// setting always gets the lock through the server. docs/PROTOCOL.md ("The queue") states the
-// protocol and its failure cases.
+// setting, and every waiter of a lock with the adaptive lease, gets the lock through the
+// server. docs/PROTOCOL.md ("The queue") states the protocol and its failure cases.
+//
+// # Adaptive lease
+//
+// WithAdaptiveTTL(min, max) sizes each acquisition's lease by how long the lock's holds really
+// last, so that a lease neither runs out under typical work nor keeps a crashed holder's lock
+// blocked for a long fixed TTL. The server measures every hold of such a lock on its own clock,
+// from the acquisition (the token is the server's time of it) to the final Unlock, and keeps
+// per name one record: the number of holds, their weighted average (0.8 × the old average +
+// 0.2 × the new hold, the first hold setting it) and a high-water mark (the larger of the new
+// hold and 0.99 × the old mark: a maximum that fades by 1% per hold). The acquire script reads
+// the record and takes three times the high-water mark, within [min, max], as the lease (max
+// for a name with no record), in the same round trip; the client counts its deadline and its
+// renewals from that lease exactly as from WithTTL's. With renewal, the first renewal (a third
+// of the lease) falls after the longest recent hold, so typical holds need none; without
+// renewal (WithoutRenewal), holds up to three times the mark fit the fixed lease. A hold longer
+// than that fixed lease loses the lock as any fixed lease would (ErrExpired), and its Unlock
+// still records it, so the next holders get a longer lease.
+//
+// What it guarantees: everything above holds for the lease chosen, as for a lease of that TTL:
+// the lease context ends before the server can give the lock to anyone else, a crashed holder's
+// lock frees within the lease it got, tokens increase. What it does not: the chosen lease is a
+// statistical guess: a hold longer than three times the recent high-water mark may outlive a
+// fixed adaptive lease, and a holder that crashes right after a long hold was recorded blocks
+// the name for up to max. Holds that end without an Unlock (a crash, Close) are not recorded;
+// a release retried after a network failure records none (it may have been recorded already).
+// The hold is measured from the token, so a server clock stepped back, or in quorum mode a
+// token floor from a faster server's clock, shortens it (never below zero). Records are kept
+// only for names locked with the option, and expire after WithHoldStatsRetention (a day by
+// default) without a hold: about 165 bytes each. An adaptive lock passes among the waiters of
+// one client through the server, never locally (each hold must be measured): a hot lock
+// within one client costs a round trip per handoff that a fixed lease does not. A grant's
+// first lease (the acceptance window) is min's, at most one second, so a queued client that
+// crashes delays the others by at most that. Of WithTTL and WithAdaptiveTTL the last given
+// applies. On a Cluster the record shares the lock's hash tag (same slot); in quorum mode every
+// server keeps its own record, chooses its own lease, and the lease is the majority-th longest
+// of the granting servers' choices (a majority holds the lock that long; renewals then give
+// every server the same). Inspect, List, dlock status and dlock list --json show the record
+// (Info.HoldStats); dlock run --adaptive uses the option. docs/PROTOCOL.md ("The hold record")
+// gives the record and the scripts' arguments.
 //
 // # Do and outcomes
 //
@@ -250,8 +290,8 @@
 //     slot, one after the other in slot order, so k slots cost k round trips, and a wait for
 //     a name of a later slot holds the names of the earlier ones. In quorum mode the names are
 //     taken one by one, each an ordinary quorum lock, in the same order.
-//   - At most MaxMultiNames (64) distinct names; none, a name twice, or an invalid name is
-//     ErrInvalid.
+//   - At most MaxMultiNames (64) distinct names; none, a name twice, an invalid name, or an
+//     adaptive lease (WithAdaptiveTTL: the multi-lock's scripts record no holds) is ErrInvalid.
 //
 // Waiting. Every client takes names in one global order: by the Cluster hash slot of the key
 // (computed on one server too), then by key. An attempt takes all the names of a server (of
@@ -322,7 +362,7 @@
 // # Inspection
 //
 // Client.Inspect reads one lock (held or free, holder's host, pid and label, token, holds,
-// remaining lease, waiting clients), Client.List the held locks by name prefix (with SCAN),
+// remaining lease, waiting clients, and for an adaptive lock its hold statistics), Client.List the held locks by name prefix (with SCAN),
 // and Client.ForceUnlock releases a lock whoever holds it, waking its waiters; the former
 // holder's lease is lost at its next renewal. The dlock command (cmd/dlock) offers them as
 // dlock status, list and unlock --force, dlock web serves a live page of them (with JSON and

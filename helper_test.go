@@ -22,8 +22,9 @@ import (
 // re-executes itself with helperEnv set; TestMain then runs runHelper instead of the tests.
 const helperEnv = "DLOCK_TEST_HELPER"
 
-// runHelper takes the lock DLOCK_NAME on DLOCK_URL with lease DLOCK_TTL, prints
-// "locked <token>", then, by role:
+// runHelper takes the lock DLOCK_NAME on DLOCK_URL with lease DLOCK_TTL (with
+// DLOCK_ADAPTIVE_MIN set, the adaptive lease WithAdaptiveTTL(DLOCK_ADAPTIVE_MIN, DLOCK_TTL)),
+// prints "locked <token>", then, by role:
 //
 //	hold: does nothing until killed;
 //	work: appends its token to the list DLOCK_NAME:writes every 2 ms while its lease context
@@ -42,7 +43,16 @@ func runHelper(role string) int {
 		return 2
 	}
 	defer c.Close()
-	l, err := c.Mutex(name).Lock(ctx)
+	var opts []dlock.Option
+	if v := os.Getenv("DLOCK_ADAPTIVE_MIN"); v != "" {
+		least, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Println("bad DLOCK_ADAPTIVE_MIN:", err)
+			return 2
+		}
+		opts = append(opts, dlock.WithAdaptiveTTL(least, ttl))
+	}
+	l, err := c.Mutex(name, opts...).Lock(ctx)
 	if err != nil {
 		fmt.Println("lock:", err)
 		return 2

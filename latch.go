@@ -58,6 +58,8 @@ func (c *Client) Latch(name string, count int, opts ...Option) *Latch {
 		l.err = fmt.Errorf("%w: latch %q: WithLabel has no meaning for a latch", ErrInvalid, name)
 	case o.ackN > 0:
 		l.err = fmt.Errorf("%w: latch %q: WithReplicaAck has no meaning for a latch", ErrInvalid, name)
+	case o.adapt.on():
+		l.err = fmt.Errorf("%w: latch %q: WithAdaptiveTTL has no meaning for a latch (give it WithTTL)", ErrInvalid, name)
 	case o.wait >= 0:
 		l.err = fmt.Errorf("%w: latch %q: WithWait has no meaning for a latch (bound Wait with its context)", ErrInvalid, name)
 	case count < 0:

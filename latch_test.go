@@ -188,12 +188,13 @@ func TestLatch_InvalidInput(t *testing.T) {
 	ctx := ctxT(t)
 	c := transports[0].dial(t, shared.URL())
 	for what, lt := range map[string]*dlock.Latch{
-		"negative count": c.Latch("x", -1),
-		"empty name":     c.Latch("", 1),
-		"WithoutRenewal": c.Latch("x", 1, dlock.WithoutRenewal()),
-		"WithLabel":      c.Latch("x", 1, dlock.WithLabel("l")),
-		"WithWait":       c.Latch("x", 1, dlock.WithWait(time.Second)),
-		"TTL too long":   c.Latch("x", 1, dlock.WithTTL(dlock.MaxFixedTTL+time.Second)),
+		"negative count":  c.Latch("x", -1),
+		"empty name":      c.Latch("", 1),
+		"WithoutRenewal":  c.Latch("x", 1, dlock.WithoutRenewal()),
+		"WithLabel":       c.Latch("x", 1, dlock.WithLabel("l")),
+		"WithWait":        c.Latch("x", 1, dlock.WithWait(time.Second)),
+		"WithAdaptiveTTL": c.Latch("x", 1, dlock.WithAdaptiveTTL(time.Second, time.Minute)),
+		"TTL too long":    c.Latch("x", 1, dlock.WithTTL(dlock.MaxFixedTTL+time.Second)),
 	} {
 		if err := lt.Wait(ctx); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("%s: Wait = %v, want ErrInvalid", what, err)

@@ -38,10 +38,13 @@ type leaseState struct {
 	owner string // the secret the server knows the holder by
 	token uint64 // the fencing token; after a local handoff, above the one stored on the server
 
-	state    atomic.Int32
+	state atomic.Int32
+	// adaptMS: the adaptive lease the server chose for this acquisition, in ms (adaptive.go;
+	// at most MaxFixedTTL); 0 for a fixed lease. Set before the lease is shared. See fullTTL.
+	adaptMS  int32
 	deadline atomic.Int64 // mono ns at which the lease counts as lost unless renewed first
 	ttl      atomic.Int64 // lease length in ns; Extend changes it
-	confirm  atomic.Bool  // granted by the server for the acceptance window: renew to ttl at once
+	confirm  atomic.Bool  // granted by the server for the acceptance window: renew to fullTTL at once
 
 	mu       sync.Mutex      // guards lastSent, holds, parent, ctx, cause
 	lastSent int64           // mono ns when the newest successful acquire/renew was sent
@@ -446,8 +449,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return st.e.letGo(ctx, st) // wait.go: to this client's next waiter, or released for all
 	}
 	// An inner hold: drop it on the server. Or a lease already lost: clear what the server may
-	// still hold of it, and tell the caller.
-	res, err := st.e.b.release(ctx, st.releaseReq(last))
+	// still hold of it, and tell the caller (an adaptive lock's server records the hold).
+	req := st.releaseReq(last)
+	if last && state == stateLost {
+		req = st.recordHold(req)
+	}
+	res, err := st.e.b.release(ctx, req)
 	switch {
 	case state == stateLost:
 		return st.lostAtUnlock() // whatever the server said: the loss is what the caller must know

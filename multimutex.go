@@ -36,7 +36,8 @@ type MultiMutex struct {
 // MultiMutex returns a handle on the locks called names, taken together. Options apply to
 // every name and override the client's defaults. An empty list, more than MaxMultiNames names,
 // a name given twice, or an invalid name or option is reported (ErrInvalid) by Lock and
-// TryLock.
+// TryLock; so is an adaptive lease (WithAdaptiveTTL, also as the client's default: give the
+// multi-lock WithTTL).
 func (c *Client) MultiMutex(names []string, opts ...Option) *MultiMutex {
 	mm := &MultiMutex{names: slices.Clone(names)}
 	if c == nil {
@@ -61,6 +62,11 @@ func (c *Client) MultiMutex(names []string, opts ...Option) *MultiMutex {
 		}
 		if seen[name] {
 			mm.err = fmt.Errorf("%w: multi-lock names %q twice", ErrInvalid, name)
+			return mm
+		}
+		if m.spec.adapt != nil {
+			// The scripts that take and release several names at once record no holds.
+			mm.err = fmt.Errorf("%w: WithAdaptiveTTL is not available for a multi-lock (give it WithTTL)", ErrInvalid)
 			return mm
 		}
 		seen[name] = true

@@ -430,6 +430,9 @@ func TestMultiMutex_InvalidInput(t *testing.T) {
 	if _, err := c.MultiMutex([]string{"x"}, dlock.WithTTL(time.Millisecond)).Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("bad option: %v, want ErrInvalid", err)
 	}
+	if _, err := c.MultiMutex([]string{"x", "y"}, dlock.WithAdaptiveTTL(time.Second, 10*time.Second)).Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("adaptive lease: %v, want ErrInvalid", err)
+	}
 	ok := many[:dlock.MaxMultiNames]
 	for i := range ok {
 		ok[i] = fmt.Sprintf("%s-%d", uniqueName(t), i)

@@ -32,6 +32,7 @@ type lockSpec struct {
 	meta    string
 	ack     replicaAck
 	wait    time.Duration // WithWait: how long Lock waits; negative: as long as its context allows
+	adapt   *adaptiveLock // WithAdaptiveTTL (adaptive.go; ttl is then its greatest lease); nil: a fixed lease
 }
 
 // Mutex returns a handle on the lock called name. Options override the client's defaults for
@@ -45,6 +46,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m.e = c.e
 	o := c.opts.with(opts)
 	m.err = o.err
+	if m.err == nil && o.adapt.on() {
+		m.err = checkAdaptive(o.adapt, o.renew)
+	}
 	if m.err == nil {
 		m.err = checkTTL(o.ttl, o.renew)
 	}
@@ -63,6 +67,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	}
 	if o.label != c.opts.label {
 		m.spec.meta = holderMeta(o.label)
+	}
+	if o.adapt.on() {
+		m.spec.adaptiveSpec(o.adapt, o.holdKeep)
 	}
 	return m
 }
@@ -176,6 +183,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
 	}
 	a := acquireArgs{keys: spec.keys, owner: "", ttl: spec.ttlArg, meta: spec.meta, channel: spec.channel, client: ""}
+	a.adaptLo, a.adaptHi = spec.adapt.args()
 	var sent int64
 	if reg != nil {
 		a.owner, a.queue, a.client, a.window, a.place = reg.owner, true, reg.id, reg.winArg, reg.place
@@ -193,13 +201,10 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		// waiting for it): release under this owner secret, so that no lease nobody holds
 		// lingers. A registration is withdrawn the same way, with its entry, and a grant to it
 		// announced later is ignored.
-		// (Not when a grant to reg made a lease meanwhile: the grant's announcement travels
-		// apart from the attempt's reply, and a release under reg's owner would then take the
-		// lock from under that lease; unregister leaves a registration done with alone.)
 		if reg == nil {
 			e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 		} else {
-			e.unregister(reg)
+			e.dropRegistration(reg)
 		}
 		if ctx.Err() != nil {
 			return nil, holder{}, spec.ctxErr(ctx)
@@ -209,11 +214,14 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 	if !res.ok {
 		if reg != nil {
 			if res.dirty {
-				e.unregister(reg) // its owner may be released late on some server: never reuse it
+				e.dropRegistration(reg) // its owner may be released late on some server: never reuse it
 			} else {
 				mask, tokens := res.queuedOn, res.tokensOn
 				if e.traits.servers == 1 {
 					mask, tokens = 1, []uint64{res.token}
+				}
+				if res.ttl > 0 {
+					reg.lease.Store(int64(res.ttl)) // what a grant to it is renewed to
 				}
 				e.registered(reg, sent, mask, tokens)
 			}
@@ -240,6 +248,9 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, err
 	}
 	st := newLeaseState(e, spec, ctx, owner, res.token, sent)
+	if res.ttl > 0 {
+		st.adaptTo(res.ttl, sent)
+	}
 	if reg != nil && e.traits.servers > 1 {
 		st.leave = reg.id
 	}
@@ -248,6 +259,20 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, ErrClosed
 	}
 	return st, holder{}, nil
+}
+
+// dropRegistration gives back what an attempt under reg may have left on the servers (the lock
+// taken under its owner, its queue entry), unless a grant to reg made a lease meanwhile: the
+// grant's announcement travels apart from the attempt's reply, and a release under reg's owner
+// would then take the lock from under that lease.
+func (e *engine) dropRegistration(reg *registration) {
+	if reg.state.CompareAndSwap(regNew, regDone) {
+		req := reg.spec.releaseReq(reg.owner)
+		req.leave = reg.id
+		e.renewer.orphan(req, reg.spec.ttl)
+		return
+	}
+	e.unregister(reg) // nothing when done: granted (its lease holds the lock) or claimed
 }
 
 // releaseReq releases every hold of owner on spec's lock.

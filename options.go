@@ -67,11 +67,13 @@ type options struct {
 	wait      time.Duration // WithWait; negative: no bound
 	logger    *slog.Logger  // WithLogger; nil: slog.Default()
 	ownerConn bool          // Dial: Close closes the connection it made
+	adapt     adaptive      // WithAdaptiveTTL (adaptive.go); ttl is then its greatest lease
+	holdKeep  time.Duration // WithHoldStatsRetention
 	err       error
 }
 
 func defaultOptions() options {
-	return options{ttl: DefaultTTL, renew: true, prefix: DefaultPrefix, retention: DefaultTokenRetention, wait: -1}
+	return options{ttl: DefaultTTL, renew: true, prefix: DefaultPrefix, retention: DefaultTokenRetention, wait: -1, holdKeep: DefaultHoldStatsRetention}
 }
 
 func (o options) with(opts []Option) options {
@@ -101,7 +103,8 @@ func (o *options) fail(err error) {
 // WithTTL sets the lease: how long the server keeps the lock if its holder stops renewing it
 // (crashed, paused or partitioned). With renewal on, the lease is renewed every ttl/3, so a
 // crashed holder's lock frees within ttl. The default is DefaultTTL (10s); the minimum is MinTTL,
-// the maximum MaxTTL with renewal and MaxFixedTTL without (WithoutRenewal).
+// the maximum MaxTTL with renewal and MaxFixedTTL without (WithoutRenewal). Of WithTTL and
+// WithAdaptiveTTL, the last one given applies.
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) {
 		if ttl < MinTTL {
@@ -109,6 +112,7 @@ func WithTTL(ttl time.Duration) Option {
 			return
 		}
 		o.ttl = ttl
+		o.adapt = adaptive{}
 	}
 }
 

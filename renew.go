@@ -408,7 +408,7 @@ func (r *renewer) next() {
 			for i, st := range r.flying {
 				ttl := st.currentTTL()
 				if st.confirm.Load() {
-					ttl = st.spec.ttl
+					ttl = st.fullTTL()
 				}
 				rd.leases[i] = renewal{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack}
 			}
@@ -444,7 +444,7 @@ func (r *renewer) apply(res sendRes) {
 		case out.ok:
 			ttl := st.currentTTL()
 			if st.confirm.Load() {
-				ttl = st.spec.ttl
+				ttl = st.fullTTL()
 				st.confirm.Store(false)
 			}
 			st.renewed(sentAt, ttl)

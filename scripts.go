@@ -63,6 +63,8 @@ type acquireArgs struct {
 	// queuedLate (quorum mode, queue): told of a server that queued the entry after the
 	// attempt was decided (and the holder's token there).
 	queuedLate func(server int, token uint64)
+	// adaptive lease (keys then end with the hold record): its bounds, ms; "": a fixed lease
+	adaptLo, adaptHi string
 }
 
 func (a acquireArgs) call() conn.Call {
@@ -77,8 +79,11 @@ func (a acquireArgs) call() conn.Call {
 		pub = "s"
 	}
 	args := []string{a.owner, a.ttl, a.meta, mode, a.channel, pub, a.client, a.window}
-	if a.place != "" {
+	if a.place != "" || a.adaptHi != "" {
 		args = append(args, a.place)
+	}
+	if a.adaptHi != "" {
+		args = append(args, a.adaptLo, a.adaptHi)
 	}
 	return conn.Call{Script: scriptAcquire, Keys: a.keys, Args: args}
 }
@@ -97,18 +102,25 @@ type acquired struct {
 	queuedOn uint64
 	// tokensOn (quorum mode, !ok): the holder's token on each server that refused (0: none).
 	tokensOn []uint64
+	// ttl (adaptive lease): the lease the server chose: ok, the lease's; else the one a grant
+	// to the caller's queue entry is renewed to. 0 for a fixed lease.
+	ttl time.Duration
 }
 
 func readAcquire(r []int64) (acquired, error) {
+	var ttl time.Duration
+	if len(r) == 4 && r[3] > 0 {
+		ttl, r = time.Duration(r[3])*time.Millisecond, r[:3]
+	}
 	switch {
 	case len(r) != 3:
 		return acquired{}, fmt.Errorf("acquire.lua: unexpected reply %v", r)
 	case r[0] == 1:
-		return acquired{ok: true, token: uint64(r[1]), holds: int(r[2])}, nil
+		return acquired{ok: true, token: uint64(r[1]), holds: int(r[2]), ttl: ttl}, nil
 	case r[1] == -2 && r[2] == 0:
 		return acquired{notMine: true, pttl: -1}, nil
 	}
-	return acquired{pttl: time.Duration(r[1]) * time.Millisecond, token: uint64(r[2])}, nil
+	return acquired{pttl: time.Duration(r[1]) * time.Millisecond, token: uint64(r[2]), ttl: ttl}, nil
 }
 
 // releaseArgs: release.lua gives up one of owner's holds, or all of them; a final release
@@ -122,6 +134,7 @@ type releaseArgs struct {
 	sharded   bool   // announce with SPUBLISH (Redis Cluster)
 	floor     uint64 // the least token to keep (the lease's, which may be above the stored one); 0: none
 	leave     string // a client id whose queue entry goes too (its waiters all left)
+	record    string // adaptive lease: record the hold, keeping the record this long (ms); "": not
 }
 
 func (a releaseArgs) call() conn.Call {
@@ -133,8 +146,11 @@ func (a releaseArgs) call() conn.Call {
 		pub = "s"
 	}
 	args := []string{a.owner, a.retention, a.channel, all, pub, strconv.FormatUint(a.floor, 10)}
-	if a.leave != "" {
+	if a.leave != "" || a.record != "" {
 		args = append(args, a.leave)
+	}
+	if a.record != "" {
+		args = append(args, a.record)
 	}
 	return conn.Call{Script: scriptRelease, Keys: a.keys, Args: args}
 }

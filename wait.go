@@ -107,6 +107,7 @@ type registration struct {
 	// that attempt and has lapsed (the attempt found someone else holding the lock), and the
 	// attempt queued the entry again under the same id.
 	seenOn    []atomic.Uint64
+	lease     atomic.Int64  // adaptive lease: what its last attempt was told a grant is renewed to (ns)
 	state     atomic.Int32  // regNew, regQueued, regDone
 	grantedOn atomic.Uint64 // the servers that announced a grant to it
 	token     atomic.Uint64 // the largest token they announced
@@ -160,7 +161,7 @@ type attemptFunc func(ctx context.Context, reg *registration) (*leaseState, hold
 
 // newRegistration makes a registration for the lock of spec, not yet on the server.
 func (e *engine) newRegistration(spec *lockSpec) *registration {
-	w := acceptWindow(spec.ttl)
+	w := acceptWindow(spec.leastTTL())
 	reg := &registration{
 		id: e.clientID + "." + strconv.FormatUint(e.seq.Add(1), 10), owner: e.newOwner(),
 		spec: spec, window: w, winArg: ms(w), idx: -1, sentOn: make([]atomic.Int64, e.traits.servers),
@@ -389,9 +390,9 @@ func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, er
 		return st, nil
 	}
 	sent := mono()
-	res := e.b.renew(ctx, round{leases: []renewal{{key: st.spec.key, owner: st.owner, ttl: st.spec.ttlArg, ack: st.spec.ack}}})
+	res := e.b.renew(ctx, round{leases: []renewal{{key: st.spec.key, owner: st.owner, ttl: st.fullTTLArg(), ack: st.spec.ack}}})
 	out := res.leases[0]
-	if out.ok && st.renewed(sent, st.spec.ttl) {
+	if out.ok && st.renewed(sent, st.fullTTL()) {
 		st.confirm.Store(false)
 		e.renewer.reschedule(st)
 		return st, nil
@@ -530,7 +531,7 @@ func (e *engine) headRegistration(q *queue, spec *lockSpec) *registration {
 // sameLease reports whether a lock taken for a asks for the same lease as one for b: a lease
 // made for one can serve the other.
 func sameLease(a, b *lockSpec) bool {
-	return a.ttl == b.ttl && a.renew == b.renew && a.meta == b.meta && a.ack == b.ack
+	return a.ttl == b.ttl && a.renew == b.renew && a.meta == b.meta && a.ack == b.ack && a.adapt.same(b.adapt)
 }
 
 // leaseDiff says how a lock taken for b asks for another lease than one taken for a.
@@ -544,6 +545,8 @@ func leaseDiff(a, b *lockSpec) string {
 		return "WithLabel differs from the held lease's"
 	case a.ack != b.ack:
 		return "WithReplicaAck differs from the held lease's"
+	case !a.adapt.same(b.adapt):
+		return "WithAdaptiveTTL differs from the held lease's"
 	}
 	return "same lease"
 }
@@ -767,6 +770,9 @@ func (e *engine) granted(id string, token uint64, server int) {
 	// The renewal loop renews the lease to its TTL before a third of the window has passed (at
 	// once for a fixed lease, which is not renewed later).
 	st := newLeaseState(e, reg.spec, context.Background(), reg.owner, reg.token.Load(), from)
+	if l := reg.lease.Load(); l > 0 {
+		st.adaptMS = int32(time.Duration(l) / time.Millisecond)
+	}
 	if e.traits.servers > 1 {
 		// The servers that did not grant it (yet) still queue the entry: its release drops it.
 		st.leave = id
@@ -890,7 +896,7 @@ func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 	if done, err := e.handOff(ctx, st); done {
 		return err
 	}
-	req := st.releaseReq(true)
+	req := st.recordHold(st.releaseReq(true))
 	if reg := st.takeQueued(); reg != nil {
 		if e.withdrawn(reg) {
 			req.leave = reg.id
@@ -906,6 +912,7 @@ func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 		until := st.lastSent + st.ttl.Load()
 		st.mu.Unlock()
 		waits, key, token := e.waits, st.spec.key, st.token
+		req.record = "" // the failed try may have recorded the hold: never twice
 		e.renewer.retryRelease(req, until, func() { waits.leaseEnded(key, token) })
 		st.end(endReleased, nil)
 		return fmt.Errorf("%w (retrying in the background until the lease would run out)", e.redisErr("unlock "+strconv.Quote(st.spec.name), err))
@@ -940,8 +947,8 @@ const localHandoffs = 15
 // renewal, label), is a server handover: one round trip, a new owner secret and a server token,
 // and the server's check that no other client waits too long.
 func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err error) {
-	if !e.traits.localHandoffs || st.spec.ack.n > 0 {
-		return false, nil
+	if !e.traits.localHandoffs || st.spec.ack.n > 0 || st.spec.adapt.on() {
+		return false, nil // an adaptive lock: every hold goes through the server, which measures it
 	}
 	qs := e.waits
 	q, w, streak := qs.reserveHead(st.spec.key)
@@ -949,7 +956,7 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 		return false, nil
 	}
 	next := w.spec
-	if next.ack.n > 0 {
+	if next.ack.n > 0 || next.adapt.on() {
 		qs.settle(q, w, nil, false)
 		return false, nil
 	}

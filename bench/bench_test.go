@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == workerFlag {
 		os.Exit(runWorker(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == adaptiveHolderFlag {
+		os.Exit(runAdaptiveHolder(os.Args[2:]))
+	}
 	os.Exit(m.Run())
 }
 
@@ -45,6 +48,7 @@ func TestHarness(t *testing.T) {
 	cfg.frozenTTLs = []time.Duration{500 * time.Millisecond}
 	cfg.frozenTries = 1
 	cfg.transfersDuration = 100 * time.Millisecond
+	cfg.adaptiveNames, cfg.adaptiveRun, cfg.adaptiveCrashAfter, cfg.adaptiveWaiters = 8, 1500*time.Millisecond, 300*time.Millisecond, true
 	cfg.log = io.Discard
 	cfg.plotDir = t.TempDir()
 	cfg.plotLink = "img/" + plotFile
@@ -59,7 +63,8 @@ func TestHarness(t *testing.T) {
 	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
 		"### 7.", "| 1 server, 10 clients × 1, 1 ms held | redislock, 1–10 ms linear |", "| 5 servers, 1 client × 10, empty | dlock quorum (rueidis) |",
 		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |",
-		"### 8.", "| 4 | 16 |"} {
+		"### 8.", "| adaptive [100 ms, 10 s], renewed |", "| fixed 50 ms = the median hold, fixed (WithoutRenewal) |",
+		"### 9.", "| 4 | 16 |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}

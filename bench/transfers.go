@@ -14,13 +14,13 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// Scenario 8: transfers between accounts, each under the locks of its two balances. dlock's
+// Scenario 9: transfers between accounts, each under the locks of its two balances. dlock's
 // MultiMutex (one script takes both names, one releases them) beside what a careful
 // user writes without it: nested Do in sorted name order (two acquisitions and two releases,
 // the first name held while waiting for the second). Both on dlock (rueidis), two Clients,
 // the goroutines split between them.
 
-// transferShapes are the measurements of scenario 8: accounts, goroutines.
+// transferShapes are the measurements of scenario 9: accounts, goroutines.
 var transferShapes = []struct{ accounts, goroutines int }{{64, 1}, {1024, 16}, {64, 16}, {4, 16}}
 
 // transferResult is one measurement.
@@ -158,12 +158,12 @@ func (s *server) scriptCalls() int64 {
 	return n
 }
 
-// measureTransfers runs scenario 8 and returns its markdown; ok is false when a transfer failed
+// measureTransfers runs scenario 9 and returns its markdown; ok is false when a transfer failed
 // or two transfers overlapped on an account.
 func measureTransfers(srv *server, cfg config) (string, bool) {
 	var b strings.Builder
 	ok := true
-	b.WriteString("### 8. Transfers: a multi-lock beside nested Do\n\n")
+	b.WriteString("### 9. Transfers: a multi-lock beside nested Do\n\n")
 	fmt.Fprintf(&b, "Each transfer moves an amount between two random accounts (balances in the bench's memory) "+
 		"while holding the locks of both, for %v per measurement after %v of warm-up; the goroutines share "+
 		"two dlock Clients (rueidis). **multi-lock**: `Client.DoMulti(ctx, {from, to}, fn)`, one script to take "+
@@ -175,7 +175,7 @@ func measureTransfers(srv *server, cfg config) (string, bool) {
 		"(`INFO cpu`) per transfer: figures the machine's load moves much less than transfers/s.\n\n", cfg.transfersDuration, cfg.warmUp)
 	b.WriteString("| accounts | goroutines | multi-lock transfers/s | nested Do transfers/s | multi ÷ nested | scripts per transfer, multi / nested | Redis CPU µs per transfer, multi / nested | exclusion, total |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---|\n")
-	stopDog := watchdog("scenario 8", time.Duration(cfg.reps*len(transferShapes)*2)*(cfg.transfersDuration+cfg.warmUp+time.Minute))
+	stopDog := watchdog("scenario 9", time.Duration(cfg.reps*len(transferShapes)*2)*(cfg.transfersDuration+cfg.warmUp+time.Minute))
 	defer stopDog()
 	var ratios []float64
 	for _, sh := range transferShapes {
@@ -184,7 +184,7 @@ func measureTransfers(srv *server, cfg config) (string, bool) {
 		for range cfg.reps {
 			for _, multi := range []bool{true, false} {
 				r := runTransfers(srv, cfg, multi, sh.accounts, sh.goroutines)
-				cfg.logf("bench: scenario 8, %d accounts, %d goroutines, multi=%v: %.0f transfers/s (%v)", sh.accounts, sh.goroutines, multi, r.rate(), r.err)
+				cfg.logf("bench: scenario 9, %d accounts, %d goroutines, multi=%v: %.0f transfers/s (%v)", sh.accounts, sh.goroutines, multi, r.rate(), r.err)
 				switch {
 				case r.err != nil:
 					ok, check = false, "error: "+oneLine(r.err)
@@ -204,7 +204,7 @@ func measureTransfers(srv *server, cfg config) (string, bool) {
 			median(scripts[true]), median(scripts[false]), median(cpus[true]), median(cpus[false]), check)
 		if m > 0 && n > 0 {
 			ratios = append(ratios, m/n)
-			cfg.fig.target(fmt.Sprintf("8, %d accounts × %d goroutines", sh.accounts, sh.goroutines),
+			cfg.fig.target(fmt.Sprintf("9, %d accounts × %d goroutines", sh.accounts, sh.goroutines),
 				"multi-lock transfers/s ≥ 1.5× nested Do (one server)", m >= 1.5*n, "%.2f×", m/n)
 		}
 	}

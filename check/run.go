@@ -398,6 +398,9 @@ func (r *runner) spawn(s *slot) error {
 	conf.UnsafeEviction = r.sc.unsafeEviction
 	conf.ReadBack = r.sc.outOfMemory
 	conf.Accounts = r.sc.accounts
+	if r.sc.adaptive {
+		conf.AdaptiveMin = adaptiveMin
+	}
 	b, _ := json.Marshal(conf)
 	cmd := exec.Command(r.exe)
 	cmd.Env = append(os.Environ(), roleEnv+"=worker", confEnv+"="+string(b))

@@ -20,6 +20,8 @@ type scenario struct {
 	// is used anyway. The client must then only warn (WithLogger): a lease ended, or an
 	// acquisition refused, for the eviction policy fails the run.
 	unsafeEviction bool
+	// adaptive: the workers lock with the adaptive lease, at most the TTL (adaptive.go).
+	adaptive bool
 
 	fault fault
 	// minFaults is the least number of faults a run plays out, whatever --min-faults says: the
@@ -111,6 +113,14 @@ var scenarios = []scenario{
 		deploy:          standalone,
 		fault:           killHolder,
 		boundedRecovery: true,
+	},
+	{
+		name: "adaptive-pause", help: "as pause, the workers locking with the adaptive lease (WithAdaptiveTTL(50ms, TTL))",
+		deploy: standalone, adaptive: true, fault: pauseHolder, minFaults: 2, mustSignal: true,
+	},
+	{
+		name: "adaptive-kill", help: "as kill, the workers locking with the adaptive lease (WithAdaptiveTTL(50ms, TTL))",
+		deploy: standalone, adaptive: true, fault: killHolder, boundedRecovery: true,
 	},
 	{
 		name:       "partition",

@@ -68,6 +68,8 @@ type workerConf struct {
 	ReadBack bool `json:"read_back"`
 	// Accounts > 0: a multi-lock scenario's worker (transfers.go).
 	Accounts int `json:"accounts"`
+	// AdaptiveMin > 0: lock with WithAdaptiveTTL(AdaptiveMin, TTL) (adaptive.go).
+	AdaptiveMin time.Duration `json:"adaptive_min,omitempty"`
 }
 
 // who is one participant of the workload: goroutine G of incarnation Inc of the worker process
@@ -267,7 +269,7 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	var client *dlock.Client
 	var err error
-	opts := []dlock.ClientOption{dlock.WithTTL(conf.TTL), dlock.WithLogger(slog.New(slog.NewTextHandler(logWriter{log}, nil)))}
+	opts := []dlock.ClientOption{leaseOption(conf), dlock.WithLogger(slog.New(slog.NewTextHandler(logWriter{log}, nil)))}
 	if conf.UnsafeEviction {
 		opts = append(opts, dlock.WithUnsafeEviction())
 	}

@@ -16,11 +16,18 @@
 -- ARGV[9]  optional, with "q": the entry's place in the queue (a number; the server's time in
 --          microseconds when absent). In quorum mode the client gives the same place on
 --          every server, so that every server orders the same clients the same way.
+-- ARGV[10] optional, the adaptive lease: its least and ARGV[11] its greatest lease in ms. The
+--          lease of a new hold (taken or claimed) is then chosen from the name's hold record
+--          KEYS[4] (<lock key>:h, see release.lua) instead of ARGV[2]: three times its
+--          high-water hold, within [ARGV[10], ARGV[11]]; ARGV[11] when the name has no record.
+--          (ARGV[9] is then given, "" for the server's time.)
 -- Value    "<owner> <token> <holds> <description>" while held, "- <token> 0" after a release
 -- Reply    {1, token, holds}     taken, re-entered (holds > 1), or claimed: the lock had been
 --                                granted to the caller's queue entry (same owner)
 --          {0, pttl, token}      held by another owner: its remaining lease (ms) and its token
 --          {0, -2, 0}            re-entry asked for, but the lock is not the caller's
+--          With ARGV[10], every reply but the last has a fourth element: the adaptive lease in
+--          ms (for a refused caller, the lease a grant to its queue entry is to be renewed to).
 -- A free lock goes to the first live entry of the queue, if any, ahead of the caller (a
 -- grant, as release.lua makes), unless that entry is the caller's client's: the caller then
 -- takes it, and its client's entries leave the queue.
@@ -87,6 +94,18 @@ local function first(now)
   end
 end
 
+local ttl, lease = ARGV[2], nil
+if ARGV[10] then
+  -- The adaptive lease: "<count> <typical µs> <high µs> <last µs>" (release.lua writes it).
+  lease = tonumber(ARGV[11])
+  local r = redis.call('GET', KEYS[4])
+  local high = r and tonumber(string.match(r, '^%d+ %d+ (%d+)'))
+  if high then
+    lease = math.min(lease, math.max(tonumber(ARGV[10]), math.ceil(3 * high / 1000)))
+  end
+  ttl = lease
+end
+
 local v = redis.call('GET', KEYS[1])
 local o = ARGV[1]
 local last
@@ -101,8 +120,8 @@ if v then
       return {1, tonumber(t), n}
     end
     -- Granted to the caller's queue entry, and the caller had not heard: it takes its lease.
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, tonumber(t), tonumber(n)}
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    return {1, tonumber(t), tonumber(n), lease}
   end
   if ARGV[4] == 'r' then
     return {0, -2, 0}
@@ -121,7 +140,7 @@ if v then
     if ARGV[4] == 'q' then
       enqueue(redis.call('TIME'))
     end
-    return {0, redis.call('PTTL', KEYS[1]), t}
+    return {0, redis.call('PTTL', KEYS[1]), t, lease}
   end
 end
 local now = redis.call('TIME')
@@ -153,8 +172,8 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
     if ARGV[4] == 'q' then
       enqueue(now)
     end
-    return {0, tonumber(win), token}
+    return {0, tonumber(win), token, lease}
   end
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. string.format('%d', token) .. ' 1 ' .. ARGV[3], 'PX', ARGV[2])
-return {1, token, 1}
+redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. string.format('%d', token) .. ' 1 ' .. ARGV[3], 'PX', ttl)
+return {1, token, 1, lease}

@@ -12,6 +12,16 @@
 --          token kept after the final release is the larger of the lock's token and this one
 -- ARGV[7]  optional: a client id whose queue entry to drop as well (a client whose waiters all
 --          left: with its entry's owner as ARGV[1], this also gives back a grant it never took)
+-- ARGV[8]  optional, the adaptive lease (ARGV[7] is then given, "" for none): the hold
+--          record's retention in ms. A final release then records the hold in the name's hold
+--          record KEYS[4] (<lock key>:h), which expires after that long without one. The hold
+--          runs from the lock's token (the server's time of the acquisition, in µs) to now.
+--          When the caller no longer owns the lock (its lease ran out first, or was taken from
+--          it), a release of every hold ("1") records it too, from the token floor ARGV[6]
+--          (the lease's token), so that a lease too short for its hold is learnt from.
+--          Record: "<count> <typical µs> <high µs> <last µs>", the holds recorded, their
+--          weighted average (0.8 × the old + 0.2 × the new hold; the first hold sets it), their
+--          high-water mark (the larger of the new hold and 0.99 × the old mark) and the last.
 -- Reply    holds left (0 = released), or -1 when the caller does not own the lock.
 -- Announcements: "g <token> <entry id> <window ms>" for a grant: the lock now belongs to that
 -- entry's owner for the window (its client then renews it), with a new token. It goes to the
@@ -69,11 +79,33 @@ local function leave()
     redis.call('HDEL', KEYS[3], ARGV[7])
   end
 end
+-- record adds the hold that began at start (µs, the server's clock) to the hold record. It is
+-- made only with ARGV[8]: other releases pay nothing for it. Its write comes after the release's
+-- and is skipped on a server out of memory.
+local record
+if ARGV[8] then
+  record = function(start)
+    local now = redis.call('TIME')
+    local hold = math.max(0, now[1] * 1000000 + now[2] - (start or 0))
+    local n, avg, high = 0, hold, hold
+    local r = redis.call('GET', KEYS[4])
+    local c, a, h = string.match(r or '', '^(%d+) (%d+) (%d+)')
+    if c then
+      n = tonumber(c)
+      avg = math.floor(0.8 * tonumber(a) + 0.2 * hold + 0.5)
+      high = math.max(hold, math.floor(0.99 * tonumber(h)))
+    end
+    redis.pcall('SET', KEYS[4], string.format('%d %d %d %d', n + 1, avg, high, hold), 'PX', ARGV[8])
+  end
+end
 
 local v = redis.call('GET', KEYS[1])
 local o = ARGV[1]
 if not v or string.byte(v, #o + 1) ~= 32 or string.find(v, o, 1, true) ~= 1 then
   leave()
+  if record and ARGV[4] == '1' and tonumber(ARGV[6]) > 0 then
+    record(tonumber(ARGV[6]))
+  end
   return -1
 end
 -- "<owner> <token> <holds> <description>", read with string.find/sub (cheaper than a pattern)
@@ -94,11 +126,15 @@ if n > 1 and ARGV[4] ~= '1' then
   return n
 end
 local floor = tonumber(ARGV[6])
-if floor and floor > tonumber(t) then
+local start = tonumber(t)
+if floor and floor > start then
   t = string.format('%d', floor)
 end
 set(tonumber(ARGV[2]), '- ' .. t .. ' 0', 'PX', ARGV[2])
 leave()
+if record then
+  record(start)
+end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local now = redis.call('TIME')
   local ms = now[1] * 1000 + math.floor(now[2] / 1000)

@@ -151,7 +151,19 @@ type jsonInfo struct {
 	Holder      *jsonHolder `json:"holder,omitempty"`
 	HolderAlive *bool       `json:"holder_alive"` // holderAlive's answer; null when unknown
 	Waiters     int         `json:"waiters"`
+	HoldStats   *jsonHolds  `json:"hold_stats,omitempty"`
 }
+
+// jsonHolds is dlock.HoldStats in JSON: durations in milliseconds, to the microsecond.
+type jsonHolds struct {
+	Count     int64   `json:"count"`
+	TypicalMS float64 `json:"typical_ms"`
+	HighMS    float64 `json:"high_ms"`
+	LastMS    float64 `json:"last_ms"`
+	ExpiresMS int64   `json:"expires_ms"`
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 type jsonHolder struct {
 	Host  string `json:"host"`
@@ -171,6 +183,9 @@ func toJSON(i dlock.Info) jsonInfo {
 			j.Holder.Start = i.Holder.Start.UTC().Format(time.RFC3339)
 		}
 		j.HolderAlive, _ = holderAlive(i)
+	}
+	if h := i.HoldStats; h.Count > 0 {
+		j.HoldStats = &jsonHolds{Count: h.Count, TypicalMS: msOf(h.Typical), HighMS: msOf(h.High), LastMS: msOf(h.Last), ExpiresMS: h.Expires.Milliseconds()}
 	}
 	return j
 }
@@ -215,7 +230,12 @@ JSON fields (one object per lock):
                 "Holder process" above): true or false; null when it cannot be told, for a
                 holder on another host, and for a free lock
   waiters       clients waiting for the lock (entries of its queue on the server; each
-                client counts once however many of its goroutines wait); -1 when unknown`
+                client counts once however many of its goroutines wait); -1 when unknown
+  hold_stats    for a lock taken with the adaptive lease (dlock.WithAdaptiveTTL, dlock run
+                --adaptive), what the server measured of its holds: {"count", "typical_ms"
+                (weighted average, 0.8 × old + 0.2 × new), "high_ms" (high-water mark, fading
+                1% per hold), "last_ms", "expires_ms" (the record is dropped after this long
+                without a hold)}; omitted when nothing is recorded`
 
 func runStatus(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("status", "[flags] NAME", `
@@ -286,6 +306,7 @@ func printStatus(w io.Writer, i dlock.Info) {
 		if i.Token != 0 {
 			fmt.Fprintf(w, "  last token: %d (released within the last minute)\n", i.Token)
 		}
+		printHolds(w, i.HoldStats)
 		return
 	}
 	fmt.Fprintf(w, "%s: held\n", display(i.Name))
@@ -298,6 +319,18 @@ func printStatus(w io.Writer, i dlock.Info) {
 	fmt.Fprintf(w, "  holds:    %d\n", i.Holds)
 	fmt.Fprintf(w, "  lease:    %v left\n", i.TTL)
 	fmt.Fprintf(w, "  waiters:  %s\n", waitersText(i.Waiters))
+	printHolds(w, i.HoldStats)
+}
+
+// printHolds prints what the server measured of an adaptive lock's holds, if anything.
+func printHolds(w io.Writer, h dlock.HoldStats) {
+	if h.Count == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  holds measured: %d; typical %v, high-water %v, last %v (server clock)\n", h.Count,
+		h.Typical.Round(time.Microsecond), h.High.Round(time.Microsecond), h.Last.Round(time.Microsecond))
+	fmt.Fprintf(w, "  adaptive lease: %v before its bounds (3 × the high-water mark); record kept %v more\n",
+		h.Lease(0, 1<<62), h.Expires)
 }
 
 // notRunning says that the holder of i is gone, and when the lock frees.

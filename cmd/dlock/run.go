@@ -41,6 +41,12 @@ gone when it resumes), dlock sends SIGTERM to the command's process group, SIGKI
 --grace, and exits with 76. The command never keeps running unnoticed without the lock; but
 what it did between the loss and its end is not undone: use DLOCK_TOKEN to fence writes.
 
+With --adaptive, the lease is chosen at each run from how long the runs of NAME have held the
+lock: the server records each run's hold (from the acquisition to the release) and gives the
+next run three times the longest recent one, between --min-ttl and --ttl (--ttl for the
+first run). A run killed with SIGKILL then blocks NAME for about three times the longest
+recent run, not for the whole --ttl. "dlock status NAME" shows what was recorded.
+
 Flags may come before or after NAME; "--" ends them (needed when COMMAND starts with "-",
 and after several names).
 
@@ -65,6 +71,7 @@ Examples:
   dlock run nightly-report -- ./report.sh --since yesterday
   dlock run --wait 0 --ttl 30s deploy -- make deploy       # 75 if a deploy is running
   dlock run balance:alice balance:bob -- ./transfer.sh alice bob 10
+  dlock run --adaptive --ttl 1m sync-catalog -- ./sync.sh   # lease learnt from earlier runs
   DLOCK_REDIS_URL=redis://10.0.0.5:6379/0 dlock run --wait 2m db-migrate -- ./migrate up`
 
 // waitFlag is --wait: unset means wait forever.
@@ -103,7 +110,9 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("run", "[flags] NAME [NAME... --] [--] COMMAND [ARGS...]", runUsage)
 	var sf serverFlags
 	sf.add(fs)
-	ttl := fs.Duration("ttl", 10*time.Second, "the lease, renewed automatically (every third of it) while the command runs")
+	ttl := fs.Duration("ttl", 10*time.Second, "the lease, renewed automatically (every third of it) while the command runs; with --adaptive, the longest lease")
+	adaptive := fs.Bool("adaptive", false, "choose the lease from how long earlier runs of NAME held the lock (see above), between --min-ttl and --ttl")
+	minTTL := fs.Duration("min-ttl", time.Second, "with --adaptive: the shortest lease")
 	var wait waitFlag
 	fs.Var(&wait, "wait", "how long to wait for the lock; 0 = fail at once (exit 75) if it is busy (default: wait forever)")
 	grace := fs.Duration("grace", 5*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL of the command")
@@ -118,6 +127,14 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 		return usageLine(fs, std, fmt.Sprintf("--ttl must be at least %v", dlock.MinTTL))
 	case *grace < 0:
 		return usageLine(fs, std, "--grace must not be negative")
+	case *adaptive && *minTTL < dlock.MinTTL:
+		return usageLine(fs, std, fmt.Sprintf("--min-ttl must be at least %v", dlock.MinTTL))
+	case *adaptive && *minTTL > *ttl:
+		return usageLine(fs, std, fmt.Sprintf("--min-ttl %v is above --ttl %v", *minTTL, *ttl))
+	}
+	leaseOpt := dlock.WithTTL(*ttl)
+	if *adaptive {
+		leaseOpt = dlock.WithAdaptiveTTL(*minTTL, *ttl)
 	}
 	if *label == "" {
 		*label = "dlock run " + filepath.Base(command[0])
@@ -126,7 +143,7 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 		*label = (*label)[:256]
 	}
 
-	c, code := sf.dial(ctx, std, "run", dlock.WithTTL(*ttl), dlock.WithLabel(*label))
+	c, code := sf.dial(ctx, std, "run", leaseOpt, dlock.WithLabel(*label))
 	if c == nil {
 		return code
 	}
