@@ -22,6 +22,9 @@ type oneServer struct {
 	cluster   bool
 	retention string // ms, for release.lua and forceunlock.lua
 	own       bool   // close closes cn (Dial made it)
+	// batch gathers concurrent acquisitions and releases into batches (batch.go); nil on a
+	// Cluster, whose keys of one call must share a slot.
+	batch *batcher
 }
 
 var _ backend = (*oneServer)(nil)
@@ -30,6 +33,8 @@ func newOneServer(cn conn.Conn, retention time.Duration) *oneServer {
 	s := &oneServer{cn: cn, retention: ms(retention)}
 	if cl, ok := cn.(conn.Clustered); ok && cl.Cluster() {
 		s.cluster = true
+	} else {
+		s.batch = newBatcher(cn, s.retention)
 	}
 	return s
 }
@@ -40,6 +45,9 @@ func (s *oneServer) traits() traits {
 
 func (s *oneServer) addr() string { return s.cn.Addr() }
 func (s *oneServer) close() error {
+	if s.batch != nil {
+		s.batch.stop()
+	}
 	if !s.own {
 		return nil
 	}
@@ -48,6 +56,10 @@ func (s *oneServer) close() error {
 
 func (s *oneServer) acquire(ctx context.Context, a acquireArgs, ack replicaAck) (acquired, int, error) {
 	a.sharded = s.cluster
+	if ack.n == 0 && s.batch != nil && batchable(a) {
+		res, err := s.batch.acquire(ctx, a)
+		return res, -1, err
+	}
 	c := a.call()
 	if ack.n == 0 {
 		r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
@@ -78,6 +90,9 @@ func (s *oneServer) releaseCall(r releaseReq) conn.Call {
 }
 
 func (s *oneServer) release(ctx context.Context, r releaseReq) (released, error) {
+	if s.batch != nil {
+		return s.batch.release(ctx, r)
+	}
 	c := s.releaseCall(r)
 	res, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
 	if err != nil {

@@ -105,7 +105,11 @@
 // Cluster, every key and channel of a lock shares one slot (the name is the hash tag), release
 // notices use sharded pub/sub (SPUBLISH/SSUBSCRIBE) and renewals are batched per slot; a lock
 // stays held through a slot migration or a manual failover of its shard (its renewals follow
-// the slot), or its holder is told it was lost. WithCAFile and WithTLSConfig set up TLS;
+// the slot), or its holder is told it was lost. On one server or through Sentinel, a client's
+// concurrent acquisitions and releases go to the server in batches, one script call for many
+// locks, each lock with exactly the outcome it would have had alone (docs/PROTOCOL.md,
+// "Batches"); a call made while the client has nothing else on its way leaves at once, alone.
+// On a Cluster each call goes alone. WithCAFile and WithTLSConfig set up TLS;
 // docs/SECURITY.md gives the minimal ACL rule.
 //
 // # Quorum mode (Redlock)

@@ -1,5 +1,6 @@
 -- release: give up one hold, or all of them, if and only if the caller owns the lock; a final
--- release grants the lock to the first live client in the queue, if any.
+-- release grants the lock to the first live client in the queue, if any. For one lock, or for
+-- several at once (a batch, below).
 -- KEYS[1]  lock key
 -- KEYS[2]  queue: <lock key>:q (see acquire.lua)
 -- KEYS[3]  queue entries: <lock key>:w
@@ -39,136 +40,252 @@
 -- writing, so a final release still grants the lock to the first live queue entry; queue
 -- entries themselves are neither made nor refreshed on a full server (their writes come first
 -- in their scripts), so they lapse and the queue empties within a window.
-local function set(pexpire, ...)
-  local r = redis.pcall('SET', KEYS[1], ...)
-  if type(r) == 'table' and r.err then
-    local ms = pexpire or redis.call('PTTL', KEYS[1])
-    if string.sub(r.err, 1, 3) == 'OOM' and ms > 0 then
-      redis.call('PEXPIRE', KEYS[1], ms)
-    end
-    redis.call('SET', KEYS[1], ...)
+--
+-- A batch (a client's concurrent releases in one call): ARGV[1] is "" (never an owner), KEYS
+-- the lock keys only, one per lock (the script derives <key>:q, <key>:w, <key>:h and the
+-- release channel <key>:rel, so it runs on one server, never on a Cluster), ARGV[2] the
+-- retention in ms, and after it come groups, each of locks that share their settings: "1" or
+-- "0" (every hold or one), "s" or "p", the hold record's retention in ms ("" for none), the
+-- number n of its locks, then n triples: the lock's owner secret, its token floor and the
+-- client id whose entry to drop ("" for none). Locks take KEYS in the order of the groups and
+-- triples. Each lock is done in turn exactly as a call of its own with those arguments would
+-- do it, and the reply holds one integer per lock, in that order: its reply as above, or -2
+-- when doing that lock raised an error (the locks before and after it are done all the same;
+-- send that lock alone to learn the error).
+-- What several locks of a call need is read once per call, when first needed: the server's
+-- time (TIME), whether any of their queues exists (one EXISTS of them all: while
+-- none does, no lock asks again; a release never makes a queue), and who may listen on their
+-- release channels (PUBSUB NUMPAT, then one PUBSUB NUMSUB of all the channels).
+local batch = ARGV[1] == ''
+-- The server's time, read once per call when first needed: µs, ms.
+local now, nowms
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    local s, us = tonumber(t[1]), tonumber(t[2])
+    now, nowms = s * 1000000 + us, s * 1000 + math.floor(us / 1000)
   end
 end
-local function publish(channel, payload)
+-- suffixed returns the key of every lock of the call with suffix (its queue, its channel).
+local function suffixed(suffix)
+  local out = {}
+  for i, key in ipairs(KEYS) do
+    out[i] = key .. suffix
+  end
+  return out
+end
+local queues, channels = {KEYS[2]}, {ARGV[3]} -- of every lock of the call
+if batch then
+  queues, channels = suffixed(':q'), suffixed(':rel')
+end
+-- queued reports whether the queue q (of a lock of this call) may exist: false only when it
+-- surely does not.
+local noqueue
+local function queued(q)
+  if noqueue == nil then
+    local qs = queues
+    local n = redis.call('EXISTS', unpack(qs))
+    noqueue = n == 0
+    if n == #qs then
+      return true
+    end
+  end
+  if noqueue then
+    return false
+  end
+  return redis.call('EXISTS', q) == 1
+end
+-- listened reports whether anyone may listen on the release channel rel (of a lock of this
+-- call): on a Cluster a subscriber of it (sharded), else a subscriber of any pattern or of it.
+local patterns, listeners
+local function listened(pub, rel)
+  if pub == 's' then
+    return redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0
+  end
+  if patterns == nil then
+    patterns = redis.call('PUBSUB', 'NUMPAT') > 0
+  end
+  if patterns then
+    return true
+  end
+  if not listeners then
+    listeners = {}
+    local r = redis.call('PUBSUB', 'NUMSUB', unpack(channels))
+    for i = 1, #r, 2 do
+      listeners[r[i]] = r[i + 1]
+    end
+  end
+  return (listeners[rel] or 1) > 0
+end
+-- set sets key (see above): a SET refused for memory is made again after a PEXPIRE. Once a
+-- write of the call succeeded, none is refused any more: plain calls then.
+local wrote
+local function set(key, pexpire, ...)
+  if wrote then
+    redis.call('SET', key, ...)
+    return
+  end
+  local r = redis.pcall('SET', key, ...)
+  if type(r) == 'table' and r.err then
+    local ms = pexpire or redis.call('PTTL', key)
+    if string.sub(r.err, 1, 3) == 'OOM' and ms > 0 then
+      redis.call('PEXPIRE', key, ms)
+    end
+    redis.call('SET', key, ...)
+  end
+  wrote = true
+end
+local function publish(pub, channel, payload)
   local cmd = 'PUBLISH'
-  if ARGV[5] == 's' then
+  if pub == 's' then
     cmd = 'S' .. cmd -- built at run time: some embedded test servers refuse unknown names at compile time
   end
   redis.call(cmd, channel, payload)
 end
--- announce sends payload to the release channel if anyone may listen there: a subscriber of
--- the channel, or (not on a Cluster) of any pattern.
-local function announce(payload)
-  local listened
-  if ARGV[5] == 's' then
-    listened = redis.call('PUBSUB', 'SHARDNUMSUB', ARGV[3])[2] > 0
-  else
-    listened = redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2] > 0 or redis.call('PUBSUB', 'NUMPAT') > 0
+-- announce sends payload to the release channel rel if anyone may listen there.
+local function announce(pub, rel, payload)
+  if listened(pub, rel) then
+    publish(pub, rel, payload)
   end
-  if listened then
-    publish(ARGV[3], payload)
+end
+-- leave drops entry id (if not empty) from queue q and its entries w.
+local function leave(q, w, id)
+  if id and id ~= '' then
+    redis.call('ZREM', q, id)
+    redis.call('HDEL', w, id)
   end
 end
 -- client returns the channel of the client whose entry id ("<client id>.<sequence>") is id.
-local function client(id)
-  return ARGV[3] .. ':' .. (string.match(id, '^([^.]*)%.') or id)
+local function client(rel, id)
+  return rel .. ':' .. (string.match(id, '^([^.]*)%.') or id)
 end
-local function leave()
-  if ARGV[7] and ARGV[7] ~= '' then
-    redis.call('ZREM', KEYS[2], ARGV[7])
-    redis.call('HDEL', KEYS[3], ARGV[7])
+-- record adds a hold that began at start (µs, the server's clock) to the hold record h, kept
+-- for keep ms. Its write comes after the release's and is skipped on a server out of memory.
+local function record(h, keep, start)
+  clock()
+  local hold = math.max(0, now - (start or 0))
+  local n, avg, high = 0, hold, hold
+  local r = redis.call('GET', h)
+  local c, a, hi = string.match(r or '', '^(%d+) (%d+) (%d+)')
+  if c then
+    n = tonumber(c)
+    avg = math.floor(0.8 * tonumber(a) + 0.2 * hold + 0.5)
+    high = math.max(hold, math.floor(0.99 * tonumber(hi)))
   end
-end
--- record adds the hold that began at start (µs, the server's clock) to the hold record. It is
--- made only with ARGV[8]: other releases pay nothing for it. Its write comes after the release's
--- and is skipped on a server out of memory.
-local record
-if ARGV[8] then
-  record = function(start)
-    local now = redis.call('TIME')
-    local hold = math.max(0, now[1] * 1000000 + now[2] - (start or 0))
-    local n, avg, high = 0, hold, hold
-    local r = redis.call('GET', KEYS[4])
-    local c, a, h = string.match(r or '', '^(%d+) (%d+) (%d+)')
-    if c then
-      n = tonumber(c)
-      avg = math.floor(0.8 * tonumber(a) + 0.2 * hold + 0.5)
-      high = math.max(hold, math.floor(0.99 * tonumber(h)))
-    end
-    redis.pcall('SET', KEYS[4], string.format('%d %d %d %d', n + 1, avg, high, hold), 'PX', ARGV[8])
-  end
+  redis.pcall('SET', h, string.format('%d %d %d %d', n + 1, avg, high, hold), 'PX', keep)
 end
 
-local v = redis.call('GET', KEYS[1])
-local o = ARGV[1]
-if not v or string.byte(v, #o + 1) ~= 32 or string.find(v, o, 1, true) ~= 1 then
-  leave()
-  if record and ARGV[4] == '1' and tonumber(ARGV[6]) > 0 then
-    record(tonumber(ARGV[6]))
+-- release does one lock, with the keys and arguments above (v: the lock's value, read by the
+-- caller; q, w, h: KEYS[2], KEYS[3], KEYS[4], or nil for <key>:q, <key>:w, <key>:h), and
+-- returns its reply.
+local function release(v, key, q, w, h, o, ret, retms, rel, all, pub, floor, id, keep)
+  if keep == '' then
+    keep = nil -- no hold record: other releases pay nothing for it
   end
-  return -1
-end
--- "<owner> <token> <holds> <description>", read with string.find/sub (cheaper than a pattern)
-local s2 = string.find(v, ' ', #o + 2, true)
-if not s2 then
-  return -1
-end
-local t = string.sub(v, #o + 2, s2 - 1)
-local s3 = string.find(v, ' ', s2 + 1, true)
-local n = tonumber(string.sub(v, s2 + 1, (s3 or 0) - 1)) or 1
-if n > 1 and ARGV[4] ~= '1' then
-  n = n - 1
-  local m = ''
-  if s3 then
-    m = string.sub(v, s3 + 1)
-  end
-  set(nil, o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'KEEPTTL')
-  return n
-end
-local floor = tonumber(ARGV[6])
-local start = tonumber(t)
-if floor and floor > start then
-  t = string.format('%d', floor)
-end
-set(tonumber(ARGV[2]), '- ' .. t .. ' 0', 'PX', ARGV[2])
-leave()
-if record then
-  record(start)
-end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  local now = redis.call('TIME')
-  local ms = now[1] * 1000 + math.floor(now[2] / 1000)
-  while true do
-    local id = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-    if not id then
-      break
+  if not v or string.byte(v, #o + 1) ~= 32 or string.find(v, o, 1, true) ~= 1 then
+    if id and id ~= '' then
+      leave(q or key .. ':q', w or key .. ':w', id)
     end
-    local e = redis.call('HGET', KEYS[3], id)
-    if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > ms then
-      local win, owner, meta = string.match(e, '^%d+ (%d+) (%S+) (.*)$')
-      local token = now[1] * 1000000 + now[2]
-      if tonumber(t) + 16 > token then
-        token = tonumber(t) + 16
-      end
-      local r = redis.pcall('SET', KEYS[1], owner .. ' ' .. string.format('%d', token) .. ' 1 ' .. meta, 'PX', win)
-      if type(r) == 'table' and r.err then
-        break -- out of memory: leave it released
-      end
-      redis.call('ZREM', KEYS[2], id)
-      redis.call('HDEL', KEYS[3], id)
-      local msg = 'g ' .. string.format('%d', token) .. ' ' .. id .. ' ' .. win
-      local to = client(id)
-      publish(to, msg)
-      local nxt = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-      if nxt and client(nxt) ~= to then
-        publish(client(nxt), msg)
-      end
-      announce(msg)
-      return 0
+    if keep and all == '1' and tonumber(floor) > 0 then
+      record(h or key .. ':h', keep, tonumber(floor))
     end
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
+    return -1
   end
+  -- "<owner> <token> <holds> <description>", read with string.find/sub (cheaper than a pattern)
+  local s2 = string.find(v, ' ', #o + 2, true)
+  if not s2 then
+    return -1
+  end
+  local t = string.sub(v, #o + 2, s2 - 1)
+  if all ~= '1' then
+    local s3 = string.find(v, ' ', s2 + 1, true)
+    local n = tonumber(string.sub(v, s2 + 1, (s3 or 0) - 1)) or 1
+    if n > 1 then
+      n = n - 1
+      local m = ''
+      if s3 then
+        m = string.sub(v, s3 + 1)
+      end
+      set(key, nil, o .. ' ' .. t .. ' ' .. n .. ' ' .. m, 'KEEPTTL')
+      return n
+    end
+  end
+  local start = t
+  if floor ~= t and floor and floor ~= '' and tonumber(floor) > tonumber(t) then
+    t = string.format('%d', tonumber(floor))
+  end
+  set(key, retms, '- ' .. t .. ' 0', 'PX', ret)
+  q = q or key .. ':q'
+  if id and id ~= '' then
+    w = w or key .. ':w'
+    leave(q, w, id)
+  end
+  if keep then
+    record(h or key .. ':h', keep, tonumber(start))
+  end
+  if queued(q) then
+    w = w or key .. ':w'
+    clock()
+    while true do
+      local first = redis.call('ZRANGE', q, 0, 0)[1]
+      if not first then
+        break
+      end
+      local e = redis.call('HGET', w, first)
+      if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > nowms then
+        local win, owner, meta = string.match(e, '^%d+ (%d+) (%S+) (.*)$')
+        local token = now
+        if tonumber(t) + 16 > token then
+          token = tonumber(t) + 16
+        end
+        local r = redis.pcall('SET', key, owner .. ' ' .. string.format('%d', token) .. ' 1 ' .. meta, 'PX', win)
+        if type(r) == 'table' and r.err then
+          break -- out of memory: leave it released
+        end
+        redis.call('ZREM', q, first)
+        redis.call('HDEL', w, first)
+        local msg = 'g ' .. string.format('%d', token) .. ' ' .. first .. ' ' .. win
+        rel = rel or key .. ':rel'
+        local to = client(rel, first)
+        publish(pub, to, msg)
+        local nxt = redis.call('ZRANGE', q, 0, 0)[1]
+        if nxt and client(rel, nxt) ~= to then
+          publish(pub, client(rel, nxt), msg)
+        end
+        announce(pub, rel, msg)
+        return 0
+      end
+      redis.call('ZREM', q, first)
+      redis.call('HDEL', w, first)
+    end
+  end
+  announce(pub, rel or key .. ':rel', t)
+  return 0
 end
-announce(t)
-return 0
+
+-- read does one lock of a batch (its value read first, so that an error reading it is that
+-- lock's).
+local function read(key, q, o, ret, retms, rel, all, pub, floor, id, keep)
+  return release(redis.call('GET', key), key, q, nil, nil, o, ret, retms, rel, all, pub, floor, id, keep)
+end
+
+if not batch then
+  return release(redis.call('GET', KEYS[1]), KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2],
+    tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+end
+local out, ret, retms, i, g = {}, ARGV[2], tonumber(ARGV[2]), 0, 3
+while g <= #ARGV do
+  local all, pub, keep = ARGV[g], ARGV[g + 1], ARGV[g + 2]
+  local n = tonumber(ARGV[g + 3])
+  for p = g + 4, g + 1 + 3 * n, 3 do
+    i = i + 1
+    local key = KEYS[i]
+    local ok, r = pcall(read, key, queues[i], ARGV[p], ret, retms, channels[i], all, pub, ARGV[p + 1], ARGV[p + 2], keep)
+    if not ok then
+      r = -2
+    end
+    out[i] = r
+  end
+  g = g + 4 + 3 * n
+end
+return out

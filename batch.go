@@ -1,0 +1,484 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dlock-go/dlock/conn"
+)
+
+// Batching: a client's concurrent acquisitions and releases on one server (standalone or
+// Sentinel) go as one acquire.lua call and one release.lua call over many locks (the scripts'
+// batch form, docs/PROTOCOL.md), so that the server pays a script call, and its reads of the
+// time, of the queues and of the listeners, once per batch instead of once per lock.
+//
+// A call leaves at once, alone and in the one-lock form, while fewer than batchOut calls or
+// batches are on their way and none waits: a lone caller's latency is that of a plain call.
+// Otherwise it waits for the next batch, which the first call or batch to come back sends with
+// everything that queued meanwhile (from a goroutine that keeps sending what queues meanwhile);
+// no goroutine runs while nothing waits. A batch holds calls that were all outstanding at
+// once, so any order among them is one they could have had; each lock in it is done exactly
+// as its own call would do it, with its own reply.
+
+// batchOut is how many calls or batches may be on their way at once. Two keeps a second batch
+// gathering while one is on the wire; more would only cut the batches thinner.
+const batchOut = 2
+
+// batchMax is the most locks one script call of a batch carries (more go as further calls in
+// the same pipeline): the server runs a call whole, so this bounds how long it blocks others.
+const batchMax = 64
+
+// errBatchClosed fails a call still waiting for a batch when the client closes.
+var errBatchClosed = errors.New("dlock: client closed")
+
+// batcher gathers one server's concurrent acquire.lua and release.lua calls.
+type batcher struct {
+	cn        conn.Conn
+	retention string // ms, for release.lua
+
+	ctx    context.Context // of the batches: cancelled by stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the goroutines sending batches
+
+	mu     sync.Mutex
+	out    int // calls and batches on their way, guarded by mu
+	acqs   []*batchedAcquire
+	rels   []*batchedRelease
+	closed bool
+}
+
+// A call waiting in a batch. state: queued, then sent or abandoned (the caller gave up before
+// it was sent: it never is).
+const (
+	pendQueued int32 = iota
+	pendSent
+	pendAbandoned
+)
+
+type pending struct {
+	state atomic.Int32
+	done  chan struct{} // closed when the result is set
+	err   error
+}
+
+type batchedAcquire struct {
+	pending
+	a   acquireArgs
+	res acquired
+}
+
+type batchedRelease struct {
+	pending
+	r   releaseReq
+	res released
+}
+
+func newBatcher(cn conn.Conn, retention string) *batcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &batcher{cn: cn, retention: retention, ctx: ctx, cancel: cancel}
+}
+
+// batchable reports whether a can go in a batch: the batch form takes the server's time as a
+// queue entry's place (no place of its own) and derives the other keys from the lock key.
+func batchable(a acquireArgs) bool { return a.place == "" && a.queuedLate == nil }
+
+// acquire runs acquire.lua for a: alone, or in the next batch.
+func (b *batcher) acquire(ctx context.Context, a acquireArgs) (acquired, error) {
+	if err := ctx.Err(); err != nil {
+		return acquired{}, err
+	}
+	b.mu.Lock()
+	if b.closed || (b.out < batchOut && len(b.acqs)+len(b.rels) == 0) {
+		b.out++
+		b.mu.Unlock()
+		res, err := b.acquireAlone(ctx, a)
+		b.finish()
+		return res, err
+	}
+	p := &batchedAcquire{a: a}
+	p.done = make(chan struct{})
+	b.acqs = append(b.acqs, p)
+	b.startLocked()
+	select {
+	case <-p.done:
+		return p.res, p.err
+	case <-ctx.Done():
+		// If the batch was sent, the script may run: the caller treats this as any call whose
+		// reply it did not wait for (it releases under the owner in the background).
+		p.state.CompareAndSwap(pendQueued, pendAbandoned)
+		return acquired{}, ctx.Err()
+	}
+}
+
+// release runs release.lua for r: alone, or in the next batch.
+func (b *batcher) release(ctx context.Context, r releaseReq) (released, error) {
+	if err := ctx.Err(); err != nil {
+		return released{}, err
+	}
+	b.mu.Lock()
+	if b.closed || (b.out < batchOut && len(b.acqs)+len(b.rels) == 0) {
+		b.out++
+		b.mu.Unlock()
+		res, err := b.releaseAlone(ctx, r)
+		b.finish()
+		return res, err
+	}
+	p := &batchedRelease{r: r}
+	p.done = make(chan struct{})
+	b.rels = append(b.rels, p)
+	b.startLocked()
+	select {
+	case <-p.done:
+		return p.res, p.err
+	case <-ctx.Done():
+		p.state.CompareAndSwap(pendQueued, pendAbandoned)
+		return released{}, ctx.Err()
+	}
+}
+
+// startLocked starts sending the queue if a batch may go now, and unlocks b.mu.
+func (b *batcher) startLocked() {
+	if b.out >= batchOut {
+		b.mu.Unlock()
+		return
+	}
+	b.out++
+	acqs, rels := b.takeLocked()
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go b.run(acqs, rels)
+}
+
+// finish gives up the slot of a call sent alone, or passes it to a batch of the calls queued
+// meanwhile.
+func (b *batcher) finish() {
+	b.mu.Lock()
+	if len(b.acqs)+len(b.rels) == 0 || b.closed {
+		b.out--
+		b.mu.Unlock()
+		return
+	}
+	acqs, rels := b.takeLocked()
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go b.run(acqs, rels)
+}
+
+func (b *batcher) takeLocked() ([]*batchedAcquire, []*batchedRelease) {
+	acqs, rels := b.acqs, b.rels
+	b.acqs, b.rels = nil, nil
+	return acqs, rels
+}
+
+// run sends a batch, then the calls queued meanwhile, until the queue is empty.
+func (b *batcher) run(acqs []*batchedAcquire, rels []*batchedRelease) {
+	defer b.wg.Done()
+	for {
+		b.send(acqs, rels)
+		b.mu.Lock()
+		if len(b.acqs)+len(b.rels) == 0 || b.closed {
+			b.out--
+			b.mu.Unlock()
+			return
+		}
+		acqs, rels = b.takeLocked()
+		b.mu.Unlock()
+	}
+}
+
+// stop fails the calls still waiting, cancels the batches on their way and waits for them.
+func (b *batcher) stop() {
+	b.mu.Lock()
+	b.closed = true
+	acqs, rels := b.takeLocked()
+	b.mu.Unlock()
+	for _, p := range acqs {
+		p.err = errBatchClosed
+		close(p.done)
+	}
+	for _, p := range rels {
+		p.err = errBatchClosed
+		close(p.done)
+	}
+	b.cancel()
+	b.wg.Wait()
+}
+
+// send sends the calls of one batch in one pipeline: acquisitions in acquire.lua calls of up
+// to batchMax locks, releases in release.lua calls likewise (a lone one in its one-lock form).
+func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
+	acqs = live(acqs)
+	rels = live(rels)
+	var calls []conn.Call
+	var acqChunks [][]*batchedAcquire
+	for len(acqs) > 0 {
+		n := min(len(acqs), batchMax)
+		acqChunks = append(acqChunks, acqs[:n])
+		calls = append(calls, acquireBatchCall(acqs[:n]))
+		acqs = acqs[n:]
+	}
+	var relChunks [][]*batchedRelease
+	for len(rels) > 0 {
+		n := min(len(rels), batchMax)
+		relChunks = append(relChunks, rels[:n])
+		calls = append(calls, b.releaseBatchCall(rels[:n]))
+		rels = rels[n:]
+	}
+	if len(calls) == 0 {
+		return
+	}
+	results := b.cn.EvalMulti(b.ctx, calls)
+	result := func(i int) conn.Result {
+		if i < len(results) {
+			return results[i]
+		}
+		return conn.Result{Err: errShortReply}
+	}
+	var alone []func()
+	for c, ch := range acqChunks {
+		r := result(c)
+		outs, err := readAcquireBatch(r, len(ch))
+		for i, p := range ch {
+			switch {
+			case err != nil:
+				p.err = err
+			case outs[i].failed:
+				// That lock raised an error: send it alone, to learn the error (or succeed).
+				alone = append(alone, func() {
+					p.res, p.err = b.acquireAlone(b.ctx, p.a)
+					close(p.done)
+				})
+				continue
+			default:
+				p.res, p.err = outs[i].res, outs[i].err
+			}
+			close(p.done)
+		}
+	}
+	for c, ch := range relChunks {
+		r := result(len(acqChunks) + c)
+		outs, err := readReleaseBatch(r, len(ch))
+		for i, p := range ch {
+			switch {
+			case err != nil:
+				p.err = err
+			case outs[i].failed:
+				alone = append(alone, func() {
+					p.res, p.err = b.releaseAlone(b.ctx, p.r)
+					close(p.done)
+				})
+				continue
+			default:
+				p.res, p.err = outs[i].res, outs[i].err
+			}
+			close(p.done)
+		}
+	}
+	for _, f := range alone {
+		f()
+	}
+}
+
+// live returns the calls whose callers still wait, marked sent.
+func live[P interface{ sent() bool }](ps []P) []P {
+	out := ps[:0]
+	for _, p := range ps {
+		if p.sent() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// sent marks the call sent, unless its caller gave up first.
+func (p *pending) sent() bool { return p.state.CompareAndSwap(pendQueued, pendSent) }
+
+func (b *batcher) acquireAlone(ctx context.Context, a acquireArgs) (acquired, error) {
+	c := a.call()
+	r, err := b.cn.Eval(ctx, c.Script, c.Keys, c.Args)
+	if err != nil {
+		return acquired{}, err
+	}
+	return readAcquire(r)
+}
+
+func (b *batcher) releaseAlone(ctx context.Context, r releaseReq) (released, error) {
+	c := releaseArgs{
+		keys: r.keys, owner: r.owner, retention: b.retention, channel: r.channel,
+		all: r.all, floor: r.floor, leave: r.leave, record: r.record,
+	}.call()
+	res, err := b.cn.Eval(ctx, c.Script, c.Keys, c.Args)
+	if err != nil {
+		return released{}, err
+	}
+	return readRelease(res)
+}
+
+// acquireBatchCall builds the call of a batch of acquisitions: acquire.lua's batch form (one
+// lock: its one-lock form), locks with the same settings in one group.
+func acquireBatchCall(ps []*batchedAcquire) conn.Call {
+	if len(ps) == 1 {
+		return ps[0].a.call()
+	}
+	type group struct {
+		head []string // lease, description, mode, "p", window, least, greatest
+		ps   []*batchedAcquire
+	}
+	var groups []*group
+	for _, p := range ps {
+		a := &p.a
+		mode := ""
+		switch {
+		case a.reenterOnly:
+			mode = "r"
+		case a.queue:
+			mode = "q"
+		}
+		var g *group
+		for _, x := range groups {
+			h := x.head
+			if h[0] == a.ttl && h[1] == a.meta && h[2] == mode && h[4] == a.window && h[5] == a.adaptLo && h[6] == a.adaptHi {
+				g = x
+				break
+			}
+		}
+		if g == nil {
+			g = &group{head: []string{a.ttl, a.meta, mode, "p", a.window, a.adaptLo, a.adaptHi}}
+			groups = append(groups, g)
+		}
+		g.ps = append(g.ps, p)
+	}
+	// The reply follows the groups' order: ps is put in that order.
+	keys := make([]string, 0, len(ps))
+	args := make([]string, 0, 1+8*len(groups)+2*len(ps))
+	args = append(args, "")
+	ps = ps[:0]
+	for _, g := range groups {
+		args = append(args, g.head...)
+		args = append(args, strconv.Itoa(len(g.ps)))
+		for _, p := range g.ps {
+			keys = append(keys, p.a.keys[0])
+			args = append(args, p.a.owner, p.a.client)
+			ps = append(ps, p)
+		}
+	}
+	return conn.Call{Script: scriptAcquire, Keys: keys, Args: args}
+}
+
+// releaseBatchCall builds the call of a batch of releases: release.lua's batch form (one
+// release: its one-lock form), releases with the same settings in one group. It puts ps in
+// the order of the reply.
+func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
+	if len(ps) == 1 {
+		r := ps[0].r
+		return releaseArgs{
+			keys: r.keys, owner: r.owner, retention: b.retention, channel: r.channel,
+			all: r.all, floor: r.floor, leave: r.leave, record: r.record,
+		}.call()
+	}
+	type group struct {
+		all    bool
+		record string
+		ps     []*batchedRelease
+	}
+	var groups []*group
+	for _, p := range ps {
+		var g *group
+		for _, x := range groups {
+			if x.all == p.r.all && x.record == p.r.record {
+				g = x
+				break
+			}
+		}
+		if g == nil {
+			g = &group{all: p.r.all, record: p.r.record}
+			groups = append(groups, g)
+		}
+		g.ps = append(g.ps, p)
+	}
+	keys := make([]string, 0, len(ps))
+	args := make([]string, 0, 2+4*len(groups)+3*len(ps))
+	args = append(args, "", b.retention)
+	ps = ps[:0]
+	for _, g := range groups {
+		all := "0"
+		if g.all {
+			all = "1"
+		}
+		args = append(args, all, "p", g.record, strconv.Itoa(len(g.ps)))
+		for _, p := range g.ps {
+			keys = append(keys, p.r.keys[0])
+			args = append(args, p.r.owner, strconv.FormatUint(p.r.floor, 10), p.r.leave)
+			ps = append(ps, p)
+		}
+	}
+	return conn.Call{Script: scriptRelease, Keys: keys, Args: args}
+}
+
+// batchAcquired is one lock's answer in a batch.
+type batchAcquired struct {
+	res    acquired
+	err    error
+	failed bool // doing the lock raised an error: send it alone
+}
+
+// readAcquireBatch reads the reply to acquireBatchCall for n locks.
+func readAcquireBatch(r conn.Result, n int) ([]batchAcquired, error) {
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	if n == 1 {
+		res, err := readAcquire(r.Ints)
+		return []batchAcquired{{res: res, err: err}}, nil
+	}
+	if len(r.Ints) != 4*n {
+		return nil, fmt.Errorf("acquire.lua: %d answers for a batch of %d locks", len(r.Ints), n)
+	}
+	out := make([]batchAcquired, n)
+	for i := range out {
+		x := r.Ints[4*i : 4*i+4]
+		if x[0] == -1 {
+			out[i].failed = true
+			continue
+		}
+		if x[3] == 0 {
+			x = x[:3]
+		}
+		out[i].res, out[i].err = readAcquire(x)
+	}
+	return out, nil
+}
+
+// batchReleased is one lock's answer in a batch.
+type batchReleased struct {
+	res    released
+	err    error
+	failed bool
+}
+
+// readReleaseBatch reads the reply to releaseBatchCall for n locks.
+func readReleaseBatch(r conn.Result, n int) ([]batchReleased, error) {
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	if n == 1 {
+		res, err := readRelease(r.Ints)
+		return []batchReleased{{res: res, err: err}}, nil
+	}
+	if len(r.Ints) != n {
+		return nil, fmt.Errorf("release.lua: %d answers for a batch of %d locks", len(r.Ints), n)
+	}
+	out := make([]batchReleased, n)
+	for i, v := range r.Ints {
+		if v == -2 {
+			out[i].failed = true
+			continue
+		}
+		out[i].res, out[i].err = readRelease(r.Ints[i : i+1])
+	}
+	return out, nil
+}
