@@ -56,6 +56,7 @@ type engine struct {
 	guard   *evictionGuard
 	// sharedWaits: this client's waiters for read-write locks and semaphores (sharedwait.go)
 	sharedWaits *sharedWaits
+	latches     latchHubs // the latches this client's callers wait for (latch.go)
 
 	ownerID  string // 128 random bits; each lease's secret is ownerID + a sequence number
 	clientID string // 64 random bits, public: names this client's queue entries

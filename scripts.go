@@ -40,7 +40,8 @@ var (
 // Scripts returns the Lua scripts dlock runs, for inspection and for loading them ahead of time
 // (SCRIPT LOAD) on servers that restrict EVAL.
 func Scripts() []*conn.Script {
-	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptQueue, scriptInspect, scriptForceUnlock, scriptProbe, scriptShared}
+	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptQueue, scriptInspect, scriptForceUnlock, scriptProbe,
+		scriptMultiAcquire, scriptMultiRelease, scriptLatch, scriptShared}
 }
 
 // ms is a duration as the scripts take it: whole milliseconds, in decimal.

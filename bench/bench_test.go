@@ -51,6 +51,7 @@ func TestHarness(t *testing.T) {
 	cfg.frozenTTLs = []time.Duration{500 * time.Millisecond}
 	cfg.frozenTries = 1
 	cfg.readMostlyDuration = 300 * time.Millisecond
+	cfg.transfersDuration = 100 * time.Millisecond
 	cfg.adaptiveNames, cfg.adaptiveRun, cfg.adaptiveCrashAfter, cfg.adaptiveWaiters = 8, 1500*time.Millisecond, 300*time.Millisecond, true
 	cfg.log = io.Discard
 	cfg.plotDir = t.TempDir()
@@ -66,8 +67,9 @@ func TestHarness(t *testing.T) {
 	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
 		"### 7.", "| 1 server, 10 clients × 1, 1 ms held | redislock, 1–10 ms linear |", "| 5 servers, 1 client × 10, empty | dlock quorum (rueidis) |",
 		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |",
-		"### 9.", "| read-mostly, 1ms holds | RWMutex: RLock / Lock |", "| permits | Semaphore of 64: Acquire(1) |",
-		"### 8.", "| adaptive [100 ms, 10 s], renewed |", "| fixed 50 ms = the median hold, fixed (WithoutRenewal) |"} {
+		"### 8.", "| adaptive [100 ms, 10 s], renewed |", "| fixed 50 ms = the median hold, fixed (WithoutRenewal) |",
+		"### 9.", "| 4 | 16 |",
+		"### 10.", "| read-mostly, 1ms holds | RWMutex: RLock / Lock |", "| permits | Semaphore of 64: Acquire(1) |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -172,7 +174,7 @@ func TestClientsHelpers(t *testing.T) {
 	}
 }
 
-// Scenario 9's check: a write overlapping any hold, or more holds than the size, is counted.
+// Scenario 10's check: a write overlapping any hold, or more holds than the size, is counted.
 func TestReadMostlyCheck(t *testing.T) {
 	readers := []rmHoldRec{{kind: 'r', acquired: 10, released: 20}, {kind: 'r', acquired: 15, released: 25}, {kind: 'w', acquired: 25, released: 30}}
 	if most, v := rmCheck(readers, 64); v != 0 || most != 64 {

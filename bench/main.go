@@ -62,7 +62,10 @@ type config struct {
 	adaptiveCrashAfter time.Duration // how long the holder processes run before the kill
 	adaptiveWaiters    bool          // also measure the adaptive way's recovery with waiters
 
-	// Scenario 9 (readmostly.go).
+	// Scenario 9 (transfers.go).
+	transfersDuration time.Duration // per measurement
+
+	// Scenario 10 (readmostly.go).
 	readMostlyDuration time.Duration
 }
 
@@ -75,7 +78,7 @@ func (c config) logf(format string, args ...any) {
 func defaultConfig(quick bool) config {
 	c := config{
 		reps:                  3,
-		scenarios:             []int{1, 2, 3, 4, 5, 6, 7, 8, 9},
+		scenarios:             []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
 		uncontendedGoroutines: []int{1, 16, 64},
 		uncontendedDuration:   500 * time.Millisecond,
 		warmUp:                100 * time.Millisecond,
@@ -97,6 +100,7 @@ func defaultConfig(quick bool) config {
 		adaptiveRun:           15 * time.Second,
 		adaptiveCrashAfter:    2 * time.Second,
 		adaptiveWaiters:       true,
+		transfersDuration:     time.Second,
 		log:                   os.Stderr,
 	}
 	if quick {
@@ -119,6 +123,7 @@ func defaultConfig(quick bool) config {
 		c.adaptiveRun = 4 * time.Second
 		c.adaptiveCrashAfter = time.Second
 		c.adaptiveWaiters = false
+		c.transfersDuration = 300 * time.Millisecond
 	}
 	return c
 }
@@ -143,7 +148,7 @@ func run(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
 	reps := fs.Int("reps", 0, "repetitions per measurement, the tables give medians (default: 3, or 1 with --quick)")
-	scen := fs.String("scenarios", "1,2,3,4,5,6,7,8,9", "comma-separated scenarios to run (1 to 9)")
+	scen := fs.String("scenarios", "1,2,3,4,5,6,7,8,9,10", "comma-separated scenarios to run (1 to 10)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
@@ -164,8 +169,8 @@ func run(args []string, stdout io.Writer) int {
 	cfg.scenarios = nil
 	for _, f := range strings.Split(*scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 9 {
-			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 9)\n", f)
+		if err != nil || n < 1 || n > 10 {
+			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 10)\n", f)
 			return 2
 		}
 		cfg.scenarios = append(cfg.scenarios, n)
@@ -289,6 +294,8 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 		case 8:
 			out, sok = measureAdaptive(srv, cfg)
 		case 9:
+			out, sok = measureTransfers(srv, cfg)
+		case 10:
 			out, sok = measureReadMostly(srv, cfg)
 		}
 		b.WriteString("\n" + out)

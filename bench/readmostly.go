@@ -18,7 +18,7 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// Scenario 9: dlock's read-write lock and semaphore beside its Mutex, on the same workloads, in
+// Scenario 10: dlock's read-write lock and semaphore beside its Mutex, on the same workloads, in
 // several processes (rwWorkerFlag re-executes this binary as one of them).
 //
 //   - Read-mostly: 4 processes × 16 goroutines on one name, 95 % of the holds reads and 5 %
@@ -30,7 +30,7 @@ import (
 //     acquisition waits either): the cost of an acquire+release pair, and that the holds at
 //     once never exceeded the size.
 
-// rwWorkerFlag re-executes this binary as one process of scenario 9. Args: MODE ADDR NAME
+// rwWorkerFlag re-executes this binary as one process of scenario 10. Args: MODE ADDR NAME
 // DURATION GOROUTINES PROC HOLD SIZE. MODE: rw, mutex (the read-mostly workload), sem, or
 // mutexes (the permits workload).
 const rwWorkerFlag = "__rw-worker"
@@ -43,7 +43,7 @@ const (
 	rmLongHold   = 5 * time.Millisecond // shown beside: how the ratio grows with the hold
 )
 
-// rmHold is one hold as a worker of scenario 9 records it: its kind (r, w, or p for a permit),
+// rmHold is one hold as a worker of scenario 10 records it: its kind (r, w, or p for a permit),
 // the wall-clock time Lock returned and the time just before Unlock was called, and the wait.
 type rmHoldRec struct {
 	kind               byte
@@ -175,7 +175,7 @@ func runRWWorker(args []string) int {
 	return 0
 }
 
-// rmResult is one measurement of scenario 9.
+// rmResult is one measurement of scenario 10.
 type rmResult struct {
 	err                 error
 	elapsed             time.Duration
@@ -364,7 +364,7 @@ func pctOf(ds []time.Duration, p int) time.Duration {
 	return s[min(len(s)-1, len(s)*p/100)]
 }
 
-// measureReadMostly is scenario 9.
+// measureReadMostly is scenario 10.
 func measureReadMostly(srv *server, cfg config) (string, bool) {
 	type run struct {
 		mode, what string
@@ -387,18 +387,18 @@ func measureReadMostly(srv *server, cfg config) (string, bool) {
 		for i := range runs {
 			rn := runs[(i+rep)%len(runs)]
 			srv.flush()
-			stop := watchdog("scenario 9, "+rn.mode, cfg.readMostlyDuration+90*time.Second)
-			r := runReadMostly(srv, rn.mode, fmt.Sprintf("rm9:%d:%d", rep, i), cfg.readMostlyDuration, rn.hold, rn.size)
+			stop := watchdog("scenario 10, "+rn.mode, cfg.readMostlyDuration+90*time.Second)
+			r := runReadMostly(srv, rn.mode, fmt.Sprintf("rm10:%d:%d", rep, i), cfg.readMostlyDuration, rn.hold, rn.size)
 			stop()
 			if r.err != nil {
 				ok = false
-				cfg.logf("scenario 9, rep %d, %s: %v", rep+1, rn.mode, r.err)
+				cfg.logf("scenario 10, rep %d, %s: %v", rep+1, rn.mode, r.err)
 			}
 			if r.violations != 0 {
 				ok = false
-				cfg.logf("scenario 9, %s: EXCLUSION BROKEN: %d holds began beyond the limit, of %d", rn.mode, r.violations, r.checked)
+				cfg.logf("scenario 10, %s: EXCLUSION BROKEN: %d holds began beyond the limit, of %d", rn.mode, r.violations, r.checked)
 			}
-			cfg.logf("scenario 9, rep %d, %-8s %8.0f holds/s (%d reads, %d writes), write wait p99 %v, at most %d at once",
+			cfg.logf("scenario 10, rep %d, %-8s %8.0f holds/s (%d reads, %d writes), write wait p99 %v, at most %d at once",
 				rep+1, rn.mode, r.rate(), r.reads, r.write, pctOf(r.writeWaits, 99).Round(time.Microsecond), r.most)
 			res[key(rn)] = append(res[key(rn)], r)
 		}
@@ -420,7 +420,7 @@ func measureReadMostly(srv *server, cfg config) (string, bool) {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "### 9. Read-write lock and semaphore beside the Mutex: %d processes × %d goroutines\n\n", rmProcs, rmGoroutines)
+	fmt.Fprintf(&b, "### 10. Read-write lock and semaphore beside the Mutex: %d processes × %d goroutines\n\n", rmProcs, rmGoroutines)
 	fmt.Fprintf(&b, "%v per measurement, median of %d repetitions. Each process has its own client. "+
 		"**Read-mostly:** one name, %.0f %% of the holds reads and %.0f %% writes (drawn per hold), each hold %v long (the target), "+
 		"and %v long beside it; "+
@@ -462,9 +462,9 @@ func measureReadMostly(srv *server, cfg config) (string, bool) {
 			thousands(med(k, rate)), med(k, rate)/base, thousands(reads), thousands(writes), ww, rw, most, verdict)
 	}
 	b.WriteString("\nWaits in ms.\n")
-	cfg.fig.target("9, read-mostly", "RWMutex ≥ 5× the Mutex's holds/s", rwRate >= 5*mRate, "%.1f× (%s vs %s holds/s)", rwRate/mRate, thousands(rwRate), thousands(mRate))
-	cfg.fig.target("9, permits", "Semaphore ≥ 0.8× the Mutex's acquire+release pairs/s", sRate >= 0.8*msRate, "%.2f× (%s vs %s pairs/s)", sRate/msRate, thousands(sRate), thousands(msRate))
-	cfg.fig.info("9, read-mostly", "RWMutex writer wait p99 under the read stream", "%s ms",
+	cfg.fig.target("10, read-mostly", "RWMutex ≥ 5× the Mutex's holds/s", rwRate >= 5*mRate, "%.1f× (%s vs %s holds/s)", rwRate/mRate, thousands(rwRate), thousands(mRate))
+	cfg.fig.target("10, permits", "Semaphore ≥ 0.8× the Mutex's acquire+release pairs/s", sRate >= 0.8*msRate, "%.2f× (%s vs %s pairs/s)", sRate/msRate, thousands(sRate), thousands(msRate))
+	cfg.fig.info("10, read-mostly", "RWMutex writer wait p99 under the read stream", "%s ms",
 		rmMS(med(at("rw", rmHold), func(r rmResult) float64 { return float64(pctOf(r.writeWaits, 99)) })))
 	return b.String(), ok
 }

@@ -90,6 +90,10 @@ type scenario struct {
 	// 10 ms, so it finds a grant's window run out at once and passes the lock on to the queue:
 	// it would hide how long the waiters in Lock alone take.
 	noPoll bool
+	// accounts > 0: a multi-lock scenario (transfers.go). The workers move money between random
+	// pairs of that many accounts, each transfer under a MultiMutex of its two accounts' locks,
+	// against a ledger instead of the register; fenced, the total must stay constant.
+	accounts int
 }
 
 // killRecoverySlack is how long past the TTL a dead holder's lock may stay out of reach
@@ -231,6 +235,31 @@ var scenarios = []scenario{
 		minFaults:    len(waiterVariants), // one of each
 		waiterFaults: true,
 		noPoll:       true,
+	},
+	{
+		name:       "multi-pause",
+		help:       "transfers between random pairs of 6 accounts, each under a multi-lock of both: SIGSTOP the holder's process past the TTL, then SIGCONT (as pause). Fenced: the balances' total never changes",
+		deploy:     standalone,
+		fault:      pauseHolder,
+		minFaults:  2,
+		mustSignal: true,
+		accounts:   6,
+	},
+	{
+		name:            "multi-kill",
+		help:            "as multi-pause, SIGKILL the holder's process inside its section; a new worker process takes its place",
+		deploy:          standalone,
+		fault:           killHolder,
+		boundedRecovery: true,
+		accounts:        6,
+	},
+	{
+		name:       "multi-partition",
+		help:       "as multi-pause, cut the holder's process off Redis past the TTL while it works",
+		deploy:     standalone,
+		fault:      cutHolderOff,
+		mustSignal: true,
+		accounts:   6,
 	},
 }
 

@@ -68,6 +68,8 @@ type workerConf struct {
 	ReadBack bool `json:"read_back"`
 	// Shared: hold a read-write lock ("rw") or a semaphore ("sem") instead (shared.go).
 	Shared string `json:"shared,omitempty"`
+	// Accounts > 0: a multi-lock scenario's worker (transfers.go).
+	Accounts int `json:"accounts"`
 	// AdaptiveMin > 0: lock with WithAdaptiveTTL(AdaptiveMin, TTL) (adaptive.go).
 	AdaptiveMin time.Duration `json:"adaptive_min,omitempty"`
 }
@@ -264,6 +266,9 @@ func (rc *resConn) call(line string) (string, int64, time.Duration, error) {
 // runProcess makes the process's one Client and runs its goroutines until ctx ends or one of
 // them fails (its resource connection broke); it returns the first failure.
 func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
+	if conf.Accounts > 0 {
+		return runTransferProcess(ctx, conf, log)
+	}
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	var client *dlock.Client
 	var err error

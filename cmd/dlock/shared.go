@@ -66,17 +66,18 @@ func (p permitLocker) TryLock(ctx context.Context) (*dlock.Lease, error) {
 	return p.s.TryAcquire(ctx, p.n)
 }
 
-// runLocker is the lock run takes: --read, --write, --permits, or the Mutex NAME.
-func runLocker(c *dlock.Client, name string, read, write bool, permits permitsFlag) locker {
+// runLocker is the lock run takes with --read, --write or --permits (of the one name), or nil:
+// the Mutex of the name, or the MultiMutex of the names.
+func runLocker(c *dlock.Client, names []string, read, write bool, permits permitsFlag) locker {
 	switch {
 	case read:
-		return readLocker{c.RWMutex(name)}
+		return readLocker{c.RWMutex(names[0])}
 	case write:
-		return c.RWMutex(name)
+		return c.RWMutex(names[0])
 	case permits.set:
-		return permitLocker{c.Semaphore(name, permits.size), permits.n}
+		return permitLocker{c.Semaphore(names[0], permits.size), permits.n}
 	}
-	return c.Mutex(name)
+	return nil
 }
 
 // printSharedStatus is status's text for a read-write lock or semaphore.
