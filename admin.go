@@ -43,6 +43,15 @@ type Info struct {
 	// LocalWaiters is the number of goroutines of the Client that made this Info (by Inspect
 	// or List) waiting for the lock right now: exact, and counted without the server.
 	LocalWaiters int
+	// Kind is KindRWMutex for a read-write lock, KindSemaphore for a semaphore, and empty
+	// (KindMutex) for a Mutex.
+	Kind string
+	// Shared describes the holders and waiters of a read-write lock or semaphore; nil for a
+	// Mutex. Then Held reports whether anyone holds it, Holder is the writer, or the first
+	// holder, Token the writer's (a read-write lock without a writer: the last writer's, the
+	// readers'; a semaphore: the first holder's), Holds the number of holders (the writer's
+	// holds), and TTL the longest lease left.
+	Shared *SharedInfo
 	// HoldStats is what the server measured of the name's holds, for a lock taken with
 	// WithAdaptiveTTL (zero otherwise, and once the record expired). Inspect and List read it;
 	// ForceUnlock does not.
@@ -98,7 +107,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	info.WaitingGoroutines = int(goroutines)
 	info.LocalWaiters = c.e.waits.localWaiters(key)
 	info.Waiters = int(queued)
-	return info, nil
+	return c.orShared(ctx, name, info) // a read-write lock or semaphore of that name (admin_shared.go)
 }
 
 // List returns every held lock whose name starts with prefix (all held locks when prefix is
@@ -149,7 +158,12 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 			break
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	shared, err := c.listShared(ctx, prefix) // read-write locks and semaphores (admin_shared.go)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, shared...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
@@ -219,6 +233,9 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (Info, error) {
 	}
 	info.Waiters = int(woken)
 	if woken < 0 || !info.Held {
+		if si, ok, err := c.forceShared(ctx, name); ok || err != nil {
+			return si, err // a read-write lock or semaphore of that name (admin_shared.go)
+		}
 		info.Waiters = -1
 		return info, fmt.Errorf("%w: %q is free", ErrNotHeld, name)
 	}

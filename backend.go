@@ -35,6 +35,12 @@ type backend interface {
 	scan(ctx context.Context, cursor, pattern string) (any, error)
 	forceUnlock(ctx context.Context, key, channel string) (any, error)
 	masters(ctx context.Context, args ...string) []conn.MasterReply
+	// run runs one script call and, with ack.n > 0, asks that many replicas to acknowledge it
+	// (reporting how many did, -1 when not asked or unknown): the read-write locks and
+	// semaphores (shared.go) build and read their own calls. Only where traits().shared.
+	run(ctx context.Context, c conn.Call, ack replicaAck) (reply []int64, acked int, err error)
+	// evalAny runs a script whose reply may hold strings (their inspection and administration).
+	evalAny(ctx context.Context, s *conn.Script, keys []string, args ...string) (any, error)
 	// probe runs probe.lua on a key of a name nobody locks (keys: it and its queue keys) and
 	// returns the commands the user may not run, and the server that said so.
 	probe(ctx context.Context, keys []string, channel string) (denied []string, addr string, err error)
@@ -62,6 +68,9 @@ type traits struct {
 	// queue: waiting clients queue on the server, and a release grants the lock to the first
 	// of them (docs/PROTOCOL.md, "The queue").
 	queue bool
+	// shared: read-write locks and semaphores can be had (shared.go); sharded: their scripts
+	// announce with SPUBLISH (Redis Cluster).
+	shared, sharded bool
 }
 
 // replicaAck asks that an acquisition or renewal count only once n replicas have it.
@@ -79,15 +88,18 @@ type releaseReq struct {
 	all     bool   // every hold, not one
 	floor   uint64 // the lease's token: the least token the released value keeps
 	leave   string // a client id whose queue entry goes too
-	record  string // adaptive lease: record the hold, keeping the record this long (ms)
+	// shared: a read-write lock's or semaphore's hold, released by shared.lua (nil: a mutex)
+	shared *sharedSpec
+	record string // adaptive lease: record the hold, keeping the record this long (ms)
 }
 
 // renewal is one lease in a renewal round.
 type renewal struct {
-	key   string
-	owner string
-	ttl   string // ms
-	ack   replicaAck
+	key    string
+	owner  string
+	ttl    string // ms
+	ack    replicaAck
+	shared bool // a read-write lock's or semaphore's hold, renewed by shared.lua
 }
 
 // queued is one of a client's queue entries to keep alive.

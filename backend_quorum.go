@@ -662,6 +662,17 @@ func (q *quorum) handover(context.Context, handoverArgs) (handedOver, error) {
 	return handedOver{}, errNoHandover
 }
 
+var errNoShared = errors.New("dlock: read-write locks and semaphores are not available in quorum mode")
+
+// run is not offered: traits().shared is false, so no read-write lock or semaphore gets here.
+func (q *quorum) run(context.Context, conn.Call, replicaAck) ([]int64, int, error) {
+	return nil, -1, errNoShared
+}
+
+func (q *quorum) evalAny(context.Context, *conn.Script, []string, ...string) (any, error) {
+	return nil, errNoShared
+}
+
 // noQuorum is the error of an operation that fewer than a majority of servers answered (within
 // wait, when it is not 0).
 func (q *quorum) noQuorum(op string, states []ServerState, wait time.Duration) error {

@@ -40,7 +40,7 @@ func newOneServer(cn conn.Conn, retention time.Duration) *oneServer {
 }
 
 func (s *oneServer) traits() traits {
-	return traits{majority: 1, servers: 1, localHandoffs: true, handover: true, replicaAck: true, queue: true}
+	return traits{majority: 1, servers: 1, localHandoffs: true, handover: true, replicaAck: true, queue: true, shared: true, sharded: s.cluster}
 }
 
 func (s *oneServer) addr() string { return s.cn.Addr() }
@@ -83,6 +83,9 @@ func (s *oneServer) acquire(ctx context.Context, a acquireArgs, ack replicaAck) 
 }
 
 func (s *oneServer) releaseCall(r releaseReq) conn.Call {
+	if r.shared != nil {
+		return sharedReleaseCall(r, s.retention, s.cluster)
+	}
 	return releaseArgs{
 		keys: r.keys, owner: r.owner, retention: s.retention, channel: r.channel,
 		all: r.all, sharded: s.cluster, floor: r.floor, leave: r.leave, record: r.record,
@@ -90,7 +93,7 @@ func (s *oneServer) releaseCall(r releaseReq) conn.Call {
 }
 
 func (s *oneServer) release(ctx context.Context, r releaseReq) (released, error) {
-	if s.batch != nil {
+	if s.batch != nil && r.shared == nil { // a read-write lock's or semaphore's goes alone (shared.lua)
 		return s.batch.release(ctx, r)
 	}
 	c := s.releaseCall(r)
@@ -118,13 +121,17 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 	for i, l := range rd.leases {
 		leaseKeys[i] = l.key
 	}
-	leaseChunks := s.chunks(leaseKeys)
+	leaseChunks := s.chunks(leaseKeys, func(i int) bool { return rd.leases[i].shared })
 	for _, ch := range leaseChunks {
 		keys, owners, ttls := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
 		for k, idx := range ch {
 			keys[k], owners[k], ttls[k] = rd.leases[idx].key, rd.leases[idx].owner, rd.leases[idx].ttl
 		}
-		calls = append(calls, renewCall(keys, owners, ttls))
+		if rd.leases[ch[0]].shared {
+			calls = append(calls, sharedRenewCall(keys, owners, ttls))
+		} else {
+			calls = append(calls, renewCall(keys, owners, ttls))
+		}
 	}
 	var ack replicaAck
 	for _, l := range rd.leases {
@@ -139,7 +146,7 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 	for i, q := range rd.entries {
 		entryKeys[i] = q.key
 	}
-	entryChunks := s.chunks(entryKeys)
+	entryChunks := s.chunks(entryKeys, nil)
 	entryFrom := len(calls)
 	for _, ch := range entryChunks {
 		keys, ids, windows, waiting := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
@@ -210,25 +217,38 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 	return res
 }
 
-// chunks cuts keys into the calls of a round: up to renewBatch each, and on a Cluster of one
-// slot each. It returns indexes into keys.
-func (s *oneServer) chunks(keys []string) [][]int {
+// chunks cuts keys into the calls of a round: up to renewBatch each, on a Cluster of one
+// slot each, and, when apart is given, of keys for which it says the same (they go to another
+// script). It returns indexes into keys.
+func (s *oneServer) chunks(keys []string, apart func(int) bool) [][]int {
 	order := make([]int, len(keys))
 	for i := range order {
 		order[i] = i
 	}
-	if s.cluster {
-		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(slot.Of(keys[a]), slot.Of(keys[b])) })
+	if apart != nil && !slices.ContainsFunc(order, apart) {
+		apart = nil // none goes to another script: the order is the keys'
+	}
+	side := func(i int) bool { return apart != nil && apart(i) }
+	if s.cluster || apart != nil {
+		slices.SortStableFunc(order, func(a, b int) int {
+			if sa, sb := side(a), side(b); sa != sb {
+				if sa {
+					return 1
+				}
+				return -1
+			}
+			if !s.cluster {
+				return 0
+			}
+			return cmp.Compare(slot.Of(keys[a]), slot.Of(keys[b]))
+		})
 	}
 	var out [][]int
 	for i := 0; i < len(order); {
-		j := min(i+renewBatch, len(order))
-		if s.cluster {
-			sl := slot.Of(keys[order[i]])
-			j = i + 1
-			for j < len(order) && j-i < renewBatch && slot.Of(keys[order[j]]) == sl {
-				j++
-			}
+		j := i + 1
+		for j < len(order) && j-i < renewBatch && side(order[j]) == side(order[i]) &&
+			(!s.cluster || slot.Of(keys[order[j]]) == slot.Of(keys[order[i]])) {
+			j++
 		}
 		out = append(out, order[i:j])
 		i = j
@@ -240,6 +260,27 @@ var (
 	errShortReply = errors.New("dlock: transport returned fewer replies than calls")
 	errNotAcked   = errors.New("dlock: renewal not acknowledged by enough replicas")
 )
+
+func (s *oneServer) run(ctx context.Context, c conn.Call, ack replicaAck) ([]int64, int, error) {
+	if ack.n == 0 {
+		r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
+		return r, -1, err
+	}
+	// WAIT right after the script, on the same connection, covers its write.
+	rs := s.cn.EvalMulti(ctx, []conn.Call{c, {WaitReplicas: ack.n, WaitTimeout: ack.wait}})
+	if rs[0].Err != nil {
+		return nil, -1, rs[0].Err
+	}
+	acked := -1
+	if len(rs) == 2 && rs[1].Err == nil && len(rs[1].Ints) == 1 {
+		acked = int(rs[1].Ints[0])
+	}
+	return rs[0].Ints, acked, nil
+}
+
+func (s *oneServer) evalAny(ctx context.Context, sc *conn.Script, keys []string, args ...string) (any, error) {
+	return evalStrings(ctx, s.cn, sc, keys, args...)
+}
 
 func (s *oneServer) pttl(ctx context.Context, keys []string, owner string) (time.Duration, bool, error) {
 	c := pttlCall(keys, owner)

@@ -58,6 +58,9 @@ type engine struct {
 	// frequent ones (acquisitions, waits, releases), else nil: one branch on the fast paths.
 	ev  *observer
 	obs *observer
+	// sharedWaits: this client's waiters for read-write locks and semaphores (sharedwait.go)
+	sharedWaits *sharedWaits
+	latches     latchHubs // the latches this client's callers wait for (latch.go)
 
 	ownerID  string // 128 random bits; each lease's secret is ownerID + a sequence number
 	clientID string // 64 random bits, public: names this client's queue entries
@@ -172,6 +175,7 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	e.waits = newWaitQueues(e.notices)
 	e.renewer.entryGone = e.waits.entryGone
 	e.renewer.waiting = e.waits.entryWaiters
+	e.sharedWaits = newSharedWaits(e)
 	c := &Client{e: e, opts: o, meta: holderMeta(o.label)}
 	c.bg.Add(2)
 	go func() { defer c.bg.Done(); e.renewer.run() }()

@@ -1,6 +1,7 @@
 // Package dlock provides distributed locks for Go services on Redis: a lease that renews
 // itself and tells its holder when it is lost, a fencing token with every acquisition,
-// waiting woken by releases (no polling), and re-entry.
+// waiting woken by releases (no polling), and re-entry; several locks taken together without
+// deadlock (MultiMutex), and countdown latches.
 //
 // # Use
 //
@@ -19,9 +20,10 @@
 //
 // Two kinds, so that an option cannot land where it means nothing. An Option (WithTTL,
 // WithAdaptiveTTL, WithoutRenewal, WithLabel, WithWait, WithReplicaAck) configures one lock
-// when passed to Mutex or Do, and the default of every lock of a client when passed to Dial,
-// New, DialQuorum or NewQuorum. A ClientOption (WithPrefix, WithTLSConfig, WithCAFile,
-// WithLogger, WithObserver, WithUnsafeEviction, WithTokenRetention, WithHoldStatsRetention) is
+// when passed to Mutex, RWMutex, Semaphore or a Do, and the default of every lock of a client
+// when passed to Dial, New, DialQuorum or NewQuorum. A ClientOption (WithPrefix, WithTLSConfig,
+// WithCAFile, WithLogger, WithObserver, WithUnsafeEviction, WithTokenRetention,
+// WithHoldStatsRetention) is
 // taken by those four alone: passing one to Mutex or Do does not compile. A CA file is read
 // once, when Dial applies the option.
 //
@@ -212,6 +214,56 @@
 // (Info.HoldStats); dlock run --adaptive uses the option. docs/PROTOCOL.md ("The hold record")
 // gives the record and the scripts' arguments.
 //
+// # Read-write locks and semaphores
+//
+// Client.RWMutex(name) is a read-write lock: RLock and TryRLock take a read hold (many at
+// once), Lock and TryLock the write hold (alone). Client.Semaphore(name, size) is a counting
+// semaphore: Acquire(ctx, n) and TryAcquire take n permits, at most size held at once across
+// every process. Client.DoRead, DoWrite and DoAcquire run a function under a hold, as Do does.
+// Each takes the Options of a Mutex and returns a *Lease, and every hold is its own lease, on
+// the server and in the client: renewed by the client's one renewal loop with its other
+// leases, its context cancelled with ErrLost on the same signal as a Mutex's (see What is
+// guaranteed: before the server could give its units to anyone else), its Extend, TTL and
+// Unlock as a Mutex lease's. A reader or permit holder that crashed frees its units when its
+// own lease runs out, at most its TTL after its last renewal, whatever the other holders do.
+// RWMutex("x"), Semaphore("x", n) and Mutex("x") are three objects that do not exclude one
+// another.
+//
+// Guaranteed, on one server (standalone, Sentinel, Cluster) and under the conditions of the
+// lease above: while their leases last, a writer holds alone, and the permits held of a
+// semaphore never exceed its size (a size made smaller with Client.ResizeSemaphore takes
+// nothing from the holders: new permits are granted once the held ones fit). Waiting callers
+// are served first-in first-out, each with an entry of its own in the server's queue: a request
+// that does not fit keeps the later ones waiting, so a request for many permits is not starved
+// by smaller ones, and a writer that waits keeps the readers that came after it waiting (writer
+// preference: a steady stream of readers cannot starve writers; TryRLock fails while a writer
+// holds or waits). A release grants the freed units to the callers queued, announced in one
+// message: waiting costs no polling while holders live.
+//
+// Fencing tokens: a writer's token is larger than every earlier writer's, and so than every
+// earlier reader's; a reader's token is the token of the last writer before it (the last write
+// it may have seen): no writer with a larger token holds while it does, so a resource that
+// refuses reads and writes below the largest token it has seen refuses a paused reader's late
+// read as well as a paused writer's late write. A semaphore holder's token is unique and larger
+// than every earlier holder's. They keep increasing under the conditions given above for a
+// Mutex's (the server's clock, its data, the token retention).
+//
+// Re-entry: a read lease's context passed to RLock, or the write lease's to Lock, re-enters
+// (same token, one more hold). The write lease's context passed to RLock takes a read hold
+// under it at once, with the writer's token, which outlives the write hold (a downgrade). A
+// read lease's context passed to Lock fails at once with ErrInvalid: two readers upgrading
+// would wait for each other for ever. Semaphores have no re-entry: every Acquire takes permits
+// of its own. A semaphore's size is stored on the server while it is held and for the token
+// retention after; a handle that declares another size fails with ErrInvalid naming it, and a
+// request for more than the size fails at once with ErrInvalid.
+//
+// Not guaranteed: what a Mutex does not guarantee either (failover without replica
+// acknowledgement, a restart without persistence, clock jumps). There are no local handoffs:
+// every hold comes from the server. Quorum mode has neither: the calls of a DialQuorum or
+// NewQuorum client fail with ErrInvalid (a semaphore counted on each of a majority of servers
+// is not safe, and dlock has no quorum grants for shared holds; docs/PROTOCOL.md, "Read-write
+// locks and semaphores").
+//
 // # Do and outcomes
 //
 // A nil error from Do means fn ran to completion while the lock was held. The converse does
@@ -246,9 +298,12 @@
 //	                  says what each did). Also matches ErrUnavailable.
 //	ErrUnavailable    the server cannot be reached, or its connection failed.
 //	ErrDenied         the server refused the login or a command (ACL; docs/SECURITY.md).
-//	ErrInvalid        bad input: a name, an option, a TTL, a URL.
+//	ErrInvalid        bad input: a name, an option, a TTL, a URL; a read lock asked to upgrade;
+//	                  a semaphore size that differs from the stored one, or permits above it.
 //	ErrLost           the lock was (or may have been) lost: the lease context's cause, and the
 //	                  error of later calls on the lease.
+//	ErrExpired        a fixed lease reached its end (with ErrLost); a latch expired before zero.
+//	ErrNotFound       a latch that does not exist, through a handle of count 0.
 //	ErrNotHeld        the lease was already unlocked, or is nil.
 //	ErrClosed         the Client was closed.
 //	ErrReplicaAck     WithReplicaAck: too few replicas acknowledged (or the server has none).
@@ -258,6 +313,108 @@
 // A context's own errors (context.Canceled, context.DeadlineExceeded) are wrapped where the
 // context ended the call. Error messages are one line and never show a password.
 //
+// # Multi-locks
+//
+// A MultiMutex takes several named locks together, as a transfer between two balances needs:
+//
+//	mm := c.MultiMutex([]string{"balance:alice", "balance:bob"})
+//	l, err := mm.Lock(ctx) // or TryLock; l holds both names, or err and neither
+//	...
+//	debit(l.Tokens()["balance:alice"]) // each resource gets the token of its own name
+//	credit(l.Tokens()["balance:bob"])
+//	l.Unlock(ctx) // releases both
+//
+// or c.DoMulti(ctx, names, fn), whose fn finds the tokens with TokensFromContext. What holds:
+//
+//   - All or nothing: Lock and TryLock return a Lease that holds every name, or an error and
+//     hold none (an attempt that failed, or a wait that ended, releases what it took first).
+//   - The names are Mutex's locks (same keys, values, queues and fencing tokens): a Mutex
+//     holding one of them blocks a MultiMutex that contains it, and the other way round; a
+//     name that the caller's context holds is re-entered, as Mutex does.
+//   - One fencing token per name (Lease.Tokens), with Mutex's guarantee for that name; Token
+//     is the largest, for logs. Tokens of different names are not ordered with each other:
+//     a resource must be given its own name's token.
+//   - Each name's lease is renewed by the client's one renewal loop (the names of one
+//     acquisition fall due at about the same time and share a round). Lease.Context is cancelled as soon as
+//     one of them is lost, with that lease's cause (ErrLost, naming the lock). Unlock releases
+//     them all: one script per server (per slot on a Cluster), all in one round trip; a name
+//     that a waiter of the same client waits for is passed to it, as Mutex's Unlock does.
+//   - Cost: on one server (standalone or Sentinel), and on a Cluster when every name shares one
+//     hash slot (the part of each name before its first '}', as in "acct:7}usd" and
+//     "acct:7}eur"), one script takes all the names or none: one round trip, and one to
+//     release. On a Cluster, names of several slots are taken slot by slot, one script per
+//     slot, one after the other in slot order, so k slots cost k round trips, and a wait for
+//     a name of a later slot holds the names of the earlier ones. In quorum mode the names are
+//     taken one by one, each an ordinary quorum lock, in the same order.
+//   - At most MaxMultiNames (64) distinct names; none, a name twice, an invalid name, or an
+//     adaptive lease (WithAdaptiveTTL: the multi-lock's scripts record no holds) is ErrInvalid.
+//
+// Waiting. Every client takes names in one global order: by the Cluster hash slot of the key
+// (computed on one server too), then by key. An attempt takes all the names of a server (of
+// a slot) at once or none of them, and, when one is busy, queues the client at the first busy
+// name, in that name's queue like any waiter (see Waiting): the release that comes to its turn
+// grants it that name.
+// While it waits there it holds none of the names of that server: the others stay free for
+// everyone. (When other callers of the same client already wait for the first name it lacks,
+// it queues behind them at once, as Mutex's Lock does, without an attempt that could only
+// fail.) Once its turn came in the queue it waited in (the name was granted or passed to
+// it), or the name it waited for stopped being the first busy one, the waiter keeps what it
+// has: from then on each attempt takes the free names before the first busy one and holds
+// them while it waits for that one. That holding is what makes progress certain: a waiter that
+// let them go could find one of them taken each time it got the one it waited for. Before
+// waiting for a name, a waiter gives back every name it holds that comes after it in the order
+// (this happens at most once: to a name granted while it held nothing).
+//
+// No deadlock: a waiting multi-lock holds only names that come before the one it waits for,
+// so every chain of waits climbs the order and ends at a holder that waits for nothing. No
+// starvation: each name's queue serves clients in the order they queued (and a client holds a
+// name at most 16 times in a row while others queue); a waiter that holds nothing waits in
+// such a queue until it is given its name or moves to a name earlier in the order; after that
+// it only moves forward in the order and never gives a name back, so it gets every name
+// after finitely many turns of others, provided every holder releases in time (a holder that
+// never releases blocks its names for everyone, as with Mutex).
+//
+// Not guaranteed: names re-entered from the caller's context were held before the acquisition,
+// whatever their place in the order, so a MultiMutex nested inside other locks is free of
+// deadlock only if those come first in the order (as for any nested locking). Across Cluster
+// slots and quorum servers the names are not taken in one atomic step: a TryLock of some of
+// them can find some held and others free while an acquisition is under way (each name stays
+// exclusive).
+//
+// # Countdown latches
+//
+// A Latch is a count on the server that workers lower and a coordinator waits to see at zero:
+//
+//	lt := c.Latch("batch-7", 5, dlock.WithTTL(10*time.Minute)) // 5 workers; gone after 10 min
+//	// each of the 5 workers, once its share of the batch is done:
+//	err := lt.CountDownAs(ctx, workerID) // or lt.CountDown(ctx)
+//	// the coordinator:
+//	err := lt.Wait(ctx) // nil when all 5 counted down; ErrExpired if the 10 minutes ran out first
+//
+// The first CountDown, CountDownAs, Wait or Count on a name creates the latch with the
+// handle's count, for its TTL (WithTTL; DefaultLatchTTL, an hour, by default), counted from
+// creation and never extended. Count returns what is left. Wait returns nil once the count is
+// zero, at once if it is: it is woken by the count-down that reaches zero (published on the
+// latch's channel and carried by the client's one subscription, as release notices are: no
+// polling, no connection per waiter), and by a timer at the latch's deadline. A latch that
+// reached zero stays open until its TTL; counting down past zero changes nothing. A latch whose
+// TTL ran out before it reached zero is expired: Wait (also one under way), CountDown and
+// Count return an error wrapping ErrExpired, for the token retention after the deadline (one
+// minute by default); then the name is free for a new latch. A handle whose count differs from
+// the stored one gets ErrInvalid; a handle of count 0 uses the stored count and never creates
+// the latch (ErrNotFound when there is none).
+//
+// Idempotency: each CountDown call counts at most once (it carries an id of its own, and a try
+// that failed on the network is made again with that id, which the server does not count
+// twice); one that returned an error may or may not have counted. CountDownAs(ctx, id) counts
+// once per id, however often it is called: give each worker (or task) its own id, and a worker
+// that retries or runs again after a crash counts once.
+//
+// Not guaranteed: a Redis failover without the latch on the promoted replica, or a restart
+// without persistence, loses the latch, and the next call creates it anew at its initial
+// count (a Wait then waits for count-downs made before the loss, until its TTL). Latches need
+// one server (standalone, Sentinel or Cluster): in quorum mode their calls return ErrInvalid.
+//
 // # Inspection
 //
 // Client.Inspect reads one lock (held or free, holder's host, pid and label, token, holds,
@@ -265,13 +422,18 @@
 // waiting goroutines, and for an adaptive lock its hold statistics), Client.List the held locks
 // by name prefix (with SCAN),
 // and Client.ForceUnlock releases a lock whoever holds it, waking its waiters; the former
-// holder's lease is lost at its next renewal. The dlock command (cmd/dlock) offers them as
-// dlock status, list and unlock --force, dlock web serves a live page of them (with JSON and
-// Prometheus gauges), and dlock run runs a command under a lock.
+// holder's lease is lost at its next renewal. They see read-write locks and semaphores too
+// (Info.Kind, Info.Shared: readers, writer, permits and size, each holder, callers queued): a
+// name's Mutex first, then its read-write lock, then its semaphore. Client.ResizeSemaphore
+// changes a semaphore's size. The dlock command (cmd/dlock) offers them as dlock status, list,
+// unlock --force and resize, dlock web serves a live page of them (with JSON and Prometheus
+// gauges), and dlock run runs a command under a lock (--read, --write and --permits N/SIZE for
+// the others).
 //
 // # Observability
 //
-// WithObserver gives a client an Observer: functions it calls for each acquisition (its name,
+// WithObserver gives a client an Observer: functions it calls for each acquisition of a Mutex,
+// RWMutex, Semaphore or MultiMutex (its name and kind,
 // wait, outcome: acquired, busy, timed out, cancelled or error; whether it came from the
 // server or by a local handoff; its token), each goroutine that starts or stops waiting, each
 // release (how long the lock was held), each lost lease and why (refused by the server, force

@@ -24,7 +24,8 @@ var (
 	ErrLost = errors.New("dlock: lock lost")
 	// ErrExpired is the cause of a lease context's cancellation when a fixed lease
 	// (WithoutRenewal) reached its planned end. It comes with ErrLost (the lock is no longer
-	// held), so errors.Is(cause, ErrExpired) tells a planned end from a loss.
+	// held), so errors.Is(cause, ErrExpired) tells a planned end from a loss. It is also wrapped
+	// by the error of a call on a countdown latch whose TTL ran out before it reached zero.
 	ErrExpired = errors.New("dlock: lease expired")
 	// ErrClosed is returned by every call on a closed Client, and is the cause of the lease
 	// contexts that Close ended.
@@ -43,6 +44,9 @@ var (
 	// wrong user or password, or a user whose ACL lacks a command or key (docs/SECURITY.md
 	// gives the rule dlock needs).
 	ErrDenied = errors.New("dlock: permission denied")
+	// ErrNotFound is wrapped by the error of a call on a latch that does not exist, made through
+	// a handle that cannot create it (Client.Latch with count 0).
+	ErrNotFound = errors.New("dlock: not found")
 	// ErrUnavailable is wrapped by the error of a call that could not reach the server, or
 	// whose connection failed (refused, reset, timed out); in quorum mode by a *QuorumError.
 	ErrUnavailable = errors.New("dlock: server unavailable")
@@ -187,6 +191,9 @@ func (e *NotAcquiredError) Error() string {
 	}
 	if h.Held {
 		fmt.Fprintf(&b, ", lease %v left", h.TTL.Round(time.Millisecond))
+	}
+	if h.Shared != nil { // a read-write lock or semaphore: who else holds and waits
+		fmt.Fprintf(&b, " (%s)", h.Shared)
 	}
 	if e.Waited > 0 {
 		fmt.Fprintf(&b, "; waited %v", e.Waited.Round(time.Millisecond))

@@ -30,6 +30,9 @@ const helperEnv = "DLOCK_TEST_HELPER"
 //	work: appends its token to the list DLOCK_NAME:writes every 2 ms while its lease context
 //	      is live, and prints "lost <cause>" and exits once it is not.
 func runHelper(role string) int {
+	if f := moreHelpers[role]; f != nil { // the read-write lock's and semaphore's (shared_helper_test.go)
+		return f()
+	}
 	ctx := context.Background()
 	ttl, err := time.ParseDuration(os.Getenv("DLOCK_TTL"))
 	if err != nil {
@@ -106,15 +109,16 @@ func (h *helperProc) locked(t *testing.T, within time.Duration) uint64 {
 	return token
 }
 
-// spawnHelper starts a helper that takes the lock (waiting for it as long as it must).
-func spawnHelper(t *testing.T, role, url, name string, ttl time.Duration) *helperProc {
+// spawnHelper starts a helper that takes the lock (waiting for it as long as it must); env adds
+// to its environment ("KEY=value").
+func spawnHelper(t *testing.T, role, url, name string, ttl time.Duration, env ...string) *helperProc {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+role, "DLOCK_URL="+url, "DLOCK_NAME="+name, "DLOCK_TTL="+ttl.String())
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+role, "DLOCK_URL="+url, "DLOCK_NAME="+name, "DLOCK_TTL="+ttl.String()), env...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()

@@ -20,6 +20,7 @@ func mono() int64 { return int64(time.Since(epoch)) }
 type Lease struct {
 	st       *leaseState
 	unlocked atomic.Bool
+	multi    *multiLease // a MultiMutex's lease (multilease.go); st is nil then
 }
 
 // lease states
@@ -222,7 +223,27 @@ func (st *leaseState) lostAtUnlock() error {
 // releaseReq releases one hold of this lease, or all. The floor is the lease's token: after
 // local handoffs it is above the stored one, and in quorum mode each server's may be below it.
 func (st *leaseState) releaseReq(all bool) releaseReq {
-	return releaseReq{keys: st.spec.keys, channel: st.spec.channel, owner: st.owner, all: all, floor: st.token}
+	return releaseReq{keys: st.spec.keys, channel: st.spec.channel, owner: st.owner, all: all, floor: st.token, shared: st.spec.shared}
+}
+
+// renewal is st's renewal to ttl in a round.
+func (st *leaseState) renewal(ttl time.Duration) renewal { return st.renewalTo(ms(ttl)) }
+
+// renewalTo is st's renewal to ttl ms (as the scripts take it) in a round.
+func (st *leaseState) renewalTo(ttl string) renewal {
+	return renewal{key: st.spec.key, owner: st.owner, ttl: ttl, ack: st.spec.ack, shared: st.spec.shared != nil}
+}
+
+// pttl reads the lease left to st as the server sees it, and false when st no longer holds.
+func (st *leaseState) pttl(ctx context.Context) (time.Duration, bool, error) {
+	if st.spec.shared == nil {
+		return st.e.b.pttl(ctx, st.spec.keys, st.owner)
+	}
+	r, _, err := st.e.b.run(ctx, sharedPTTLCall(st.spec.keys, st.owner), replicaAck{})
+	if err != nil {
+		return 0, false, err
+	}
+	return readPTTL(r)
 }
 
 // leaseCtx is the context of a lease: cancelled when the lease ends. Err and Value check the
@@ -253,6 +274,8 @@ func (x *leaseCtx) Value(k any) any {
 		}
 	case tokenKey:
 		return x.st.token
+	case tokensKey:
+		return map[string]uint64{x.st.spec.name: x.st.token}
 	}
 	x.cancelIfEnded() // context.Cause and context.WithCancel look up the parent's state through Value
 	return x.Context.Value(k)
@@ -301,18 +324,26 @@ func heldIn(ctx context.Context, e *engine, key string) *leaseState {
 // Token returns the fencing token: larger than the token of every earlier acquisition of this
 // lock name (see the package documentation for the exact guarantee). Pass it to the protected
 // resource and have it refuse requests carrying a smaller token than it has seen. Re-entering
-// holds share the token. A nil lease returns 0.
+// holds share the token. For a MultiMutex's lease it is the largest of Tokens: give each
+// resource its own name's token instead. A nil lease returns 0.
 func (l *Lease) Token() uint64 {
 	if l == nil {
 		return 0
 	}
+	if l.multi != nil {
+		return l.multi.token
+	}
 	return l.st.token
 }
 
-// Name returns the lock name.
+// Name returns the lock name; for a MultiMutex's lease, its names as given, separated by ", "
+// (for messages: Names returns them one by one).
 func (l *Lease) Name() string {
 	if l == nil {
 		return ""
+	}
+	if l.multi != nil {
+		return l.multi.name()
 	}
 	return l.st.spec.name
 }
@@ -328,20 +359,29 @@ var endedCtx = func() context.Context {
 // last Unlock) or ErrClosed. It carries the values of the context passed to Lock, not its
 // cancellation. Its Err checks the lease deadline itself: check Err before each protected step
 // (after a pause of the process, Done closes a moment later). Passing it to Lock, TryLock or Do
-// of the same name re-enters the lock. A nil lease returns an already cancelled context.
+// of the same name re-enters the lock. A MultiMutex's lease's context is cancelled as soon as
+// the lease of one of its names ends, with that lease's cause, and re-enters each of its names.
+// A nil lease returns an already cancelled context.
 func (l *Lease) Context() context.Context {
 	if l == nil {
 		return endedCtx
+	}
+	if l.multi != nil {
+		return l.multi.context()
 	}
 	return l.st.context()
 }
 
 // Extend sets the lease to ttl from now, as the server counts, if this lease still holds the
 // lock; later automatic renewals use ttl too. If the lock was lost it returns an error wrapping
-// ErrLost and cancels the lease context. On a transport error the lease is unchanged.
+// ErrLost and cancels the lease context. On a transport error the lease is unchanged. A
+// MultiMutex's lease extends every name in one round.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	if l.multi != nil {
+		return l.multi.extend(ctx, l, ttl)
 	}
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL)
@@ -354,7 +394,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return st.endedErr()
 	}
 	sent := mono()
-	outs := st.e.b.renew(ctx, round{leases: []renewal{{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack}}}).leases
+	outs := st.e.b.renew(ctx, round{leases: []renewal{st.renewal(ttl)}}).leases
 	switch {
 	case outs[0].err == errNotAcked:
 		return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.spec.name)
@@ -373,17 +413,21 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// TTL returns the remaining lease as the server sees it. It returns an error wrapping ErrLost
-// (and cancels the lease context) when the lease no longer holds the lock.
+// TTL returns the remaining lease as the server sees it (for a MultiMutex's lease, the shortest
+// of its names'). It returns an error wrapping ErrLost (and cancels the lease context) when the
+// lease no longer holds the lock.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if l == nil {
 		return 0, fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	if l.multi != nil {
+		return l.multi.ttl(ctx, l)
 	}
 	st := l.st
 	if l.unlocked.Load() || st.expired() || st.state.Load() != stateHeld {
 		return 0, st.endedErr()
 	}
-	left, held, err := st.e.b.pttl(ctx, st.spec.keys, st.owner)
+	left, held, err := st.pttl(ctx)
 	if err != nil {
 		return 0, st.e.redisErr("ttl", err)
 	}
@@ -405,10 +449,14 @@ const unlockTimeout = 5 * time.Second
 // ErrLost when the lock was lost before, or a transport error when the server could not be told
 // (the release is then retried in the background until it succeeds or the lease runs out). A
 // done ctx still gets up to 5 s, so that a deferred Unlock after a cancelled request frees the
-// lock.
+// lock. A MultiMutex's lease's Unlock gives up the hold on every name (one round trip on one
+// server) and reports each failure.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrNotHeld)
+	}
+	if l.multi != nil {
+		return l.multi.unlock(ctx, l)
 	}
 	if !l.unlocked.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: %q already unlocked", ErrNotHeld, l.st.spec.name)

@@ -32,6 +32,7 @@ type lockSpec struct {
 	meta    string
 	ack     replicaAck
 	wait    time.Duration // WithWait: how long Lock waits; negative: as long as its context allows
+	shared  *sharedSpec   // a read-write lock's or semaphore's hold (shared.go); nil for a Mutex
 	adapt   *adaptiveLock // WithAdaptiveTTL (adaptive.go; ttl is then its greatest lease); nil: a fixed lease
 }
 
@@ -285,7 +286,7 @@ func (e *engine) dropRegistration(reg *registration) {
 
 // releaseReq releases every hold of owner on spec's lock.
 func (spec *lockSpec) releaseReq(owner string) releaseReq {
-	return releaseReq{keys: spec.keys, channel: spec.channel, owner: owner, all: true}
+	return releaseReq{keys: spec.keys, channel: spec.channel, owner: owner, all: true, shared: spec.shared}
 }
 
 // reenter adds a hold to st, a lease of this client on this lock found in the caller's context.
@@ -338,6 +339,13 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
+	return runUnder(ctx, l, fn)
+}
+
+// runUnder runs fn under l, a lease just taken for it, and unlocks l when fn returns or
+// panics: what Do does once it holds the lock (and DoRead, DoWrite, DoAcquire).
+func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
+	name := l.st.spec.name
 	fctx, stop := l.st.doContext(ctx)
 	defer func() {
 		stop()

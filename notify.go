@@ -132,6 +132,10 @@ func (n *notifier) onMessage(channel, payload string) {
 		payload = p
 		server, _ = strconv.Atoi(tag)
 	}
+	if q := n.lookup(channel); q != nil && q.sink != nil {
+		q.sink.notice(payload) // a read-write lock's or semaphore's
+		return
+	}
 	if rest, ok := strings.CutPrefix(payload, "g "); ok {
 		tok, rest, _ := strings.Cut(rest, " ")
 		id, win, _ := strings.Cut(rest, " ")

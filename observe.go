@@ -25,7 +25,10 @@ import (
 // goroutine (a slow Lost or Renewal delays the renewal of other leases).
 type Observer struct {
 	// AcquireDone is called when Lock, TryLock or Do (its acquisition) returns, whatever the
-	// outcome, with the context the caller passed. Re-entries (a lease's context passed to
+	// outcome, with the context the caller passed; so are RWMutex's RLock, TryRLock, Lock and
+	// TryLock, Semaphore's Acquire and TryAcquire, and their Do forms (Kind says which). A
+	// MultiMutex acquisition is reported once per name it took, each with the whole wait (once,
+	// under the name that stopped it, when it failed). Re-entries (a lease's context passed to
 	// Lock) are not reported, nor calls refused for bad input (a bad name or option, a nil
 	// client).
 	AcquireDone func(ctx context.Context, ev AcquireEvent)
@@ -55,6 +58,7 @@ type Observer struct {
 // AcquireEvent describes one acquisition: a call of Lock, TryLock or Do that returned.
 type AcquireEvent struct {
 	Name    string
+	Kind    string        // KindMutex (empty), KindRWMutex or KindSemaphore: which lock of that name
 	Start   time.Time     // when the call was made
 	Wait    time.Duration // how long it took, waiting included
 	Outcome Outcome
@@ -126,6 +130,7 @@ func (p Path) String() string {
 // the lock Name; Waiting is how many goroutines of this client wait for it after the change.
 type WaitingEvent struct {
 	Name    string
+	Kind    string // as in AcquireEvent
 	Joined  bool
 	Waiting int
 }
@@ -133,6 +138,7 @@ type WaitingEvent struct {
 // ReleaseEvent describes the end of a hold that was not a loss.
 type ReleaseEvent struct {
 	Name  string
+	Kind  string // as in AcquireEvent
 	Token uint64
 	Held  time.Duration // from the acquisition to the release
 	// PassedOn: the lock went straight to a waiter of this client (a local handoff or a
@@ -144,6 +150,7 @@ type ReleaseEvent struct {
 // out, or because the client closed.
 type LostEvent struct {
 	Name  string
+	Kind  string // as in AcquireEvent
 	Token uint64
 	Held  time.Duration // from the acquisition to the moment the client found out
 	Cause LostCause
@@ -333,23 +340,59 @@ const (
 func (o *observer) lock(ctx context.Context, m *Mutex, wait bool) (*Lease, error) {
 	start := mono()
 	l, err := m.acquire(ctx, wait)
-	o.acquired(ctx, m, wait, start, l, err)
+	o.acquired(ctx, m.e, m.spec, !wait || m.spec.wait == 0, start, l, err)
 	return l, err
 }
 
-// acquired reports the outcome of an acquisition of m (l, or err) begun at start (mono ns).
-// It reads the clock once: clock readings are a good part of what an observer costs.
-func (o *observer) acquired(ctx context.Context, m *Mutex, wait bool, start int64, l *Lease, err error) {
+// lockShared makes one acquisition of a read-write lock's or semaphore's hold (spec) and
+// reports it.
+func (o *observer) lockShared(ctx context.Context, e *engine, spec *lockSpec, wait bool) (*Lease, error) {
+	start := mono()
+	l, err := e.acquireShared(ctx, spec, wait)
+	o.acquired(ctx, e, spec, !wait || spec.wait == 0, start, l, err)
+	return l, err
+}
+
+// lockMulti makes one acquisition of a multi-lock and reports it: acquired, one report per
+// name whose lock it took (not those it re-entered), each with the whole acquisition's wait;
+// else one report, under the name that stopped it when the error names one (else the first).
+func (o *observer) lockMulti(ctx context.Context, mm *MultiMutex, wait bool) (*Lease, error) {
+	start := mono()
+	l, err := mm.acquire(ctx, wait)
+	once := !wait || mm.wait == 0
+	if err == nil {
+		for i, member := range l.multi.members {
+			o.acquired(ctx, mm.e, mm.specs[i], once, start, member, nil)
+		}
+		return l, nil
+	}
+	spec := mm.specs[0]
+	var na *NotAcquiredError
+	if errors.As(err, &na) {
+		for _, s := range mm.specs {
+			if s.name == na.Name {
+				spec = s
+			}
+		}
+	}
+	o.acquired(ctx, mm.e, spec, once, start, nil, err)
+	return nil, err
+}
+
+// acquired reports the outcome of an acquisition of spec's lock (l, or err) begun at start
+// (mono ns); once: it was a single attempt. It reads the clock once: clock readings are a
+// good part of what an observer costs.
+func (o *observer) acquired(ctx context.Context, e *engine, spec *lockSpec, once bool, start int64, l *Lease, err error) {
 	// A re-entry is no acquisition: it returns a lease whose acquisition was reported, or
 	// fails with one in ctx (looked up only then: ctx.Value allocates its key).
 	if err == nil && (l == nil || l.st.rec != nil && l.st.rec.seen.Load()&seenAcquired != 0) {
 		return
 	}
-	if err != nil && heldIn(ctx, m.e, m.spec.key) != nil {
+	if err != nil && heldIn(ctx, e, spec.key) != nil {
 		return
 	}
 	now := mono()
-	ev := AcquireEvent{Name: m.name, Start: epoch.Add(time.Duration(start)), Wait: time.Duration(now - start), Err: err}
+	ev := AcquireEvent{Name: spec.name, Kind: spec.kind(), Start: epoch.Add(time.Duration(start)), Wait: time.Duration(now - start), Err: err}
 	switch {
 	case err == nil:
 		ev.Outcome, ev.Path, ev.Token = OutcomeAcquired, PathServer, l.st.token
@@ -358,7 +401,7 @@ func (o *observer) acquired(ctx context.Context, m *Mutex, wait bool, start int6
 		}
 	case errors.Is(err, context.Canceled):
 		ev.Outcome = OutcomeCancelled
-	case errors.Is(err, ErrNotAcquired) && (!wait || m.spec.wait == 0):
+	case errors.Is(err, ErrNotAcquired) && once:
 		ev.Outcome = OutcomeBusy
 	case errors.Is(err, ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
 		ev.Outcome = OutcomeTimedOut
@@ -370,9 +413,9 @@ func (o *observer) acquired(ctx context.Context, m *Mutex, wait bool, start int6
 	}
 	if o.log.Enabled(ctx, slog.LevelDebug) {
 		if err == nil {
-			o.log.DebugContext(ctx, "dlock: acquired", "name", m.name, "token", ev.Token, "wait", ev.Wait, "path", ev.Path.String())
+			o.log.DebugContext(ctx, "dlock: acquired", "name", spec.name, "token", ev.Token, "wait", ev.Wait, "path", ev.Path.String())
 		} else {
-			o.log.DebugContext(ctx, "dlock: not acquired", "name", m.name, "outcome", ev.Outcome.String(), "wait", ev.Wait, "error", err)
+			o.log.DebugContext(ctx, "dlock: not acquired", "name", spec.name, "outcome", ev.Outcome.String(), "wait", ev.Wait, "error", err)
 		}
 	}
 	if err == nil {
@@ -409,7 +452,7 @@ func (o *observer) reportEnd(st *leaseState, rec *leaseRecord) {
 	}
 	switch rec.how {
 	case endReleased, endPassedOn:
-		ev := ReleaseEvent{Name: st.spec.name, Token: st.token, Held: held, PassedOn: rec.how == endPassedOn}
+		ev := ReleaseEvent{Name: st.spec.name, Kind: st.spec.kind(), Token: st.token, Held: held, PassedOn: rec.how == endPassedOn}
 		if f := o.fn.Released; f != nil {
 			f(ctx, ev)
 		}
@@ -420,7 +463,7 @@ func (o *observer) reportEnd(st *leaseState, rec *leaseRecord) {
 		st.mu.Lock()
 		cause := st.cause
 		st.mu.Unlock()
-		ev := LostEvent{Name: st.spec.name, Token: st.token, Held: held, Cause: lossCause(rec.how, cause), Err: cause}
+		ev := LostEvent{Name: st.spec.name, Kind: st.spec.kind(), Token: st.token, Held: held, Cause: lossCause(rec.how, cause), Err: cause}
 		if f := o.fn.Lost; f != nil {
 			f(ctx, ev)
 		}
@@ -430,9 +473,10 @@ func (o *observer) reportEnd(st *leaseState, rec *leaseRecord) {
 	}
 }
 
-// waiting reports a goroutine that started (joined) or stopped waiting for spec's lock.
-func (o *observer) waiting(ctx context.Context, e *engine, spec *lockSpec, joined bool) {
-	ev := WaitingEvent{Name: spec.name, Joined: joined, Waiting: e.waits.localWaiters(spec.key)}
+// waiting reports a goroutine that started (joined) or stopped waiting for spec's lock, n
+// goroutines of this client waiting for it after the change.
+func (o *observer) waiting(ctx context.Context, spec *lockSpec, joined bool, n int) {
+	ev := WaitingEvent{Name: spec.name, Kind: spec.kind(), Joined: joined, Waiting: n}
 	if f := o.fn.Waiting; f != nil {
 		f(ctx, ev)
 	}

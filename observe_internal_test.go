@@ -38,7 +38,7 @@ func BenchmarkObserverPath(b *testing.B) {
 				st := newLeaseState(e, m.spec, ctx, "owner", 42, mono())
 				l := &Lease{st: st}
 				if o := e.obs; o != nil {
-					o.acquired(ctx, m, true, start, l, nil)
+					o.acquired(ctx, e, m.spec, false, start, l, nil)
 				}
 				st.end(endReleased, nil)
 			}

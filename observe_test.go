@@ -794,3 +794,117 @@ func TestTraceContext_EveryLockCommandCarriesItsCaller(t *testing.T) {
 		})
 	}
 }
+
+// Read-write locks, semaphores and multi-locks are reported as Mutexes are: each acquisition
+// (with its kind), each wait, each release; a multi-lock once per name it took.
+func TestObserver_FamilyPrimitives(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		rec := &recorder{}
+		c := tr.dial(t, shared.URL(), dlock.WithObserver(rec.observer()))
+		ctx := ctxT(t)
+		name := uniqueName(t)
+
+		// Two readers, then a writer of the same client waits behind them.
+		rw := c.RWMutex(name)
+		r1, err := rw.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := rw.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			l   *dlock.Lease
+			err error
+		}
+		wrote := make(chan result, 1)
+		go func() {
+			l, err := rw.Lock(ctx)
+			wrote <- result{l, err}
+		}()
+		waitFor(t, 10*time.Second, "the writer's wait reported", func(context.Context) error {
+			if seq := rec.sequence(name); len(seq) < 3 || seq[2] != "wait+" {
+				return fmt.Errorf("events %v", seq)
+			}
+			return nil
+		})
+		info, err := c.Inspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Kind != dlock.KindRWMutex || info.LocalWaiters != 1 || info.WaitingGoroutines != 1 {
+			t.Fatalf("Inspect while the writer waits: kind %q, local waiters %d, waiting goroutines %d; want rwmutex, 1, 1",
+				info.Kind, info.LocalWaiters, info.WaitingGoroutines)
+		}
+		for _, l := range []*dlock.Lease{r1, r2} {
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w := <-wrote
+		if w.err != nil {
+			t.Fatal(w.err)
+		}
+		if err := w.l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if seq, want := strings.Join(rec.sequence(name), ","), "acquire,acquire,wait+,release,release,wait-,acquire,release"; seq != want {
+			t.Fatalf("read-write lock events: %s, want %s", seq, want)
+		}
+		evs, _ := rec.acquires(name)
+		for _, ev := range evs {
+			if ev.Kind != dlock.KindRWMutex || ev.Outcome != dlock.OutcomeAcquired || ev.Token == 0 {
+				t.Fatalf("read-write lock acquisition reported %+v", ev)
+			}
+		}
+		if ev := evs[2]; ev.Token != w.l.Token() {
+			t.Fatalf("the writer's acquisition reported token %d, its lease has %d", ev.Token, w.l.Token())
+		}
+		rels, _ := rec.releases(name)
+		if len(rels) != 3 || rels[2].Kind != dlock.KindRWMutex {
+			t.Fatalf("read-write lock releases: %+v", rels)
+		}
+
+		// A semaphore: taken, then refused.
+		sem := name + "-sem"
+		s := c.Semaphore(sem, 3)
+		l, err := s.Acquire(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.TryAcquire(ctx, 2); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire of 2 of the 1 free permit: %v", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if evs, _ := rec.acquires(sem); len(evs) != 2 || evs[0].Kind != dlock.KindSemaphore || evs[0].Outcome != dlock.OutcomeAcquired ||
+			evs[1].Outcome != dlock.OutcomeBusy {
+			t.Fatalf("semaphore acquisitions reported %+v, want acquired then busy", evs)
+		}
+		if rels, _ := rec.releases(sem); len(rels) != 1 || rels[0].Token != l.Token() {
+			t.Fatalf("semaphore releases reported %+v", rels)
+		}
+
+		// A multi-lock: one acquisition and one release per name.
+		a, b := name+"-a", name+"-b"
+		ml, err := c.MultiMutex([]string{a, b}).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens := ml.Tokens()
+		if err := ml.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{a, b} {
+			if seq := strings.Join(rec.sequence(n), ","); seq != "acquire,release" {
+				t.Fatalf("multi-lock events of %s: %s, want acquire,release", n, seq)
+			}
+			if evs, _ := rec.acquires(n); evs[0].Kind != dlock.KindMutex || evs[0].Token != tokens[n] {
+				t.Fatalf("multi-lock acquisition of %s reported %+v, token %d", n, evs[0], tokens[n])
+			}
+		}
+	})
+}

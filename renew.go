@@ -418,7 +418,7 @@ func (r *renewer) next() {
 				if st.confirm.Load() {
 					ttl = st.fullTTL()
 				}
-				rd.leases[i] = renewal{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack}
+				rd.leases[i] = st.renewal(ttl)
 			}
 			r.sentAt = mono()
 		}

@@ -34,12 +34,14 @@ var (
 	scriptProbe       = mustScript("probe.lua")
 	scriptInspect     = mustScript("inspect.lua")
 	scriptForceUnlock = mustScript("forceunlock.lua")
+	scriptShared      = mustScript("shared.lua") // read-write locks and semaphores: scripts_shared.go
 )
 
 // Scripts returns the Lua scripts dlock runs, for inspection and for loading them ahead of time
 // (SCRIPT LOAD) on servers that restrict EVAL.
 func Scripts() []*conn.Script {
-	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptQueue, scriptInspect, scriptForceUnlock, scriptProbe}
+	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptQueue, scriptInspect, scriptForceUnlock, scriptProbe,
+		scriptMultiAcquire, scriptMultiRelease, scriptLatch, scriptShared}
 }
 
 // ms is a duration as the scripts take it: whole milliseconds, in decimal.

@@ -74,6 +74,10 @@ type queue struct {
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
 	rearm     chan struct{} // capacity 1: the lock was granted to another client until pokeAt
 	pokeAt    atomic.Int64  // mono ns: when that grant's first lease runs out unless renewed
+
+	// sink, when set, takes the channel's announcements and wake-ups instead: the waiters of a
+	// read-write lock or semaphore (sharedwait.go).
+	sink noticeSink
 }
 
 type waiter struct {
@@ -312,13 +316,13 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 	qs := e.waits
 	q, w, head := qs.join(spec, ctx)
 	if o := e.obs; o != nil {
-		o.waiting(ctx, e, spec, true)
+		o.waiting(ctx, spec, true, qs.localWaiters(spec.key))
 	}
 	var got *leaseState // when set, the next head waits for this lease to end
 	defer func() {
 		stray, left := qs.leave(q, w, got)
 		if o := e.obs; o != nil {
-			o.waiting(ctx, e, spec, false)
+			o.waiting(ctx, spec, false, qs.localWaiters(spec.key))
 		}
 		if stray != nil {
 			(&Lease{st: stray}).Unlock(context.WithoutCancel(ctx))
@@ -420,7 +424,7 @@ func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, er
 		return st, nil
 	}
 	sent := mono()
-	res := e.b.renew(ctx, round{leases: []renewal{{key: st.spec.key, owner: st.owner, ttl: st.fullTTLArg(), ack: st.spec.ack}}})
+	res := e.b.renew(ctx, round{leases: []renewal{st.renewalTo(st.fullTTLArg())}})
 	out := res.leases[0]
 	if out.ok && st.renewed(sent, st.fullTTL()) {
 		st.confirm.Store(false)
@@ -706,6 +710,10 @@ const anyToken = math.MaxUint64
 // wakeHead wakes the head if token (of the release that woke it) is not older than the
 // holder it waits for.
 func (q *queue) wakeHead(token uint64) {
+	if q.sink != nil {
+		q.sink.wake()
+		return
+	}
 	if token < q.blockedOn.Load() {
 		return
 	}
@@ -977,8 +985,8 @@ const localHandoffs = 15
 // renewal, label), is a server handover: one round trip, a new owner secret and a server token,
 // and the server's check that no other client waits too long.
 func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err error) {
-	if !e.traits.localHandoffs || st.spec.ack.n > 0 || st.spec.adapt.on() {
-		return false, nil // an adaptive lock: every hold goes through the server, which measures it
+	if !e.traits.localHandoffs || st.spec.ack.n > 0 || st.spec.adapt.on() || st.spec.shared != nil {
+		return false, nil // an adaptive lock: every hold goes through the server, which measures it; a read-write lock or semaphore: no local handoffs
 	}
 	qs := e.waits
 	q, w, streak := qs.reserveHead(st.spec.key)

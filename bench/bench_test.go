@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == workerFlag {
 		os.Exit(runWorker(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == rwWorkerFlag {
+		os.Exit(runRWWorker(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == adaptiveHolderFlag {
 		os.Exit(runAdaptiveHolder(os.Args[2:]))
 	}
@@ -47,6 +50,8 @@ func TestHarness(t *testing.T) {
 	cfg.clientsDuration = 600 * time.Millisecond // ten processes dialling and contending from cold, as for scenario 3
 	cfg.frozenTTLs = []time.Duration{500 * time.Millisecond}
 	cfg.frozenTries = 1
+	cfg.readMostlyDuration = 300 * time.Millisecond
+	cfg.transfersDuration = 100 * time.Millisecond
 	cfg.adaptiveNames, cfg.adaptiveRun, cfg.adaptiveCrashAfter, cfg.adaptiveWaiters = 8, 1500*time.Millisecond, 300*time.Millisecond, true
 	cfg.log = io.Discard
 	cfg.plotDir = t.TempDir()
@@ -62,7 +67,9 @@ func TestHarness(t *testing.T) {
 	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
 		"### 7.", "| 1 server, 10 clients × 1, 1 ms held | redislock, 1–10 ms linear |", "| 5 servers, 1 client × 10, empty | dlock quorum (rueidis) |",
 		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |",
-		"### 8.", "| adaptive [100 ms, 10 s], renewed |", "| fixed 50 ms = the median hold, fixed (WithoutRenewal) |"} {
+		"### 8.", "| adaptive [100 ms, 10 s], renewed |", "| fixed 50 ms = the median hold, fixed (WithoutRenewal) |",
+		"### 9.", "| 4 | 16 |",
+		"### 10.", "| read-mostly, 1ms holds | RWMutex: RLock / Lock |", "| permits | Semaphore of 64: Acquire(1) |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -164,5 +171,20 @@ func TestClientsHelpers(t *testing.T) {
 	}
 	if r := aggregateClients([]hotProcsResult{{hotResult: hotResult{handoffs: 100, elapsed: time.Second, waitP99: 90 * time.Millisecond}}}, 10); r.p99Fair != 1 {
 		t.Errorf("p99 ÷ fair share: %v, want 1 (9 other holds of 10 ms each)", r.p99Fair)
+	}
+}
+
+// Scenario 10's check: a write overlapping any hold, or more holds than the size, is counted.
+func TestReadMostlyCheck(t *testing.T) {
+	readers := []rmHoldRec{{kind: 'r', acquired: 10, released: 20}, {kind: 'r', acquired: 15, released: 25}, {kind: 'w', acquired: 25, released: 30}}
+	if most, v := rmCheck(readers, 64); v != 0 || most != 64 {
+		t.Errorf("readers together, then a writer: most %d, %d violations", most, v)
+	}
+	if _, v := rmCheck(append(readers, rmHoldRec{kind: 'r', acquired: 28, released: 29}), 64); v != 1 {
+		t.Errorf("a reader inside a write: %d violations, want 1", v)
+	}
+	permits := []rmHoldRec{{kind: 'p', acquired: 1, released: 5}, {kind: 'p', acquired: 2, released: 6}, {kind: 'p', acquired: 3, released: 7}}
+	if most, v := rmCheck(permits, 2); v != 1 || most != 3 {
+		t.Errorf("3 permits of 2: most %d, %d violations", most, v)
 	}
 }

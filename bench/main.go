@@ -61,6 +61,12 @@ type config struct {
 	adaptiveRun        time.Duration // the main phase
 	adaptiveCrashAfter time.Duration // how long the holder processes run before the kill
 	adaptiveWaiters    bool          // also measure the adaptive way's recovery with waiters
+
+	// Scenario 9 (transfers.go).
+	transfersDuration time.Duration // per measurement
+
+	// Scenario 10 (readmostly.go).
+	readMostlyDuration time.Duration
 }
 
 func (c config) logf(format string, args ...any) {
@@ -72,7 +78,7 @@ func (c config) logf(format string, args ...any) {
 func defaultConfig(quick bool) config {
 	c := config{
 		reps:                  3,
-		scenarios:             []int{1, 2, 3, 4, 5, 6, 7, 8},
+		scenarios:             []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
 		uncontendedGoroutines: []int{1, 16, 64},
 		uncontendedDuration:   500 * time.Millisecond,
 		warmUp:                100 * time.Millisecond,
@@ -89,10 +95,12 @@ func defaultConfig(quick bool) config {
 		clientsDuration:       3 * time.Second,
 		frozenTTLs:            []time.Duration{3 * time.Second, 30 * time.Second},
 		frozenTries:           3,
+		readMostlyDuration:    time.Second,
 		adaptiveNames:         64,
 		adaptiveRun:           15 * time.Second,
 		adaptiveCrashAfter:    2 * time.Second,
 		adaptiveWaiters:       true,
+		transfersDuration:     time.Second,
 		log:                   os.Stderr,
 	}
 	if quick {
@@ -111,9 +119,11 @@ func defaultConfig(quick bool) config {
 		c.clientsDuration = 400 * time.Millisecond
 		c.frozenTTLs = []time.Duration{time.Second, 2 * time.Second}
 		c.frozenTries = 1
+		c.readMostlyDuration = 500 * time.Millisecond
 		c.adaptiveRun = 4 * time.Second
 		c.adaptiveCrashAfter = time.Second
 		c.adaptiveWaiters = false
+		c.transfersDuration = 300 * time.Millisecond
 	}
 	return c
 }
@@ -125,6 +135,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == workerFlag {
 		os.Exit(runWorker(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == rwWorkerFlag {
+		os.Exit(runRWWorker(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == adaptiveHolderFlag {
 		os.Exit(runAdaptiveHolder(os.Args[2:]))
 	}
@@ -135,7 +148,7 @@ func run(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
 	reps := fs.Int("reps", 0, "repetitions per measurement, the tables give medians (default: 3, or 1 with --quick)")
-	scen := fs.String("scenarios", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run (1 to 8)")
+	scen := fs.String("scenarios", "1,2,3,4,5,6,7,8,9,10", "comma-separated scenarios to run (1 to 10)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
@@ -156,8 +169,8 @@ func run(args []string, stdout io.Writer) int {
 	cfg.scenarios = nil
 	for _, f := range strings.Split(*scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 8 {
-			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 8)\n", f)
+		if err != nil || n < 1 || n > 10 {
+			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 10)\n", f)
 			return 2
 		}
 		cfg.scenarios = append(cfg.scenarios, n)
@@ -280,6 +293,10 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 			out, sok = measureClients(srv, cfg)
 		case 8:
 			out, sok = measureAdaptive(srv, cfg)
+		case 9:
+			out, sok = measureTransfers(srv, cfg)
+		case 10:
+			out, sok = measureReadMostly(srv, cfg)
 		}
 		b.WriteString("\n" + out)
 		ok = ok && sok

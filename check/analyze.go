@@ -96,7 +96,13 @@ type cycleKey struct {
 // Each step below measures one thing or checks one guarantee; the order fixes the order of
 // the failures and notes in the report.
 func analyze(d *runData, linTimeout time.Duration) *findings {
+	if d.transfers != nil {
+		return analyzeTransfers(d)
+	}
 	a := newAnalysis(d)
+	if a.sc.shared != "" {
+		return a.analyzeShared(linTimeout) // a read-write lock or semaphore (shared.go)
+	}
 	a.checkDials()
 	a.countRegisterOps()
 	a.measureOverlaps()

@@ -345,6 +345,12 @@ func guaranteesHelp() string {
 			"lock within the acceptance window + TTL (the queue stalled), or a run in which no hit " +
 			"waiter was granted the lock while frozen or dead (it proves nothing)"
 	}
+	if l := list(func(s *scenario) bool { return s.shared != "" }); l != "" {
+		text += "; in " + l + " (a read-write lock or a semaphore, shared.go), holds believed held at one instant " +
+			"(acquired, and their lease context said \"held\") that put a writer with another holder or more permits " +
+			"than the size, or a hit holder never told (pause, partition); their token order, context-after-next-grant " +
+			"and recovery bounds are a mutex's and not checked there"
+	}
 	text += ". Unfenced overlaps and lost updates are measured, not failures."
 	if l := list(func(s *scenario) bool { return s.forgetsLocks }); l != "" {
 		text += " Where the deployment can forget a held lock (" + l + "), a lease context " +

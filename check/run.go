@@ -89,7 +89,8 @@ type runData struct {
 	// announcements heard on the lock's release channel, where the scenario hits waiters
 	// (waiter.go): the grants the analysis places the hit waiters' turns with.
 	announcements []announcement
-	waiterMisses  int64 // waiter-fault traps that found no other process queued, and waited for the next read
+	waiterMisses  int64         // waiter-fault traps that found no other process queued, and waited for the next read
+	transfers     *transferData // a multi-lock scenario's ledger (transfers.go)
 }
 
 // slot is one worker position: its own fault proxies, one in front of each Redis server, and
@@ -151,6 +152,9 @@ func run(conf runConf) (*runData, error) {
 	sc, ok := scenarioNamed(conf.Scenario)
 	if !ok {
 		return nil, fmt.Errorf("unknown scenario %q", conf.Scenario)
+	}
+	if sc.accounts > 0 {
+		return runTransfers(conf, sc, exe)
 	}
 	r := &runner{conf: conf, sc: sc, exe: exe, lock: "check-" + conf.Scenario, ending: make(chan struct{})}
 	if sc.deploy == sentinelGroup {
@@ -393,6 +397,8 @@ func (r *runner) spawn(s *slot) error {
 	}
 	conf.UnsafeEviction = r.sc.unsafeEviction
 	conf.ReadBack = r.sc.outOfMemory
+	conf.Shared = string(r.sc.shared)
+	conf.Accounts = r.sc.accounts
 	if r.sc.adaptive {
 		conf.AdaptiveMin = adaptiveMin
 	}

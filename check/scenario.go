@@ -1,6 +1,9 @@
 package main
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // The scenarios: every fact about one lives in its row of the table below (what it runs
 // against, how long it may run, and which guarantees the analysis holds it to), and the rest
@@ -72,6 +75,9 @@ type scenario struct {
 	// server must grant the lock again: recovery is measured from the fault's end to the next
 	// grant by the server.
 	outOfMemory bool
+	// shared: the workers hold a read-write lock (rwLoad) or a semaphore (semLoad) instead of
+	// a Mutex, and the analysis checks what those promise (shared.go).
+	shared sharedLoad
 	// waiterFaults: the fault hits a process waiting for the lock (queued on the server), not
 	// the holder (waiter.go). The run's TTL is --waiter-ttl, so that a waiter can be frozen
 	// past its acceptance window and yet within its TTL. The analysis measures, per fault, how
@@ -84,6 +90,10 @@ type scenario struct {
 	// 10 ms, so it finds a grant's window run out at once and passes the lock on to the queue:
 	// it would hide how long the waiters in Lock alone take.
 	noPoll bool
+	// accounts > 0: a multi-lock scenario (transfers.go). The workers move money between random
+	// pairs of that many accounts, each transfer under a MultiMutex of its two accounts' locks,
+	// against a ledger instead of the register; fenced, the total must stay constant.
+	accounts int
 }
 
 // killRecoverySlack is how long past the TTL a dead holder's lock may stay out of reach
@@ -210,6 +220,13 @@ var scenarios = []scenario{
 		fault:       exhaustMemory,
 		outOfMemory: true,
 	},
+	// Read-write locks and semaphores (shared.go).
+	{name: "rw-pause", help: "read-write lock (a writer in four cycles): as pause", deploy: standalone, fault: pauseHolder, minFaults: 2, mustSignal: true, shared: rwLoad},
+	{name: "rw-kill", help: "read-write lock: as kill", deploy: standalone, fault: killHolder, shared: rwLoad},
+	{name: "rw-partition", help: "read-write lock: as partition", deploy: standalone, fault: cutHolderOff, mustSignal: true, shared: rwLoad},
+	{name: "sem-pause", help: "semaphore of 3, holders of 1 or 2 permits: as pause (unfenced only)", deploy: standalone, fault: pauseHolder, minFaults: 2, mustSignal: true, shared: semLoad},
+	{name: "sem-kill", help: "semaphore: as kill (unfenced only)", deploy: standalone, fault: killHolder, shared: semLoad},
+	{name: "sem-partition", help: "semaphore: as partition (unfenced only)", deploy: standalone, fault: cutHolderOff, mustSignal: true, shared: semLoad},
 	{
 		name:         "waiter-faults",
 		help:         "grant on release: while the holder reads, the process first in the lock's server-side queue (a waiter, not the holder) is SIGSTOPped past its acceptance window (min(TTL, 1 s)) but within the TTL, or past the TTL, or SIGKILLed (a new worker process takes its place), in turn; TTL --waiter-ttl. The others must get the lock within the window + TTL of the fault",
@@ -218,6 +235,31 @@ var scenarios = []scenario{
 		minFaults:    len(waiterVariants), // one of each
 		waiterFaults: true,
 		noPoll:       true,
+	},
+	{
+		name:       "multi-pause",
+		help:       "transfers between random pairs of 6 accounts, each under a multi-lock of both: SIGSTOP the holder's process past the TTL, then SIGCONT (as pause). Fenced: the balances' total never changes",
+		deploy:     standalone,
+		fault:      pauseHolder,
+		minFaults:  2,
+		mustSignal: true,
+		accounts:   6,
+	},
+	{
+		name:            "multi-kill",
+		help:            "as multi-pause, SIGKILL the holder's process inside its section; a new worker process takes its place",
+		deploy:          standalone,
+		fault:           killHolder,
+		boundedRecovery: true,
+		accounts:        6,
+	},
+	{
+		name:       "multi-partition",
+		help:       "as multi-pause, cut the holder's process off Redis past the TTL while it works",
+		deploy:     standalone,
+		fault:      cutHolderOff,
+		mustSignal: true,
+		accounts:   6,
 	},
 }
 
@@ -272,6 +314,9 @@ func (s *scenario) faults(o options) int {
 func (s *scenario) modes(asked []bool) []bool {
 	if s.dialRefused != "" && len(asked) > 1 {
 		return asked[:1]
+	}
+	if s.shared == semLoad { // a register fence means nothing to holders that hold at once (shared.go)
+		return slices.DeleteFunc(slices.Clone(asked), func(fenced bool) bool { return fenced })
 	}
 	return asked
 }

@@ -66,6 +66,10 @@ type workerConf struct {
 	UnsafeEviction bool `json:"unsafe_eviction"`
 	// ReadBack: after each Unlock, read the lock's key (through the slot's proxy) and log it.
 	ReadBack bool `json:"read_back"`
+	// Shared: hold a read-write lock ("rw") or a semaphore ("sem") instead (shared.go).
+	Shared string `json:"shared,omitempty"`
+	// Accounts > 0: a multi-lock scenario's worker (transfers.go).
+	Accounts int `json:"accounts"`
 	// AdaptiveMin > 0: lock with WithAdaptiveTTL(AdaptiveMin, TTL) (adaptive.go).
 	AdaptiveMin time.Duration `json:"adaptive_min,omitempty"`
 }
@@ -97,7 +101,8 @@ type event struct {
 	Inc   int    `json:"inc"`
 	G     int    `json:"g"` // the goroutine (start and exit: the process, 0)
 	Cause string `json:"cause,omitempty"`
-	Is    string `json:"is,omitempty"` // the errKinds the event's error (sig: the lease's cause) wraps
+	Is    string `json:"is,omitempty"`    // the errKinds the event's error (sig: the lease's cause) wraps
+	Units int    `json:"units,omitempty"` // acq of a shared row: 1 a reader, -1 the writer, or permits (shared.go)
 }
 
 func (e event) who() who { return who{e.Slot, e.Inc, e.G} }
@@ -261,6 +266,9 @@ func (rc *resConn) call(line string) (string, int64, time.Duration, error) {
 // runProcess makes the process's one Client and runs its goroutines until ctx ends or one of
 // them fails (its resource connection broke); it returns the first failure.
 func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
+	if conf.Accounts > 0 {
+		return runTransferProcess(ctx, conf, log)
+	}
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	var client *dlock.Client
 	var err error
@@ -314,7 +322,11 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	var wg sync.WaitGroup
 	for g, w := range workers {
 		wg.Go(func() {
-			if errs[g] = w.run(ctx, m); errs[g] != nil {
+			run := func() error { return w.run(ctx, m) }
+			if conf.Shared != "" {
+				run = func() error { return w.runShared(ctx, client) } // shared.go
+			}
+			if errs[g] = run(); errs[g] != nil {
 				cancel() // the others finish their cycles and stop
 			}
 		})

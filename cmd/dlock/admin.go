@@ -151,6 +151,8 @@ type jsonInfo struct {
 	Holder      *jsonHolder `json:"holder,omitempty"`
 	HolderAlive *bool       `json:"holder_alive"` // holderAlive's answer; null when unknown
 	Waiters     int         `json:"waiters"`
+	Kind        string      `json:"kind,omitempty"`   // "rwmutex" or "semaphore"; omitted for a lock
+	Shared      *jsonShared `json:"shared,omitempty"` // their holders and waiters (shared.go)
 	HoldStats   *jsonHolds  `json:"hold_stats,omitempty"`
 	// Goroutines: waiting in those clients, as their queue entries report (-1 when unknown).
 	Goroutines int `json:"waiting_goroutines"`
@@ -176,7 +178,7 @@ type jsonHolder struct {
 
 func toJSON(i dlock.Info) jsonInfo {
 	j := jsonInfo{Name: i.Name, Held: i.Held, Token: i.Token, Holds: i.Holds, TTLms: i.TTL.Milliseconds(), Waiters: i.Waiters,
-		Goroutines: i.WaitingGoroutines}
+		Kind: i.Kind, Shared: toJSONShared(i.Shared), Goroutines: i.WaitingGoroutines}
 	if i.Token != 0 {
 		j.TokenTime = i.TokenTime().UTC().Format(time.RFC3339Nano)
 	}
@@ -233,11 +235,19 @@ JSON fields (one object per lock):
                 "Holder process" above): true or false; null when it cannot be told, for a
                 holder on another host, and for a free lock
   waiters       clients waiting for the lock (entries of its queue on the server; each
-                client counts once however many of its goroutines wait); -1 when unknown
+                client counts once however many of its goroutines wait); -1 when unknown.
+                For a read-write lock or semaphore, the callers in its queue (each counts)
   waiting_goroutines
                 goroutines waiting for the lock in those clients, as each reports in its
                 queue entry (refreshed every third of a second by default; a client that
                 reports no count counts 1); -1 when unknown
+  kind          "rwmutex" for a read-write lock, "semaphore" for a semaphore; omitted for a
+                lock. Then holder is the writer's or the first holder's, token the writer's
+                (without one, the last writer's; a semaphore's first holder's), holds the
+                number of holders, and:
+  shared        {"size" (semaphore), "permits" (held; readers of a read-write lock),
+                "writer", "readers", "queued", "writers_queued", "holders": [{"holder",
+                "write", "permits", "holds", "token", "ttl_ms"}, ...]}
   hold_stats    for a lock taken with the adaptive lease (dlock.WithAdaptiveTTL, dlock run
                 --adaptive), what the server measured of its holds: {"count", "typical_ms"
                 (weighted average, 0.8 × old + 0.2 × new), "high_ms" (high-water mark, fading
@@ -249,7 +259,9 @@ func runStatus(ctx context.Context, std *stdio, args []string) int {
 Show whether the lock NAME is held and, if it is, by whom (host, pid, process start, label),
 its fencing token and when it was taken, its hold count, the remaining lease, and how many
 clients wait for it, and how many goroutines in them. It exits 0 whether the lock is held or
-free.
+free. When the lock NAME is free and a read-write lock or semaphore of that name is held (or
+known), status shows that instead: its writer or readers, or its permits held and size, each
+holder, and the callers queued.
 
 Examples:
   dlock status orders:42
@@ -309,6 +321,10 @@ func printJSON(std *stdio, cmd string, v any) int {
 }
 
 func printStatus(w io.Writer, i dlock.Info) {
+	if i.Shared != nil {
+		printSharedStatus(w, i) // a read-write lock or semaphore (shared.go)
+		return
+	}
 	if !i.Held {
 		fmt.Fprintf(w, "%s: free\n", display(i.Name))
 		if i.Token != 0 {
@@ -404,7 +420,9 @@ func orDash(s string) string {
 func runList(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSet("list", `
 List every held lock (or those whose name starts with --name-prefix), sorted by name: name,
-token, holds, remaining lease, holder and waiting clients. It walks the keys with SCAN, never
+token, holds, remaining lease, holder and waiting clients. Held read-write locks and
+semaphores are listed too, their HOLDER column saying "rw: N reader(s)", "rw writer HOST:PID"
+or "semaphore: HELD/SIZE permits". It walks the keys with SCAN, never
 KEYS, so it does not block the server; locks taken or released during the walk may or may not
 appear. On Redis Cluster it lists the node it connects to only.
 
@@ -463,6 +481,9 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 		if alive, _ := holderAlive(i); alive != nil && !*alive {
 			holder += " [not running]"
 		}
+		if i.Shared != nil {
+			holder = sharedHolderColumn(i) // a read-write lock or semaphore (shared.go)
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\t%s\n", display(i.Name), i.Token, i.Holds, i.TTL, holder,
 			i.TokenTime().UTC().Format(time.RFC3339), waitersText(i.Waiters), waitersText(i.WaitingGoroutines))
 	}
@@ -476,7 +497,9 @@ Release the lock NAME whoever holds it, as an administrator: its waiters are wok
 next holder's fencing token is larger than the released one. The holder is not told at once:
 its next renewal fails (within a third of its lease) and its lease context is cancelled then;
 a holder started with "dlock run" terminates its command and exits with 76. It prints who held
-the lock. Exit code 1 when the lock was not held.
+the lock. When the lock NAME is not held, a held read-write lock or semaphore of that name is
+released instead: every holder loses its hold, and the callers queued get it. Exit code 1 when
+none was held.
 
 Example:
   dlock unlock --force orders:42
@@ -504,6 +527,10 @@ Example:
 	info, err := c.ForceUnlock(ctx, pos[0])
 	if err != nil {
 		return report(std, "unlock", err)
+	}
+	if info.Shared != nil {
+		fmt.Fprintln(std.out, sharedReleased(info)) // a read-write lock or semaphore (shared.go)
+		return exitOK
 	}
 	fmt.Fprintf(std.out, "released %s: it was held by %s (token %d, %d hold(s), %v of lease left); %d waiting client(s) woken\n",
 		display(info.Name), holderText(info.Holder), info.Token, info.Holds, info.TTL, info.Waiters)

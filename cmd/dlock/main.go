@@ -1,7 +1,7 @@
 // Command dlock is the command-line face of the dlock library: a self-contained demo of the
-// problem it solves, "dlock run" to run a command under a lock (a distributed flock), and
-// "dlock status", "list" and "unlock" to inspect and administer locks, and "dlock web" to watch
-// them live in a browser.
+// problem it solves, "dlock run" to run a command under a lock (a distributed flock), or
+// under several at once, "dlock status", "list" and "unlock" to inspect and administer locks,
+// "dlock web" to watch them live in a browser, and "dlock latch" for countdown latches.
 //
 // Usage:
 //
@@ -55,6 +55,8 @@ func init() {
 		{name: "status", summary: "show whether a lock is held, by whom, and its token and lease", run: runStatus},
 		{name: "list", summary: "list the held locks", run: runList},
 		{name: "unlock", summary: "release a lock whoever holds it (admin; needs --force)", run: runUnlock},
+		{name: "resize", summary: "set the size of a semaphore (admin)", run: runResize},
+		{name: "latch", summary: "wait for, count down or show a countdown latch", run: runLatch},
 		{name: "web", summary: "serve a live page of the held locks, with JSON and Prometheus metrics", run: runWeb},
 		{name: "help", summary: "show the commands, or one command's flags", run: runHelp},
 		{name: "version", summary: "print the version", run: runVersion},

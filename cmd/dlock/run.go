@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,19 +28,34 @@ The command runs in its own process group with DLOCK_NAME (the lock name) and DL
 stdout and stderr are dlock's. SIGINT, SIGTERM and SIGHUP sent to dlock are forwarded to
 the command; the lock is released after it exits.
 
+Several names (NAME NAME... --, "--" then required) are held together: all of them or none
+(a multi-lock: waiting for them cannot deadlock with other runs, whatever order they name them
+in). The command then gets DLOCK_NAME with the names one per line, and DLOCK_TOKEN with one
+token per name, separated by spaces, in the order of the names on the command line (read
+them with: set -- $DLOCK_TOKEN). DLOCK_TOKENS always holds a JSON object of name -> token
+(one entry for one name), for names with spaces or newlines.
+
 If the lock is lost while the command runs (a renewal fails, the server is unreachable for
 longer than the lease allows, or dlock itself was paused past its lease and finds the lease
 gone when it resumes), dlock sends SIGTERM to the command's process group, SIGKILL after
 --grace, and exits with 76. The command never keeps running unnoticed without the lock; but
 what it did between the loss and its end is not undone: use DLOCK_TOKEN to fence writes.
 
+By default NAME is a lock (dlock.Mutex): one command at a time. With --read the command
+shares NAME, a read-write lock (dlock.RWMutex), with other readers, and --write holds it
+alone; writers are preferred (a reader that comes while a writer waits waits behind it).
+With --permits N/SIZE it holds N permits of NAME, a semaphore (dlock.Semaphore) of SIZE
+permits: at most SIZE are held at once across the fleet, callers served in turn. Each is its
+own object: "dlock run NAME", "dlock run --read NAME" and "dlock run --permits 1/3 NAME" do
+not exclude each other.
 With --adaptive, the lease is chosen at each run from how long the runs of NAME have held the
 lock: the server records each run's hold (from the acquisition to the release) and gives the
 next run three times the longest recent one, between --min-ttl and --ttl (--ttl for the
 first run). A run killed with SIGKILL then blocks NAME for about three times the longest
 recent run, not for the whole --ttl. "dlock status NAME" shows what was recorded.
 
-Flags may come before or after NAME; "--" ends them (needed when COMMAND starts with "-").
+Flags may come before or after NAME; "--" ends them (needed when COMMAND starts with "-",
+and after several names).
 
 dlock run is made for scripts, cron jobs and services. Since the command has its own process
 group, on an interactive terminal it is a background job: it may write to the terminal, but
@@ -60,8 +77,12 @@ Exit codes:
 Examples:
   dlock run nightly-report -- ./report.sh --since yesterday
   dlock run --wait 0 --ttl 30s deploy -- make deploy       # 75 if a deploy is running
+  dlock run balance:alice balance:bob -- ./transfer.sh alice bob 10
   dlock run --adaptive --ttl 1m sync-catalog -- ./sync.sh   # lease learnt from earlier runs
-  DLOCK_REDIS_URL=redis://10.0.0.5:6379/0 dlock run --wait 2m db-migrate -- ./migrate up`
+  DLOCK_REDIS_URL=redis://10.0.0.5:6379/0 dlock run --wait 2m db-migrate -- ./migrate up
+  dlock run --read catalog -- ./export-catalog.sh          # many at once, none while a --write runs
+  dlock run --write catalog -- ./rebuild-catalog.sh
+  dlock run --permits 1/3 backups -- ./backup.sh            # at most 3 backups at once`
 
 // waitFlag is --wait: unset means wait forever.
 type waitFlag struct {
@@ -96,7 +117,7 @@ const runLockTimeout = 5 * time.Second
 const runPoll = 100 * time.Millisecond
 
 func runRun(ctx context.Context, std *stdio, args []string) int {
-	fs := newFlagSetSynopsis("run", "[flags] NAME [--] COMMAND [ARGS...]", runUsage)
+	fs := newFlagSetSynopsis("run", "[flags] NAME [NAME... --] [--] COMMAND [ARGS...]", runUsage)
 	var sf serverFlags
 	sf.add(fs)
 	ttl := fs.Duration("ttl", 10*time.Second, "the lease, renewed automatically (every third of it) while the command runs; with --adaptive, the longest lease")
@@ -106,8 +127,12 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 	fs.Var(&wait, "wait", "how long to wait for the lock; 0 = fail at once (exit 75) if it is busy (default: wait forever)")
 	grace := fs.Duration("grace", 5*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL of the command")
 	label := fs.String("label", "", "label stored with the lock, shown by dlock status and list (default: the command's name)")
+	read := fs.Bool("read", false, "hold NAME, a read-write lock, for reading: shared with other readers")
+	write := fs.Bool("write", false, "hold NAME, a read-write lock, for writing: alone")
+	var permits permitsFlag
+	fs.Var(&permits, "permits", "hold `N/SIZE`: N permits of NAME, a semaphore of SIZE permits")
 
-	name, command, done, code := parseRunArgs(fs, std, args)
+	names, command, done, code := parseRunArgs(fs, std, args)
 	if done {
 		return code
 	}
@@ -116,6 +141,12 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 		return usageLine(fs, std, fmt.Sprintf("--ttl must be at least %v", dlock.MinTTL))
 	case *grace < 0:
 		return usageLine(fs, std, "--grace must not be negative")
+	case *read && *write, *read && permits.set, *write && permits.set:
+		return usageLine(fs, std, "--read, --write and --permits exclude each other")
+	case *adaptive && (*read || *write || permits.set):
+		return usageLine(fs, std, "--adaptive is for a lock, not with --read, --write or --permits")
+	case len(names) > 1 && (*read || *write || permits.set):
+		return usageLine(fs, std, "--read, --write and --permits take one NAME")
 	case *adaptive && *minTTL < dlock.MinTTL:
 		return usageLine(fs, std, fmt.Sprintf("--min-ttl must be at least %v", dlock.MinTTL))
 	case *adaptive && *minTTL > *ttl:
@@ -138,37 +169,52 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 	}
 	defer c.Close()
 
-	lease, code := acquire(ctx, std, c, name, wait)
+	lease, code := acquire(ctx, std, c, names, wait, runLocker(c, names, *read, *write, permits))
 	if lease == nil {
 		return code
 	}
-	return superviseRun(ctx, std, lease, name, command, *grace)
+	return superviseRun(ctx, std, lease, names, command, *grace)
 }
 
-// parseRunArgs splits "[flags] NAME [flags] [--] COMMAND [ARGS...]".
-func parseRunArgs(fs *flag.FlagSet, std *stdio, args []string) (name string, command []string, done bool, code int) {
+// parseRunArgs splits "[flags] NAME [NAME...] [flags] [--] COMMAND [ARGS...]": without "--",
+// one NAME and everything after it is the command.
+func parseRunArgs(fs *flag.FlagSet, std *stdio, args []string) (names []string, command []string, done bool, code int) {
 	if done, code := parseFlags(fs, std, args, true); done {
-		return "", nil, true, code
+		return nil, nil, true, code
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		return "", nil, true, usageLine(fs, std, "missing lock name and command")
+		return nil, nil, true, usageLine(fs, std, "missing lock name and command")
 	}
-	name, rest = rest[0], rest[1:]
-	// Flags after NAME, up to "--"; without "--", everything after NAME is the command.
+	names, rest = rest[:1], rest[1:]
+	// More names and flags after NAME, up to "--".
 	for i, a := range rest {
 		if a == "--" {
-			if done, code := parseFlags(fs, std, rest[:i], false); done {
-				return "", nil, true, code
+			more, done, code := parseInterleaved(fs, std, rest[:i])
+			if done {
+				return nil, nil, true, code
 			}
+			names = append(names, more...)
 			rest = rest[i+1:]
 			break
 		}
 	}
 	if len(rest) == 0 {
-		return "", nil, true, usageLine(fs, std, "missing command")
+		return nil, nil, true, usageLine(fs, std, "missing command")
 	}
-	return name, rest, false, exitOK
+	return names, rest, false, exitOK
+}
+
+// locksText names the locks in messages: lock "a", or locks "a", "b".
+func locksText(names []string) string {
+	if len(names) == 1 {
+		return fmt.Sprintf("lock %q", names[0])
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return "locks " + strings.Join(q, ", ")
 }
 
 func usageLine(fs *flag.FlagSet, std *stdio, msg string) int {
@@ -176,9 +222,16 @@ func usageLine(fs *flag.FlagSet, std *stdio, msg string) int {
 	return exitUsage
 }
 
-// acquire takes the lock as --wait says. It returns nil and the exit code when it could not.
-func acquire(ctx context.Context, std *stdio, c *dlock.Client, name string, wait waitFlag) (*dlock.Lease, int) {
-	m := c.Mutex(name)
+// acquire takes the lock (every lock, with several names) as --wait says: m, or, when m is nil,
+// the Mutex of the name or the MultiMutex of the names. It returns nil and the exit code when
+// it could not.
+func acquire(ctx context.Context, std *stdio, c *dlock.Client, names []string, wait waitFlag, m locker) (*dlock.Lease, int) {
+	if m == nil {
+		m = c.Mutex(names[0])
+		if len(names) > 1 {
+			m = c.MultiMutex(names)
+		}
+	}
 	var (
 		l   *dlock.Lease
 		err error
@@ -196,9 +249,14 @@ func acquire(ctx context.Context, std *stdio, c *dlock.Client, name string, wait
 	if err == nil {
 		return l, exitOK
 	}
+	name := names[0] // the busy one, below
+	var na *dlock.NotAcquiredError
+	if errors.As(err, &na) {
+		name = na.Name
+	}
 	switch {
 	case ctx.Err() != nil:
-		fmt.Fprintf(std.err, "dlock run: interrupted while waiting for lock %q\n", name)
+		fmt.Fprintf(std.err, "dlock run: interrupted while waiting for %s\n", locksText(names))
 		return nil, exitInterrupt
 	case errors.Is(err, dlock.ErrNotAcquired), errors.Is(err, context.DeadlineExceeded):
 		msg := fmt.Sprintf("lock %q is busy", name)
@@ -208,7 +266,9 @@ func acquire(ctx context.Context, std *stdio, c *dlock.Client, name string, wait
 		ictx, cancel := context.WithTimeout(context.Background(), runLockTimeout)
 		info, ierr := c.Inspect(ictx, name)
 		cancel()
-		if ierr == nil && info.Held {
+		if ierr == nil && info.Shared != nil {
+			msg += fmt.Sprintf(" (%s)", info.Shared) // a read-write lock or semaphore: who holds, who waits
+		} else if ierr == nil && info.Held {
 			msg += fmt.Sprintf(": held by %s, token %d, %v of lease left", holderText(info.Holder), info.Token, info.TTL)
 			if alive, why := holderAlive(info); alive != nil && !*alive {
 				msg += fmt.Sprintf("; its process is not running (%s)", why)
@@ -223,10 +283,11 @@ func acquire(ctx context.Context, std *stdio, c *dlock.Client, name string, wait
 // superviseRun runs the command under the lease and returns dlock's exit code.
 // ctx is cancelled by SIGINT or SIGTERM (see main); from the start of the command on, those
 // signals are forwarded to it instead.
-func superviseRun(ctx context.Context, std *stdio, lease *dlock.Lease, name string, command []string, grace time.Duration) int {
+func superviseRun(ctx context.Context, std *stdio, lease *dlock.Lease, names []string, command []string, grace time.Duration) int {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = std.in, std.out, std.err
-	cmd.Env = append(os.Environ(), "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
+	cmd.Env = append(os.Environ(), runEnv(names, lease.Tokens())...)
+	name := locksText(names)
 	cmd.SysProcAttr = childAttr() // own process group; SIGKILLed by the kernel if dlock dies (Linux)
 
 	sigs := make(chan os.Signal, 4)
@@ -258,7 +319,7 @@ func superviseRun(ctx context.Context, std *stdio, lease *dlock.Lease, name stri
 		case <-exited:
 			code := exitStatus(cmd.ProcessState)
 			if lctx.Err() != nil { // lost while the command ran, noticed only now
-				fmt.Fprintf(std.err, "dlock run: lock %q was lost before the command exited\n", name)
+				fmt.Fprintf(std.err, "dlock run: %s was lost before the command exited\n", name)
 				return exitLost
 			}
 			if err := release(std, lease, name); errors.Is(err, dlock.ErrLost) {
@@ -274,7 +335,7 @@ func superviseRun(ctx context.Context, std *stdio, lease *dlock.Lease, name stri
 		}
 	}
 
-	fmt.Fprintf(std.err, "dlock run: lock %q lost: terminating the command (SIGTERM, SIGKILL after %v)\n", name, grace)
+	fmt.Fprintf(std.err, "dlock run: %s lost: terminating the command (SIGTERM, SIGKILL after %v)\n", name, grace)
 	signalGroup(cmd.Process, syscall.SIGTERM)
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
@@ -296,16 +357,28 @@ wait:
 	return exitLost // the lease has ended locally; there is nothing to release
 }
 
-// release unlocks after the command exited, reporting a failure on stderr.
+// runEnv is what the command finds in its environment about its locks: DLOCK_NAME (the names,
+// one per line), DLOCK_TOKEN (one token per name, separated by spaces, in the order of names)
+// and DLOCK_TOKENS (a JSON object: name -> token).
+func runEnv(names []string, tokens map[string]uint64) []string {
+	toks := make([]string, len(names))
+	for i, n := range names {
+		toks[i] = strconv.FormatUint(tokens[n], 10)
+	}
+	js, _ := json.Marshal(tokens)
+	return []string{"DLOCK_NAME=" + strings.Join(names, "\n"), "DLOCK_TOKEN=" + strings.Join(toks, " "), "DLOCK_TOKENS=" + string(js)}
+}
+
+// release unlocks after the command exited, reporting a failure on stderr. name is locksText.
 func release(std *stdio, lease *dlock.Lease, name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), runLockTimeout)
 	defer cancel()
 	err := lease.Unlock(ctx)
 	switch {
 	case errors.Is(err, dlock.ErrLost):
-		fmt.Fprintf(std.err, "dlock run: lock %q was lost before the command exited\n", name)
+		fmt.Fprintf(std.err, "dlock run: %s was lost before the command exited\n", name)
 	case err != nil:
-		fail(std, "run", fmt.Errorf("release %q (it expires with its lease): %w", name, err))
+		fail(std, "run", fmt.Errorf("release %s (it expires with its lease): %w", name, err))
 	}
 	return err
 }

@@ -47,7 +47,7 @@ var (
 		"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
 		"+hello", "+ping", "+info",
 		"+evalsha", "+eval", "+get", "+set", "+pexpire", "+pttl", "+time", "+publish", "+wait",
-		"+exists", "+zadd", "+zrange", "+zrem", "+zcard", "+zscore", "+hget", "+hset", "+hdel",
+		"+exists", "+zadd", "+zrange", "+zrem", "+zcard", "+zscore", "+hget", "+hset", "+hdel", "+hmget", "+hgetall", "+hincrby",
 		"+subscribe", "+unsubscribe", "+scan", "+pubsub|numsub", "+pubsub|numpat",
 	}
 	// ACLSentinelExtra: rueidis asks the server the Sentinels name for its ROLE.

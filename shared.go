@@ -1,0 +1,258 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// What RWMutex (rwmutex.go) and Semaphore (semaphore.go) share: a hold of either is a lease
+// like a Mutex's (Lease, leaseState: renewed by the client's one renewal loop, lost on the
+// same signal), on a hash of holders each with a lease of its own (shared.lua). A crashed
+// reader or permit holder frees its units when its own lease runs out, whoever else holds.
+
+// sharedHandle is the part of an RWMutex or Semaphore handle made from its name and options.
+type sharedHandle struct {
+	e    *engine
+	name string
+	base lockSpec // every field but shared, which each kind of hold sets
+	err  error    // bad name or option, or a deployment without them: reported by every call
+}
+
+// newSharedHandle resolves name and opts into the keys (the name's key with suffix: ":rw" or
+// ":sem") and lease of a read-write lock or semaphore of c. what names the primitive in errors.
+func (c *Client) newSharedHandle(name, suffix, what string, opts []Option) sharedHandle {
+	h := sharedHandle{name: name}
+	if c == nil {
+		h.err = fmt.Errorf("%w: nil client", ErrInvalid)
+		return h
+	}
+	h.e = c.e
+	o := c.opts.with(opts)
+	h.err = o.err
+	if h.err == nil {
+		h.err = checkTTL(o.ttl, o.renew)
+	}
+	if err := checkName(name); err != nil {
+		h.err = err
+	}
+	if h.err == nil && o.adapt.on() {
+		h.err = fmt.Errorf("%w: %s %q: WithAdaptiveTTL is for a Mutex: every hold of a read-write lock or semaphore has the lease WithTTL gives", ErrInvalid, what, name)
+	}
+	if h.err == nil && !c.e.traits.shared {
+		h.err = fmt.Errorf("%w: %s %q: not available in quorum mode (docs/PROTOCOL.md, \"Read-write locks and semaphores\")", ErrInvalid, what, name)
+	}
+	key := lockKey(o.prefix, name) + suffix
+	h.base = lockSpec{
+		name: name, key: key, keys: sharedKeys(key), channel: releaseChannel(key),
+		ttl: o.ttl, ttlArg: ms(o.ttl), renew: o.renew, meta: c.meta,
+		ack: replicaAck{n: o.ackN, wait: o.ackWait}, wait: o.wait,
+	}
+	if o.label != c.opts.label {
+		h.base.meta = holderMeta(o.label)
+	}
+	return h
+}
+
+// spec returns the lockSpec of a hold of kind and units (size: the semaphore's declared size).
+func (h *sharedHandle) spec(kind sharedKind, units, size int) *lockSpec {
+	s := h.base
+	s.shared = &sharedSpec{kind: kind, units: units, size: size}
+	return &s
+}
+
+// check reports what makes any call on the handle fail at once.
+func (h *sharedHandle) check(ctx context.Context) error {
+	if h.err != nil {
+		return h.err
+	}
+	if h.e.closed.Load() {
+		return ErrClosed
+	}
+	if ctx.Err() != nil {
+		return h.base.ctxErr(ctx)
+	}
+	return nil
+}
+
+// acquireShared takes a hold of spec: one attempt, or, with wait (and WithWait other than 0),
+// waiting as the context and WithWait allow (sharedwait.go).
+func (e *engine) acquireShared(ctx context.Context, spec *lockSpec, wait bool) (*Lease, error) {
+	if !wait || spec.wait == 0 {
+		st, res, err := e.sharedAttempt(ctx, spec, nil)
+		if err != nil || st != nil {
+			return leaseOf(st), err
+		}
+		return nil, e.sharedNotAcquired(ctx, spec, res.token, 0, nil)
+	}
+	wctx := ctx
+	if spec.wait > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeoutCause(ctx, spec.wait, errWaited)
+		defer cancel()
+	}
+	start := time.Now()
+	st, err := e.waitShared(wctx, spec)
+	if err != nil && wctx.Err() != nil {
+		var cause error
+		if ctx.Err() != nil {
+			cause = ctx.Err()
+		}
+		return nil, e.sharedNotAcquired(ctx, spec, 0, time.Since(start), cause)
+	}
+	return leaseOf(st), err
+}
+
+// sharedAttempt runs shared.lua's acquire once for spec: with a new owner secret, or, with
+// w, with its registration (queueing the caller when its units do not fit). It returns the
+// lease, or the refusal (when to look again), or an error. A refusal with pending set means
+// the caller's entry was granted and the announcement got there first: the lease is on its
+// way to w.
+func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWaiter) (*leaseState, sharedAcquired, error) {
+	if err := e.guard.refusal(ctx); err != nil {
+		return nil, sharedAcquired{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
+	}
+	a := sharedAcquireArgs{spec: spec, lease: spec.ttlArg, sharded: e.traits.sharded}
+	var reg *registration
+	if w != nil {
+		reg = w.reg
+		a.owner, a.mode, a.entry, a.window, a.place = reg.owner, 'q', reg.id, reg.winArg, reg.place
+	} else {
+		a.owner = e.newOwner()
+	}
+	sent := mono()
+	r, acked, err := e.b.run(ctx, a.call(), spec.ack)
+	var res sharedAcquired
+	if err == nil {
+		res, err = readSharedAcquire(r)
+	}
+	if err != nil {
+		// The script may have run all the same: release under this owner, as Mutex does.
+		if reg == nil || !e.unregister(reg) {
+			e.renewer.orphan(spec.releaseReq(a.owner), spec.ttl)
+		}
+		if ctx.Err() != nil {
+			return nil, sharedAcquired{}, spec.ctxErr(ctx)
+		}
+		return nil, sharedAcquired{}, e.redisErr("lock "+strconv.Quote(spec.name), err)
+	}
+	if res.size > 0 {
+		return nil, res, fmt.Errorf("%w: semaphore %q has size %d on the server, and this handle declares %d: every client must declare the same size (change it with Client.ResizeSemaphore)",
+			ErrInvalid, spec.name, res.size, spec.shared.size)
+	}
+	if !res.ok {
+		if w != nil {
+			e.sharedWaits.registered(w, sent)
+		}
+		return nil, res, nil
+	}
+	if reg != nil && !e.sharedWaits.claimed(w) {
+		return nil, sharedAcquired{pending: true, retry: -1}, nil
+	}
+	if spec.ack.n > 0 && acked < spec.ack.n {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+		if _, rerr := e.b.release(rctx, spec.releaseReq(a.owner)); rerr != nil {
+			e.renewer.orphan(spec.releaseReq(a.owner), spec.ttl)
+		}
+		err := fmt.Errorf("%w: lock %q: %d of %d replicas acknowledged within %v; released again",
+			ErrReplicaAck, spec.name, max(acked, 0), spec.ack.n, spec.ack.wait)
+		if short := replicasShort(rctx, e.b, spec.ack.n); short != nil {
+			err = fmt.Errorf("%w (%v)", err, short)
+		}
+		return nil, sharedAcquired{}, err
+	}
+	st := newLeaseState(e, spec, ctx, a.owner, res.token, sent)
+	if !e.renewer.add(st) {
+		e.renewer.orphan(spec.releaseReq(a.owner), spec.ttl)
+		return nil, sharedAcquired{}, ErrClosed
+	}
+	return st, res, nil
+}
+
+// reenterShared adds a hold to st, a lease of this client on the same read-write lock found in
+// the caller's context: same token, one more hold, as Mutex re-entry.
+func (e *engine) reenterShared(ctx context.Context, st *leaseState) (*Lease, error) {
+	if st.expired() || st.state.Load() != stateHeld {
+		return nil, st.endedErr()
+	}
+	ttl := st.currentTTL()
+	sent := mono()
+	r, _, err := e.b.run(ctx, sharedAcquireArgs{spec: st.spec, owner: st.owner, lease: ms(ttl), mode: 'r', sharded: e.traits.sharded}.call(), replicaAck{})
+	var res sharedAcquired
+	if err == nil {
+		res, err = readSharedAcquire(r)
+	}
+	if err != nil {
+		return nil, e.redisErr("re-enter "+strconv.Quote(st.spec.name), err)
+	}
+	if !res.ok {
+		st.end(endLost, st.lost("re-entry found it no longer held by this lease"))
+		return nil, st.endedErr()
+	}
+	st.mu.Lock()
+	st.holds++
+	st.mu.Unlock()
+	if st.renewed(sent, ttl) {
+		e.renewer.reschedule(st)
+	}
+	return &Lease{st: st}, nil
+}
+
+// downgrade takes a read hold (spec) under w, a write lease of this client on the same lock:
+// it is admitted at once, whoever waits, with the writer's token, and outlives the write hold.
+func (e *engine) downgrade(ctx context.Context, spec *lockSpec, w *leaseState) (*Lease, error) {
+	if w.expired() || w.state.Load() != stateHeld {
+		return nil, w.endedErr()
+	}
+	owner := e.newOwner()
+	sent := mono()
+	a := sharedAcquireArgs{spec: spec, owner: owner, lease: spec.ttlArg, mode: 'd', parent: w.owner, sharded: e.traits.sharded}
+	r, acked, err := e.b.run(ctx, a.call(), spec.ack)
+	var res sharedAcquired
+	if err == nil {
+		res, err = readSharedAcquire(r)
+	}
+	if err != nil {
+		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
+		return nil, e.redisErr("read-lock "+strconv.Quote(spec.name)+" under its write lock", err)
+	}
+	if !res.ok {
+		w.end(endLost, w.lost("a read lock under it found the write lock no longer held by this lease"))
+		return nil, w.endedErr()
+	}
+	if spec.ack.n > 0 && acked < spec.ack.n {
+		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
+		return nil, fmt.Errorf("%w: read-lock %q: %d of %d replicas acknowledged within %v; released again",
+			ErrReplicaAck, spec.name, max(acked, 0), spec.ack.n, spec.ack.wait)
+	}
+	st := newLeaseState(e, spec, ctx, owner, res.token, sent)
+	if !e.renewer.add(st) {
+		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
+		return nil, ErrClosed
+	}
+	return &Lease{st: st}, nil
+}
+
+// sharedNotAcquired makes the error of an attempt or a wait that ended without the hold: a
+// *NotAcquiredError naming a holder, as the server describes the lock now (one more read,
+// within a second), or, when it turns out to be free, the context's error.
+func (e *engine) sharedNotAcquired(ctx context.Context, spec *lockSpec, token uint64, waited time.Duration, cause error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	na := &NotAcquiredError{Name: spec.name, Waited: waited, Cause: cause}
+	reply, err := e.b.evalAny(rctx, scriptShared, spec.keys, sharedInspectArgs...)
+	if err == nil {
+		if s, err := readSharedState(reply); err == nil {
+			na.Holder = sharedInfo(spec.name, spec.shared.kind, s)
+			if !na.Holder.Held && na.Holder.Shared.Queued == 0 && cause != nil {
+				return fmt.Errorf("dlock: lock %q: %w", spec.name, cause) // free now: the caller's context ended the wait
+			}
+		}
+	}
+	if na.Holder.Token == 0 {
+		na.Holder.Token = token
+	}
+	return na
+}
