@@ -41,7 +41,7 @@ scraped as a lock exporter:
                (?name_prefix=TEXT filters)
   /api/stream  the page's feed (server-sent events)
   /metrics     Prometheus text format: dlock_server_locks_held, dlock_server_waiters,
-               dlock_server_oldest_lock_seconds and the exporter's own health (see docs)
+               dlock_server_waiting_goroutines, dlock_server_oldest_lock_seconds and the exporter's own health (see docs)
 
 Read-only unless started with --allow-unlock: then each row has a "Force unlock" button
 (with a confirmation), which does what "dlock unlock --force" does, and only if the lock still
@@ -349,11 +349,12 @@ func (s *webServer) metrics(rw http.ResponseWriter, r *http.Request) {
 	if v.err == nil {
 		up = 1
 	}
-	waiters, contended, oldest := 0, 0, 0.0
+	waiters, goroutines, contended, oldest := 0, 0, 0, 0.0
 	serverNow := v.now.Add(v.offset)
 	for _, l := range v.locks {
 		if l.info.Waiters > 0 {
 			waiters += l.info.Waiters
+			goroutines += max(l.info.WaitingGoroutines, l.info.Waiters)
 			contended++
 		}
 		if age := serverNow.Sub(l.info.TokenTime()).Seconds(); l.info.Token != 0 && age > oldest {
@@ -363,6 +364,7 @@ func (s *webServer) metrics(rw http.ResponseWriter, r *http.Request) {
 	gauge("dlock_server_up", "1 when the last listing of the locks succeeded, else 0.", up)
 	gauge("dlock_server_locks_held", "Locks held, as the last listing saw them.", float64(len(v.locks)))
 	gauge("dlock_server_waiters", "Clients waiting for the held locks (each client counts once per lock however many of its goroutines wait).", float64(waiters))
+	gauge("dlock_server_waiting_goroutines", "Goroutines waiting for the held locks in those clients, as their queue entries report.", float64(goroutines))
 	gauge("dlock_server_locks_contended", "Held locks with at least one waiting client.", float64(contended))
 	gauge("dlock_server_oldest_lock_seconds", "How long the longest-held lock has been held (server clock, from its token); 0 when none is held.", oldest)
 	if !v.readAt.IsZero() {

@@ -357,25 +357,28 @@ func TestWeb_Metrics(t *testing.T) {
 	waiter := dialTest(t, s.URL())
 	first := lockTest(t, holder, "jobs:a", dlock.WithTTL(time.Minute))
 	lockTest(t, holder, "jobs:b", dlock.WithTTL(time.Minute))
-	// One client waits for jobs:a.
+	// One client waits for jobs:a, with two goroutines.
 	wctx, stopWaiting := context.WithCancel(context.Background())
-	waited := make(chan error, 1)
-	go func() {
-		l, err := waiter.Mutex("jobs:a").Lock(wctx)
-		if err == nil {
-			l.Unlock(context.Background())
-		}
-		waited <- err
-	}()
+	waited := make(chan error, 2)
+	for range 2 {
+		go func() {
+			l, err := waiter.Mutex("jobs:a").Lock(wctx)
+			if err == nil {
+				l.Unlock(context.Background())
+			}
+			waited <- err
+		}()
+	}
 	defer func() {
 		stopWaiting()
 		<-waited
+		<-waited
 	}()
 	w := startWeb(t, "--redis", s.URL(), "--refresh", "100ms")
-	waitFor(t, 20*time.Second, "metrics: 2 locks, 1 waiter, notices subscribed", func(context.Context) error {
+	waitFor(t, 20*time.Second, "metrics: 2 locks, 1 waiting client with 2 goroutines, notices subscribed", func(context.Context) error {
 		m := metricsOf(t, w)
 		if m["dlock_server_up"] != 1 || m["dlock_server_locks_held"] != 2 || m["dlock_server_waiters"] != 1 ||
-			m["dlock_server_locks_contended"] != 1 || m["dlock_server_release_notices_subscribed"] != 1 {
+			m["dlock_server_waiting_goroutines"] != 2 || m["dlock_server_locks_contended"] != 1 || m["dlock_server_release_notices_subscribed"] != 1 {
 			return fmt.Errorf("%v", m)
 		}
 		return nil
