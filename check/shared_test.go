@@ -62,3 +62,38 @@ func TestAnalyzeShared_HitHolderMustBeTold(t *testing.T) {
 		t.Fatalf("an untold hit holder: %v", f.Failures)
 	}
 }
+
+// Where the server forgets holds (a restart without persistence, a failover), holds believed
+// held past the limits are the documented hazard: noted and counted, not failed; elsewhere the
+// same history fails.
+func TestAnalyzeShared_ForgottenHoldsNoted(t *testing.T) {
+	for _, c := range []struct {
+		scenario, forgets string
+		units             int
+	}{
+		{"rw-restart", "rw-kill", -1},
+		{"rw-sentinel-failover", "rw-kill", -1},
+		{"sem-restart", "sem-kill", 2},
+		{"sem-sentinel-failover", "sem-kill", 2},
+	} {
+		for _, name := range []string{c.scenario, c.forgets} {
+			h := newHist(name, false)
+			h.sharedHold(w0, 1, 10, c.units, 0, 1, []float64{2, 5}, 6)
+			h.sharedHold(w1, 1, 20, c.units, 3, 3.5, []float64{4}, 7) // granted while w0's hold was believed held
+			f := analyze(h.d, time.Second)
+			if name == c.forgets {
+				if len(f.Failures) != 1 {
+					t.Errorf("%s: failures %v, want the limit broken", name, f.Failures)
+				}
+				continue
+			}
+			noted := false
+			for _, n := range f.Notes {
+				noted = noted || strings.Contains(n, "expected (the server lost the holds)")
+			}
+			if len(f.Failures) != 0 || !noted || f.LiveAfterNext != 2 {
+				t.Errorf("%s: failures %v, notes %v, %d believed held over the limit; want none, a note, 2", name, f.Failures, f.Notes, f.LiveAfterNext)
+			}
+		}
+	}
+}
