@@ -73,10 +73,14 @@ func run() error {
 	ttl := flag.Duration("ttl", 10*time.Second, "lease of the per-SKU lock (renewed every ttl/3 while held)")
 	lockWait := flag.Duration("lock-wait", 2*time.Second, "how long a purchase waits for its SKU's lock before answering 503")
 	txTimeout := flag.Duration("tx-timeout", 5*time.Second, "bound on one purchase's database transaction")
-	work := flag.Duration("work", 0, "artificial work per purchase while holding the lock (for demos)")
+	work := flag.Duration("work", 0, "artificial work per purchase (and report) while holding the lock (for demos)")
+	reportSlots := flag.Int("report-slots", 2, "GET /report: how many reports may run at once across every replica (a dlock semaphore; every replica must give the same number)")
 	faults := flag.Bool("fault-injection", false, "enable POST /admin/fault?hold=D[&detach=1] (tests)")
 	flag.Var(&seeds, "seed-stock", "sku=N: create the SKU with N items at start unless it exists (repeatable)")
 	flag.Parse()
+	if *reportSlots < 1 || *reportSlots > dlock.MaxSemaphoreSize {
+		return fmt.Errorf("--report-slots %d: want 1 to %d", *reportSlots, dlock.MaxSemaphoreSize)
+	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -99,8 +103,9 @@ func run() error {
 		return err
 	}
 	defer st.Close()
-	// The locks' metrics, by lock class: every lock of this service is "sku:<SKU>", so the
-	// class is "sku" (never the SKU itself: one time series per SKU would grow without bound).
+	// The locks' metrics, by lock class: every lock of this service is "sku:<SKU>", of class
+	// "sku" (never the SKU itself: one time series per SKU would grow without bound), or the
+	// "report" semaphore.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	lockMetrics, err := dlockprom.New(reg, dlockprom.WithLockLabel(lockClass))
@@ -125,7 +130,7 @@ func run() error {
 
 	srv := &server{
 		locks: locks, store: st, log: log, name: *name,
-		ttl: *ttl, lockWait: *lockWait, txTimeout: *txTimeout, work: *work, faults: *faults,
+		ttl: *ttl, lockWait: *lockWait, txTimeout: *txTimeout, work: *work, faults: *faults, reportSlots: *reportSlots,
 		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}
 	hs := &http.Server{

@@ -17,16 +17,17 @@ import (
 
 // server is the HTTP face of one replica.
 type server struct {
-	locks     *dlock.Client
-	store     *store
-	log       *slog.Logger
-	name      string        // replica name, in logs and /stats
-	ttl       time.Duration // lease of the per-SKU lock
-	lockWait  time.Duration // how long a purchase waits for the lock before answering 503
-	txTimeout time.Duration // bound on one purchase's transaction
-	work      time.Duration // artificial work done while holding the lock, before the transaction
-	faults    bool          // POST /admin/fault is enabled
-	metrics   http.Handler  // GET /metrics; nil: not served
+	locks       *dlock.Client
+	store       *store
+	log         *slog.Logger
+	name        string        // replica name, in logs and /stats
+	ttl         time.Duration // lease of the per-SKU lock
+	lockWait    time.Duration // how long a purchase waits for the lock before answering 503
+	txTimeout   time.Duration // bound on one purchase's transaction
+	work        time.Duration // artificial work done while holding the lock, before the transaction (and in a report)
+	reportSlots int           // size of the "report" semaphore: reports running at once across every replica
+	faults      bool          // POST /admin/fault is enabled
+	metrics     http.Handler  // GET /metrics; nil: not served
 
 	stats stats
 
@@ -43,6 +44,7 @@ type stats struct {
 	FenceRejected atomic.Int64 // 503: the database refused a stale fencing token
 	Failed        atomic.Int64 // 503/500: any other failure
 	Holding       atomic.Int64 // purchases holding their SKU's lock right now
+	ReportBusy    atomic.Int64 // 503: no report slot within lockWait
 	InFault       atomic.Int64 // purchases in an injected hold right now
 }
 
@@ -65,6 +67,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /stock/{sku}", s.handleStock)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.HandleFunc("GET /stats", s.handleStats)
+	mux.HandleFunc("GET /report", s.handleReport)
 	if s.metrics != nil {
 		mux.Handle("GET /metrics", s.metrics)
 	}
@@ -333,6 +336,7 @@ type StatsBody struct {
 	FenceRejected int64  `json:"fence_rejected"`
 	Failed        int64  `json:"failed"`
 	Holding       int64  `json:"holding"`
+	ReportBusy    int64  `json:"report_busy"`
 	InFault       int64  `json:"in_fault"`
 }
 
@@ -346,10 +350,57 @@ func (s *server) snapshot() StatsBody {
 		FenceRejected: s.stats.FenceRejected.Load(),
 		Failed:        s.stats.Failed.Load(),
 		Holding:       s.stats.Holding.Load(),
+		ReportBusy:    s.stats.ReportBusy.Load(),
 		InFault:       s.stats.InFault.Load(),
 	}
 }
 
 func (s *server) handleStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.snapshot())
+}
+
+// ReportBody is the body of a 200 answer to GET /report.
+type ReportBody struct {
+	Stock []StockRow `json:"stock"`
+	// Token is the fencing token of the report slot (the semaphore lease): unique, and larger
+	// than every earlier slot's.
+	Token uint64 `json:"token"`
+	// SlotFrom and SlotUntil are when this replica held the slot (from the acquisition to the
+	// end of the query), for logs and the tests.
+	SlotFrom  time.Time `json:"slot_from"`
+	SlotUntil time.Time `json:"slot_until"`
+}
+
+// handleReport serves the stock of every SKU. A whole-table read is the expensive kind of
+// request: at most reportSlots of them run at once across every replica, under a dlock
+// semaphore ("report"), so a burst of reports cannot crowd purchases out of the database. A
+// report waits at most lockWait for a slot, else 503 report_busy. Every replica must declare
+// the same size (--report-slots); one that declares another gets an error naming the stored
+// size (dlock.ErrInvalid), until the semaphore is resized (dlock resize report N).
+func (s *server) handleReport(w http.ResponseWriter, r *http.Request) {
+	var body ReportBody
+	err := s.locks.DoAcquire(r.Context(), "report", s.reportSlots, 1, func(ctx context.Context) error {
+		body.SlotFrom = time.Now()
+		body.Token, _ = dlock.TokenFromContext(ctx)
+		if s.work > 0 {
+			time.Sleep(s.work) // stands for a slow query
+		}
+		qctx, cancel := context.WithTimeout(ctx, s.txTimeout)
+		defer cancel()
+		var err error
+		body.Stock, err = s.store.Report(qctx)
+		body.SlotUntil = time.Now()
+		return err
+	}, dlock.WithWait(s.lockWait))
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, body)
+	case errors.Is(err, dlock.ErrNotAcquired):
+		s.stats.ReportBusy.Add(1)
+		w.Header().Set("Retry-After", "1")
+		fail(w, http.StatusServiceUnavailable, "report_busy", err)
+	default:
+		s.log.Error("report failed", "err", err)
+		fail(w, http.StatusInternalServerError, "internal", err)
+	}
 }

@@ -211,3 +211,29 @@ func (s *store) Stock(ctx context.Context, sku string) (qty int, fence int64, er
 	}
 	return qty, fence, err
 }
+
+// StockRow is one SKU's committed quantity and fence.
+type StockRow struct {
+	SKU   string `json:"sku"`
+	Qty   int    `json:"qty"`
+	Fence int64  `json:"fence"`
+}
+
+// Report reads every SKU's committed stock: a whole-table read, the kind of query a service
+// bounds across its replicas (GET /report runs it under a semaphore).
+func (s *store) Report(ctx context.Context) ([]StockRow, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT sku, qty, fence FROM stock ORDER BY sku`)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	defer rows.Close()
+	var out []StockRow
+	for rows.Next() {
+		var r StockRow
+		if err := rows.Scan(&r.SKU, &r.Qty, &r.Fence); err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
