@@ -441,7 +441,8 @@ func TestRWMutex_KilledReaderFreesItsShare(t *testing.T) {
 }
 
 // Bad input is refused with ErrInvalid before any I/O: names, TTLs, a nil client, nil
-// functions; a quorum client has no read-write locks.
+// functions; a quorum client has no read-write locks, semaphores or latches, and every call on
+// one says so at once.
 func TestRWMutex_BadInput(t *testing.T) {
 	ctx := context.Background()
 	var nilClient *dlock.Client
@@ -485,8 +486,19 @@ func TestRWMutex_BadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	if _, err := q.RWMutex("x").RLock(ctx); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "quorum") {
-		t.Errorf("quorum mode: %v, want ErrInvalid naming quorum mode", err)
+	for what, f := range map[string]func() error{
+		"RLock":           func() error { _, err := q.RWMutex("x").RLock(ctx); return err },
+		"TryLock":         func() error { _, err := q.RWMutex("x").TryLock(ctx); return err },
+		"DoWrite":         func() error { return q.DoWrite(ctx, "x", func(context.Context) error { return nil }) },
+		"Acquire":         func() error { _, err := q.Semaphore("x", 2).Acquire(ctx, 1); return err },
+		"DoAcquire":       func() error { return q.DoAcquire(ctx, "x", 2, 1, func(context.Context) error { return nil }) },
+		"ResizeSemaphore": func() error { _, err := q.ResizeSemaphore(ctx, "x", 3); return err },
+		"Latch.CountDown": func() error { return q.Latch("x", 2).CountDown(ctx) },
+		"Latch.Wait":      func() error { return q.Latch("x", 2).Wait(ctx) },
+	} {
+		if err := f(); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "quorum") {
+			t.Errorf("quorum mode, %s: %v, want ErrInvalid naming quorum mode", what, err)
+		}
 	}
 }
 
