@@ -309,7 +309,7 @@ func (a *analysis) measureSharedSections(load sharedLoad) {
 		a.f.OverlapMax = max(a.f.OverlapMax, n)
 	}
 	if len(culprits) > 0 {
-		a.note("on the resource's timeline, %d sections were still open when the limit was exceeded (a late operation of a paused holder: fencing tokens are for it), with up to %d others", len(culprits), a.f.OverlapMax)
+		a.note("on the resource's timeline, %d sections were still open when the limit was exceeded (a late operation of a paused holder, or of a hold the server forgot: fencing tokens are for it), with up to %d others", len(culprits), a.f.OverlapMax)
 	}
 }
 
