@@ -138,6 +138,46 @@ func TestStatusListUnlock_Shared(t *testing.T) {
 	}
 	defer p.Unlock(ctx)
 
+	// A writer waiting behind the readers: status shows it.
+	w, err := dlock.Dial(ctx, s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	wctx, stopWriter := context.WithCancel(ctx)
+	writerDone := make(chan error, 1)
+	go func() {
+		_, err := w.RWMutex("catalog").Lock(wctx)
+		writerDone <- err
+	}()
+	waitFor := redistest.Poll
+	if err := waitFor(ctx, "the writer queued", func(ctx context.Context) error {
+		if info, err := c.Inspect(ctx, "catalog"); err != nil || info.Shared == nil || info.Shared.WritersQueued != 1 {
+			return fmt.Errorf("%+v, %v", info.Shared, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := dlockCmd(t, "status", "--redis", s.URL(), "catalog")
+	if code != 0 || !strings.Contains(out, "(1 to write)") {
+		t.Errorf("status with a writer waiting: exit %d:\n%s", code, out)
+	}
+	out, _, _ = dlockCmd(t, "status", "--json", "--redis", s.URL(), "catalog")
+	var queued struct {
+		Shared struct {
+			Queued        int `json:"queued"`
+			WritersQueued int `json:"writers_queued"`
+		} `json:"shared"`
+	}
+	if err := json.Unmarshal([]byte(out), &queued); err != nil || queued.Shared.Queued != 1 || queued.Shared.WritersQueued != 1 {
+		t.Errorf("status --json with a writer waiting: %v\n%s", err, out)
+	}
+	stopWriter()
+	if err := <-writerDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled writer: %v", err)
+	}
+
 	out, errOut, code := dlockCmd(t, "status", "--json", "--redis", s.URL(), "catalog")
 	var st map[string]any
 	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
