@@ -305,8 +305,8 @@
 // Every error wraps one of these, to be told apart with errors.Is:
 //
 //	ErrNotAcquired    busy: another owner holds the lock (TryLock; a Lock whose wait ended:
-//	                  WithWait, or its context, which it then wraps too). *NotAcquiredError
-//	                  names the holder.
+//	                  WithWait, or its context, whose error and cause it then wraps too).
+//	                  *NotAcquiredError names the holder (Mine: this very client).
 //	ErrNoQuorum       quorum mode: fewer than a majority of the servers answered (TryLock, or
 //	                  a Lock whose wait ended then; *QuorumError says what each did). Also
 //	                  matches ErrUnavailable; never ErrNotAcquired.
