@@ -787,6 +787,13 @@ func TestTraceContext_EveryLockCommandCarriesItsCaller(t *testing.T) {
 			if len(h.seen) != callers || h.seen[nil] != 0 {
 				t.Errorf("commands by caller: %v; want each of the %d callers", h.seen, callers)
 			}
+			// Each caller's 20 Dos are 20 acquisitions and 20 releases, each a script command
+			// (or a share of one) that names it.
+			for i := range callers {
+				if h.seen[i] < 2*20 {
+					t.Errorf("caller %d: %d script commands carry its context, want at least 40 (its acquisitions and releases)", i, h.seen[i])
+				}
+			}
 			t.Logf("%d script commands by caller, %d script calls serving several callers, %d go-redis pipelines of several callers' calls", total, h.batches, h.pipelines)
 			if h.batches == 0 {
 				t.Error("no script call served several callers: the test did not exercise dlock's batches")
