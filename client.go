@@ -171,6 +171,7 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	e.renewer = newRenewer(b, guard.check)
 	e.renewer.ev = e.ev
 	e.notices = newNotifier(b.listen, e.granted)
+	e.notices.own = e.clientID + "."
 	e.notices.ev = e.ev
 	e.waits = newWaitQueues(e.notices)
 	e.renewer.entryGone = e.waits.entryGone

@@ -23,6 +23,9 @@ import (
 type notifier struct {
 	listen func(context.Context, conn.Handler) (conn.Listener, error) // the backend's
 	grant  func(id string, token uint64, server int)                  // a grant announced (engine.granted)
+	// own: the prefix of this client's registration ids ("<client id>."): grants to them are
+	// grant's to handle, never another client's turn to wait out.
+	own string
 
 	mu   sync.Mutex
 	subs map[string]*queue // channel -> queue wanting its notices
@@ -144,7 +147,10 @@ func (n *notifier) onMessage(channel, payload string) {
 			return
 		}
 		window, _ := strconv.ParseInt(win, 10, 64)
-		if q := n.lookup(channel); q != nil {
+		if q := n.lookup(channel); q != nil && (n.own == "" || !strings.HasPrefix(id, n.own)) {
+			// Another client's grant: the head waits for it to be taken or to lapse. A grant to
+			// this client (taken by grant, or a late one to a registration done with, whose
+			// hold goes with that registration's release) holds nobody up.
 			q.heldBy(token, time.Duration(window)*time.Millisecond)
 		}
 		n.grant(id, token, server)
