@@ -585,7 +585,10 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 		return decided()
 	}, nil)
 	undecided := func() error {
-		return fmt.Errorf("undecided, %d of %d servers answered: %w", answers, n, joinErrors(errs...))
+		if err := joinErrors(errs...); err != nil {
+			return fmt.Errorf("undecided, %d of %d servers answered: %w", answers, n, err)
+		}
+		return fmt.Errorf("undecided, %d of %d servers answered in time", answers, n)
 	}
 	for k := range items {
 		switch {

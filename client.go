@@ -114,6 +114,9 @@ func New(cn Conn, opts ...ClientOption) (*Client, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
+	if err := o.noTLS("New"); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), newCheckTimeout)
 	defer cancel()
 	return newClient(ctx, newOneServer(cn, o.retention), o)
@@ -272,6 +275,15 @@ func holderMeta(label string) string {
 		Label string `json:"label,omitempty"`
 	}{host, os.Getpid(), processStart.Unix(), label})
 	return string(b)
+}
+
+// noTLS refuses TLS options given to New or NewQuorum, which do not dial: the connection
+// they are given was set up by its owner.
+func (o options) noTLS(fn string) error {
+	if o.tlsConfig != nil {
+		return fmt.Errorf("%w: %s: WithTLSConfig and WithCAFile set up the connections Dial and DialQuorum make; configure TLS on the client given to %s", ErrInvalid, fn, fn)
+	}
+	return nil
 }
 
 func (o options) dialOptions() []rueidisconn.DialOption {

@@ -233,4 +233,26 @@ func TestCluster_WakeOnEveryShard(t *testing.T) {
 			}
 		}
 	}
+
+	// Every master's memory policy is read: one master that can evict keys makes Dial and New
+	// refuse, naming it.
+	m := masters[len(masters)-1]
+	redisDo(t, m, "CONFIG", "SET", "maxmemory", "64mb")
+	redisDo(t, m, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: g.Addrs(), Username: testUser, Password: testPassword, ContextTimeoutEnabled: true})
+	defer rc.Close()
+	_, port, _ := strings.Cut(m.Addr, ":")
+	cGoRedis, errGoRedis := dlock.New(goredisconn.New(rc))
+	cRueidis, errRueidis := dlock.Dial(ctx, url)
+	for tr, r := range map[string]struct {
+		c   *dlock.Client
+		err error
+	}{"rueidis": {cRueidis, errRueidis}, "goredis": {cGoRedis, errGoRedis}} {
+		if r.c != nil {
+			r.c.Close()
+		}
+		if !errors.Is(r.err, dlock.ErrEvictionPolicy) || !strings.Contains(fmt.Sprint(r.err), ":"+port) {
+			t.Errorf("%s: a Cluster with master %s able to evict keys = %v, want ErrEvictionPolicy naming it", tr, m.Addr, r.err)
+		}
+	}
 }

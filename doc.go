@@ -25,7 +25,9 @@
 // WithCAFile, WithLogger, WithObserver, WithUnsafeEviction, WithTokenRetention,
 // WithHoldStatsRetention) is
 // taken by those four alone: passing one to Mutex or Do does not compile. A CA file is read
-// once, when Dial applies the option.
+// once, when Dial applies the option; New and NewQuorum, which dial nothing, refuse the TLS
+// options (ErrInvalid). Leases have bounds: MinTTL to MaxTTL (10 minutes) with renewal, up to
+// MaxFixedTTL (7 days) without; outside them, ErrInvalid.
 //
 // # What is guaranteed
 //
@@ -125,7 +127,9 @@
 // when no majority confirmed a renewal in time. When fewer than a majority of servers answer
 // (down, frozen, unreachable), TryLock fails at once with a *QuorumError (errors.Is
 // ErrNoQuorum) that says what each server answered, and Lock keeps waiting, trying again every
-// 100 ms, until a majority answers or its context ends. Waiting clients queue on every server
+// 100 ms, until a majority answers or its wait ends (its context, WithWait); a wait that ends
+// while too few servers answer returns that *QuorumError (with the context's error, if the
+// context ended it), not ErrNotAcquired. Waiting clients queue on every server
 // at the same place, so that the servers grant the lock to the same client; a client that
 // gets grants from only some servers (a split) gives them back and tries again after a random
 // pause of a few milliseconds. Within a client, locks pass among waiters without the servers,
@@ -270,7 +274,7 @@
 // not hold: the lock can be lost, or its release fail, after fn did all its work, and Do then
 // returns an error wrapping ErrLost or the release error. Record the outcome of the work
 // itself (a committed transaction, say) rather than inferring it from Do. To bound only the
-// wait for the lock, not fn, take it with Mutex.Lock and a context of its own.
+// wait for the lock, not fn, pass WithWait(d) to Do: ctx bounds both, WithWait the wait alone.
 //
 // When another goroutine of the same client waits for the lock, Unlock usually passes the
 // lock to it without asking the server (see Waiting): it then returns nil without learning
@@ -280,22 +284,32 @@
 //
 // Lock, TryLock and Do re-enter a lock when their context carries a lease on the same name
 // from the same Client (a Lease's Context, or the context inside Do): same token, one more
-// hold; the lock is released when the last hold is unlocked. A re-entry that asks for another
-// lease (TTL, renewal, label, replica acknowledgement) fails with ErrInvalid. A context without
-// the lease, even in the goroutine that holds the lock, waits like any other caller — for
-// itself, if that goroutine holds it: the client cannot tell goroutines apart. Such a wait that
-// ends (WithWait, a deadline), or a TryLock, says the holder is this client
-// (NotAcquiredError.Mine).
+// hold; the lock is released when the last hold is unlocked:
+//
+//	l, err := c.Mutex("orders:42").Lock(ctx)
+//	...
+//	inner, err := c.Mutex("orders:42").Lock(l.Context()) // re-enters: inner.Token() == l.Token()
+//	// c.Mutex("orders:42").Lock(ctx) here would wait for l: ctx does not carry it.
+//	inner.Unlock(ctx) // l still holds the lock; l.Unlock(ctx) releases it
+//
+// A re-entry that asks for another lease (TTL, renewal, label, replica acknowledgement,
+// adaptive lease) fails with ErrInvalid naming the difference; nothing of the held lease is
+// changed silently. A context without the lease, even in the goroutine that holds the lock,
+// waits like any other caller — for itself, if that goroutine holds it: the client cannot tell
+// goroutines apart, and it does not guess. Such a wait that ends (WithWait, a deadline), or a
+// TryLock, says the holder is this client (NotAcquiredError.Mine, and the message: "held by
+// this client ... to re-enter, lock with the lease's Context").
 //
 // # Errors
 //
 // Every error wraps one of these, to be told apart with errors.Is:
 //
 //	ErrNotAcquired    busy: another owner holds the lock (TryLock; a Lock whose wait ended:
-//	                  WithWait, or its context, which it then wraps too). *NotAcquiredError
-//	                  names the holder.
-//	ErrNoQuorum       quorum mode: fewer than a majority of the servers answered (*QuorumError
-//	                  says what each did). Also matches ErrUnavailable.
+//	                  WithWait, or its context, whose error and cause it then wraps too).
+//	                  *NotAcquiredError names the holder (Mine: this very client).
+//	ErrNoQuorum       quorum mode: fewer than a majority of the servers answered (TryLock, or
+//	                  a Lock whose wait ended then; *QuorumError says what each did). Also
+//	                  matches ErrUnavailable; never ErrNotAcquired.
 //	ErrUnavailable    the server cannot be reached, or its connection failed.
 //	ErrDenied         the server refused the login or a command (ACL; docs/SECURITY.md).
 //	ErrInvalid        bad input: a name, an option, a TTL, a URL; a read lock asked to upgrade;

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -129,6 +130,21 @@ func (e *QuorumError) Unwrap() []error {
 	return errs
 }
 
+// ctxEnded is the error of ctx, which has ended, for the wait it ended: ctx.Err(), and the
+// cause it was given too (context.WithCancelCause, WithTimeoutCause, WithDeadlineCause), so
+// that errors.Is finds either.
+func ctxEnded(ctx context.Context) error {
+	err := ctx.Err()
+	cause := context.Cause(ctx)
+	switch {
+	case cause == nil || cause == err:
+		return err
+	case errors.Is(cause, err):
+		return cause
+	}
+	return joinErrors(err, cause)
+}
+
 // joinErrors is errors.Join on one line: its message separates the errors with "; " (a
 // multi-line error splits log lines). It returns nil when every error is nil.
 func joinErrors(errs ...error) error {
@@ -162,13 +178,16 @@ func (j joined) Unwrap() []error { return j }
 // NotAcquiredError is the error of a TryLock, or of a Lock whose wait ended (WithWait, or its
 // context), while another owner held the lock. It matches ErrNotAcquired, and, when the
 // caller's context ended the wait, that context's error (errors.Is(err,
-// context.DeadlineExceeded) tells "my request went away" from "busy").
+// context.DeadlineExceeded) tells "my request went away" from "busy"), and the cause the
+// context was given, if any (context.WithCancelCause). WithWait's own bound running out is
+// no context error: the error then matches ErrNotAcquired alone. In quorum mode, a wait that
+// ends while too few servers answer returns their *QuorumError (ErrNoQuorum) instead.
 type NotAcquiredError struct {
 	Name   string
 	Holder Info          // the holder as the server described it just after; Held is false when unknown
 	Mine   bool          // the holder is this client: another goroutine, or a hold whose context the caller did not pass
 	Waited time.Duration // how long Lock waited; 0 for TryLock
-	Cause  error         // the caller's context's error when it ended the wait, else nil
+	Cause  error         // the caller's context's error (and its cause, if it was given one) when it ended the wait, else nil
 }
 
 func (e *NotAcquiredError) Error() string {

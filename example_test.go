@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -62,4 +63,40 @@ func ExampleMutex_Lock() {
 	// Output:
 	// token > 0: true
 	// true
+}
+
+// A lock is re-entered through its lease's context. A context without the lease waits for the
+// lock like any other caller, even in the goroutine that holds it; a TryLock (or a wait that
+// ends) then says that the holder is this client.
+func ExampleMutex_Lock_reentry() {
+	ctx := context.Background()
+	c, err := dlock.Dial(ctx, exampleURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	m := c.Mutex("report:nightly")
+	l, err := m.Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Unlock(ctx)
+
+	inner, err := m.Lock(l.Context()) // re-enters: same token, one more hold
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("same token:", inner.Token() == l.Token())
+	inner.Unlock(ctx) // l still holds the lock
+
+	_, err = m.TryLock(ctx) // ctx does not carry the lease
+	var na *dlock.NotAcquiredError
+	fmt.Println("held by this client:", errors.As(err, &na) && na.Mine)
+	// Output:
+	// same token: true
+	// held by this client: true
 }

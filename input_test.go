@@ -40,7 +40,7 @@ func testBadInput(t *testing.T, c *dlock.Client) {
 		{"nil lease TTL", func() error { var l *dlock.Lease; _, err := l.TTL(ctx); return err }, dlock.ErrNotHeld},
 		{"nil client", func() error { var nc *dlock.Client; _, err := nc.Mutex("n").Lock(ctx); return err }, dlock.ErrInvalid},
 		{"nil conn", func() error { _, err := dlock.New(nil); return err }, dlock.ErrInvalid},
-		{"bad url", func() error { _, err := dlock.Dial(ctx, "http://x"); return err }, nil},
+		{"bad url", func() error { _, err := dlock.Dial(ctx, "http://x"); return err }, dlock.ErrInvalid},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

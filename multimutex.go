@@ -139,6 +139,7 @@ type multiAcq struct {
 	reent   []bool          // per spec: held re-enters a lease the caller's context carries
 	ordered []bool          // per group: its attempts take the free names before the busy one
 	blocked int             // the spec that blocked the last attempt (-1: none yet)
+	nq      *noQuorumSeen   // quorum mode: whether the last attempt found too few servers answering
 }
 
 func (mm *MultiMutex) lock(ctx context.Context, wait bool) (*Lease, error) {
@@ -204,12 +205,18 @@ func (mm *MultiMutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		defer cancel()
 	}
 	start := time.Now()
+	if e.traits.servers > 1 {
+		a.nq = &noQuorumSeen{}
+	}
 	if err := a.run(wctx); err != nil {
 		a.giveBackAll(ctx)
 		if wctx.Err() != nil && a.blocked >= 0 {
 			var cause error
 			if ctx.Err() != nil {
-				cause = ctx.Err()
+				cause = ctxEnded(ctx)
+			}
+			if qerr := a.nq.last(); qerr != nil {
+				return nil, a.nq.ended(qerr, time.Since(start), cause)
 			}
 			return nil, e.notAcquired(ctx, mm.specs[a.blocked], holder{pttl: -1}, time.Since(start), cause)
 		}
@@ -260,6 +267,7 @@ func (a *multiAcq) run(ctx context.Context) error {
 				reg = e.newRegistration(mm.specs[first])
 			}
 			r, err := a.try(ctx, g, a.ordered[g], -1, reg)
+			a.noteQuorum(err)
 			if errors.Is(err, ErrNoQuorum) {
 				// Too few servers of a quorum answered: wait a moment, as Lock does.
 				r, err = tryResult{busy: first, h: holder{pttl: noQuorumRetry}}, nil
@@ -303,6 +311,7 @@ func (a *multiAcq) run(ctx context.Context) error {
 func (a *multiAcq) attemptAt(g, f int) attemptFunc {
 	return func(ctx context.Context, reg *registration) (*leaseState, holder, error) {
 		r, err := a.try(ctx, g, a.ordered[g], f, reg)
+		a.noteQuorum(err)
 		if err != nil {
 			return nil, holder{}, err
 		}
@@ -317,6 +326,13 @@ func (a *multiAcq) attemptAt(g, f int) attemptFunc {
 			return nil, r.h, nil
 		}
 		return nil, holder{}, errMove
+	}
+}
+
+// noteQuorum notes an attempt's outcome in quorum mode (see noQuorumSeen).
+func (a *multiAcq) noteQuorum(err error) {
+	if a.nq != nil {
+		a.nq.note(err)
 	}
 }
 

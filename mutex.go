@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -126,6 +127,11 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	attempt := func(ctx context.Context, reg *registration) (*leaseState, holder, error) {
 		return e.attempt(ctx, spec, reg)
 	}
+	var nq *noQuorumSeen
+	if wait && spec.wait != 0 && e.traits.servers > 1 {
+		nq = &noQuorumSeen{}
+		attempt = nq.watch(attempt)
+	}
 	if !wait || spec.wait == 0 {
 		st, h, err := attempt(ctx, nil)
 		if err != nil || st != nil {
@@ -144,11 +150,60 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	if err != nil && wctx.Err() != nil {
 		var cause error
 		if ctx.Err() != nil {
-			cause = ctx.Err()
+			cause = ctxEnded(ctx)
+		}
+		if qerr := nq.last(); qerr != nil {
+			return nil, nq.ended(qerr, time.Since(start), cause)
 		}
 		return nil, e.notAcquired(ctx, spec, holder{pttl: -1}, time.Since(start), cause)
 	}
 	return leaseOf(st), err
+}
+
+// noQuorumSeen remembers whether the last attempt of a wait in quorum mode found too few
+// servers answering: a wait that ends then says so (the *QuorumError, not ErrNotAcquired:
+// nobody was found holding the lock).
+type noQuorumSeen struct {
+	mu  sync.Mutex
+	err error
+}
+
+// watch wraps attempt so that each of its outcomes is noted.
+func (n *noQuorumSeen) watch(attempt attemptFunc) attemptFunc {
+	return func(ctx context.Context, reg *registration) (*leaseState, holder, error) {
+		st, h, err := attempt(ctx, reg)
+		n.note(err)
+		return st, h, err
+	}
+}
+
+// note records an attempt's error: a no-quorum error is kept, an answer (nil) clears it.
+func (n *noQuorumSeen) note(err error) {
+	if err != nil && !errors.Is(err, ErrNoQuorum) {
+		return // the context ended it, or it ends the wait itself
+	}
+	n.mu.Lock()
+	n.err = err
+	n.mu.Unlock()
+}
+
+// last returns the no-quorum error of the last attempt, or nil (also for a nil n).
+func (n *noQuorumSeen) last() error {
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.err
+}
+
+// ended is the error of a wait that ended while too few servers answered: qerr, how long it
+// waited, and the caller's context's error when that ended it.
+func (n *noQuorumSeen) ended(qerr error, waited time.Duration, cause error) error {
+	if cause != nil {
+		return fmt.Errorf("%w (waited %v): %w", qerr, waited.Round(time.Millisecond), cause)
+	}
+	return fmt.Errorf("%w (waited %v)", qerr, waited.Round(time.Millisecond))
 }
 
 // errWaited is the cause of a wait that WithWait ended.
@@ -327,9 +382,11 @@ func (spec *lockSpec) ctxErr(ctx context.Context) error {
 // Do acquires the lock called name (waiting as Lock does), runs fn with a context that is
 // cancelled when ctx is or when the lock is lost (cause ErrLost), and releases the lock when fn
 // returns or panics. It returns fn's error, joined with an error wrapping ErrLost when the lock
-// was lost before fn returned, or with the release error. A nil result means fn ran to
+// was lost before fn returned (naming the lock; with ErrExpired when a fixed lease reached its
+// planned end), or with the release error, on one line. A nil result means fn ran to
 // completion while the lock was held; the converse does not hold (see "Do and outcomes" in the
-// package documentation). ctx bounds both the wait and fn. Passing fn's context to Lock,
+// package documentation). ctx bounds both the wait and fn; WithWait(d) bounds the wait alone
+// (a wait that ends returns a *NotAcquiredError, and fn does not run). Passing fn's context to Lock,
 // TryLock or Do of the same name re-enters the lock.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if fn == nil {
@@ -354,7 +411,11 @@ func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error)
 			// Say what the caller saw: the lock was lost while fn ran (the Unlock that follows
 			// only clears what the server may still hold of it).
 			l.Unlock(context.WithoutCancel(ctx))
-			err = joinErrors(err, fmt.Errorf("dlock: %q was lost while fn ran: %w", name, l.st.endedErr()))
+			ended, what := l.st.endedErr(), "was lost while fn ran"
+			if errors.Is(ended, ErrExpired) {
+				what = "ran out while fn ran (its planned end, WithoutRenewal)" // not a loss
+			}
+			err = joinErrors(err, fmt.Errorf("dlock: %q %s: %w", name, what, ended))
 			return
 		}
 		if uerr := l.Unlock(ctx); uerr != nil {

@@ -175,7 +175,7 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 
 // WithTLSConfig makes Dial and DialQuorum connect with TLS using cfg, whatever the URL's scheme
 // (with a rediss:// URL and no TLS option, the system's root certificates verify the server).
-// New and NewQuorum ignore it: configure TLS on the client you pass them.
+// New and NewQuorum refuse it (ErrInvalid): configure TLS on the client you pass them.
 func WithTLSConfig(cfg *tls.Config) ClientOption {
 	return clientOnly(func(o *options) {
 		if cfg == nil {
@@ -188,7 +188,7 @@ func WithTLSConfig(cfg *tls.Config) ClientOption {
 
 // WithCAFile makes Dial and DialQuorum connect with TLS and verify the server's certificate
 // against the PEM certificates in path (a private CA) instead of the system's roots.
-// New and NewQuorum ignore it.
+// New and NewQuorum refuse it (ErrInvalid).
 func WithCAFile(path string) ClientOption {
 	return clientOnly(func(o *options) {
 		pem, err := os.ReadFile(path)

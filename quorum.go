@@ -18,7 +18,9 @@ import (
 // Lease and Do API, re-entry and wake-up on release (from any server) work as with Dial.
 //
 // A majority of urls must be reachable now; the others are dialled again, at most once a
-// second, when a call needs them. Use an odd number of servers, typically 5. The fencing
+// second, when a call needs them. Use an odd number of servers, typically 5: fewer than 3, or
+// one address given twice, is ErrInvalid (two spellings of one server, such as localhost and
+// 127.0.0.1, are not told apart). A ctx already done fails at once. The fencing
 // token guarantee in quorum mode is weaker than on one server: see the package documentation.
 func DialQuorum(ctx context.Context, urls []string, opts ...ClientOption) (*Client, error) {
 	o := defaultOptions().withClient(opts)
@@ -108,6 +110,11 @@ func newQuorumClient(ctx context.Context, conns []Conn, own bool, opts []ClientO
 	o := defaultOptions().withClient(opts)
 	if o.err != nil {
 		return nil, o.err
+	}
+	if !own {
+		if err := o.noTLS("NewQuorum"); err != nil {
+			return nil, err
+		}
 	}
 	if o.ackN > 0 {
 		return nil, fmt.Errorf("%w: WithReplicaAck is not available in quorum mode", ErrInvalid)

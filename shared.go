@@ -97,7 +97,7 @@ func (e *engine) acquireShared(ctx context.Context, spec *lockSpec, wait bool) (
 	if err != nil && wctx.Err() != nil {
 		var cause error
 		if ctx.Err() != nil {
-			cause = ctx.Err()
+			cause = ctxEnded(ctx)
 		}
 		return nil, e.sharedNotAcquired(ctx, spec, 0, time.Since(start), cause)
 	}

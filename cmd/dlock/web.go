@@ -357,8 +357,8 @@ func (s *webServer) metrics(rw http.ResponseWriter, r *http.Request) {
 			goroutines += max(l.info.WaitingGoroutines, l.info.Waiters)
 			contended++
 		}
-		if age := serverNow.Sub(l.info.TokenTime()).Seconds(); l.info.Token != 0 && age > oldest {
-			oldest = age
+		if since, ok := heldSince(l.info); ok {
+			oldest = max(oldest, serverNow.Sub(since).Seconds())
 		}
 	}
 	gauge("dlock_server_up", "1 when the last listing of the locks succeeded, else 0.", up)
@@ -464,8 +464,9 @@ func writeEvent(w io.Writer, name string, v any) error {
 // server learnt by watching it.
 type pageLock struct {
 	jsonInfo
-	// AgeMs is how long it has been held (server clock, from the token).
-	AgeMs int64 `json:"age_ms"`
+	// AgeMs is how long it has been held (server clock, from the token; see heldSince); null
+	// when that is not known (a read-write lock held by readers alone).
+	AgeMs *int64 `json:"age_ms"`
 	// TypicalHoldMs is the median of the holds of this lock that the server saw end
 	// (released or force-unlocked); null before the first.
 	TypicalHoldMs *int64 `json:"typical_hold_ms"`
@@ -494,8 +495,9 @@ func (s *webServer) pageState(v webView) pageState {
 	serverNow := v.now.Add(v.offset)
 	for _, l := range v.locks {
 		pl := pageLock{jsonInfo: toJSON(l.current(v.now)), HoldsSeen: len(l.holds)}
-		if l.info.Token != 0 {
-			pl.AgeMs = max(serverNow.Sub(l.info.TokenTime()).Milliseconds(), 0)
+		if since, ok := heldSince(l.info); ok {
+			age := max(serverNow.Sub(since).Milliseconds(), 0)
+			pl.AgeMs = &age
 		}
 		if m, ok := median(l.holds); ok {
 			ms := m.Milliseconds()

@@ -822,3 +822,97 @@ func TestWeb_ServerDownAndBack(t *testing.T) {
 		return e.Name == "after:restart" && e.Kind == evReleased
 	}))
 }
+
+// Read-write locks and semaphores are listed beside locks, with their kind and holders, on the
+// page's feed, /api/locks and /metrics. They announce grants but not releases, so a release
+// shows at the next listing, and the history calls it "gone" (released or expired), never a
+// lease that ran out, even while the release notices of locks are heard. Their age counts from
+// a writer's or the oldest permit holder's token; for readers alone, who carry the last
+// writer's token, it is unknown (null).
+func TestWeb_ReadWriteLocksAndSemaphores(t *testing.T) {
+	s := redistest.Start(t)
+	c := dialTest(t, s.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rw := c.RWMutex("catalog", dlock.WithTTL(time.Minute), dlock.WithLabel("catalog reader"))
+	wl, err := rw.Lock(ctx) // a writer first: the readers below get its token
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var readers []*dlock.Lease
+	for range 2 {
+		l, err := rw.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers = append(readers, l)
+	}
+	writer, err := c.RWMutex("ledger", dlock.WithTTL(time.Minute)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Unlock(ctx)
+	permits, err := c.Semaphore("exports", 3, dlock.WithTTL(time.Minute)).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	w := startWeb(t, "--redis", s.URL(), "--refresh", "100ms")
+	st := w.openStream(t)
+	st.await(t, 20*time.Second, "notices live and the three listed", func(ev sseEvent) bool {
+		return strings.Contains(ev.data, `"notices":"live"`) && stateWith(t, func(m map[string]pageLock) bool {
+			cat, led, exp := m["catalog"], m["ledger"], m["exports"]
+			return cat.Kind == dlock.KindRWMutex && cat.Shared != nil && cat.Shared.Readers == 2 && len(cat.Shared.Holders) == 2 && cat.AgeMs == nil &&
+				led.Kind == dlock.KindRWMutex && led.Shared != nil && led.Shared.Writer && led.Token == writer.Token() && led.AgeMs != nil &&
+				exp.Kind == dlock.KindSemaphore && exp.Shared != nil && exp.Shared.Permits == 2 && exp.Shared.Size == 3 &&
+				exp.Token == permits.Token() && exp.AgeMs != nil && *exp.AgeMs < 60_000
+		})(ev)
+	})
+	_, body := w.get(t, "/api/locks")
+	var api []jsonInfo
+	if err := json.Unmarshal([]byte(body), &api); err != nil || len(api) != 3 {
+		t.Fatalf("/api/locks = %s (%v), want the three", body, err)
+	}
+	for _, l := range api {
+		if l.Kind == "" || l.Shared == nil || len(l.Shared.Holders) == 0 {
+			t.Errorf("/api/locks: %+v, want a kind and the holders", l)
+		}
+	}
+	if m := metricsOf(t, w); m["dlock_server_locks_held"] != 3 || m["dlock_server_oldest_lock_seconds"] > 60 {
+		t.Errorf("/metrics: %v; want 3 held, the oldest under a minute (not from the readers' token)", m)
+	}
+
+	for _, l := range append(readers, permits) {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.await(t, 20*time.Second, "only the writer listed", stateWith(t, func(m map[string]pageLock) bool {
+		_, ok := m["ledger"]
+		return len(m) == 1 && ok
+	}))
+	ended := make(map[string]webEvent)
+	st.await(t, 20*time.Second, "both ends in the history", func(ev sseEvent) bool {
+		if ev.name != "history" {
+			return false
+		}
+		var evs []webEvent
+		if err := json.Unmarshal([]byte(ev.data), &evs); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if (e.Name == "catalog" || e.Name == "exports") && e.Kind != evAcquired {
+				ended[e.Name] = e
+			}
+		}
+		return len(ended) == 2
+	})
+	for name, e := range ended {
+		if e.Kind != evGone || e.Detail != sharedEnd {
+			t.Errorf("%s's end in the history: %+v, want %q: %s", name, e, evGone, sharedEnd)
+		}
+	}
+}

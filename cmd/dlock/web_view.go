@@ -251,9 +251,12 @@ func (w *watcher) merge(infos []dlock.Info, start time.Time) {
 			continue
 		}
 		delete(w.vanished, name)
-		if w.notices == noticesLive {
+		switch {
+		case v.info.Kind != dlock.KindMutex:
+			w.endHold(name, v.info, v.readAt, evGone, sharedEnd, false)
+		case w.notices == noticesLive:
 			w.endHold(name, v.info, v.readAt, evExpired, "no release notice: its lease ran out (the holder stopped renewing it: it crashed, stalled or lost the server)", false)
-		} else {
+		default:
 			w.endHold(name, v.info, v.readAt, evGone, "released or expired: release notices are not heard ("+w.notices+")", false)
 		}
 	}
@@ -265,7 +268,7 @@ func (w *watcher) merge(infos []dlock.Info, start time.Time) {
 		}
 		seen[name] = true
 		prev := w.locks[name]
-		if prev != nil && (info.Token < prev.info.Token || prev.readAt.After(start) && info.Token != prev.info.Token) {
+		if prev != nil && info.Kind == dlock.KindMutex && (info.Token < prev.info.Token || prev.readAt.After(start) && info.Token != prev.info.Token) {
 			continue // a notice since the listing began told of a newer holder (tokens only grow)
 		}
 		switch {
@@ -278,7 +281,7 @@ func (w *watcher) merge(infos []dlock.Info, start time.Time) {
 				w.endHold(name, v.info, start, evGone, "changed hands between two listings; no release notice heard", false)
 			}
 			w.addEvent(webEvent{Name: name, Kind: evAcquired, Token: info.Token, Holder: shortHolder(info.Holder)})
-		case prev.info.Token != info.Token:
+		case prev.info.Token != info.Token && info.Kind == dlock.KindMutex:
 			w.endHold(name, prev.info, start, evGone, "changed hands between two listings; no release notice heard", false)
 			w.addEvent(webEvent{Name: name, Kind: evAcquired, Token: info.Token, Holder: shortHolder(info.Holder)})
 		}
@@ -308,12 +311,38 @@ func (w *watcher) merge(infos []dlock.Info, start time.Time) {
 	}
 }
 
+// sharedEnd is the history's word for a read-write lock or semaphore no longer held: they
+// announce grants but not releases, so the watcher sees them go at a listing, and cannot tell
+// a release from a lease that ran out.
+const sharedEnd = "no longer held at the last listing: released or expired (read-write locks and semaphores announce no release)"
+
+// heldSince is when the hold of info that the page shows began, on the server's clock, when
+// the listing tells: from a lock's or a writer's token, or a semaphore's oldest holder's
+// (tokens are the server's clock at the acquisition). A read-write lock held by readers alone
+// has the last writer's token, which says nothing of when they came: unknown.
+//
+// A read-write lock or semaphore is one row however many holders come and go: the page
+// records when it is first seen held and when it is seen free, not each holder's turn.
+func heldSince(info dlock.Info) (time.Time, bool) {
+	switch {
+	case info.Kind == dlock.KindSemaphore && info.Shared != nil && len(info.Shared.Holders) > 0:
+		oldest := info.Shared.Holders[0].Token
+		for _, h := range info.Shared.Holders[1:] {
+			oldest = min(oldest, h.Token)
+		}
+		return dlock.Info{Token: oldest}.TokenTime(), oldest != 0
+	case info.Kind == dlock.KindRWMutex && (info.Shared == nil || !info.Shared.Writer):
+		return time.Time{}, false
+	}
+	return info.TokenTime(), info.Token != 0
+}
+
 // endHold records the end of a hold of name seen at (this host's clock) as an event of the
 // given kind; with timed, its duration counts in the lock's typical hold time.
 func (w *watcher) endHold(name string, info dlock.Info, at time.Time, kind, detail string, timed bool) {
 	ev := webEvent{Name: name, Kind: kind, Token: info.Token, Holder: shortHolder(info.Holder), Detail: detail}
-	if info.Token != 0 {
-		held := max(at.Add(w.offset).Sub(info.TokenTime()), 0)
+	if since, ok := heldSince(info); ok && info.Kind == dlock.KindMutex {
+		held := max(at.Add(w.offset).Sub(since), 0)
 		ms := held.Milliseconds()
 		ev.HoldMs = &ms
 		if timed {

@@ -166,19 +166,12 @@ func (s *server) handleBuy(w http.ResponseWriter, r *http.Request) {
 func (s *server) buy(reqCtx context.Context, sku string, qty int) (BuyResult, error) {
 	res := BuyResult{SKU: sku}
 
-	// Do bounds the wait for the lock and the work under it with one context. The wait gets its
-	// own deadline: a timer that cancels the context unless the function stops it first.
-	ctx, cancel := context.WithCancelCause(reqCtx)
-	defer cancel(nil)
-	waitTimer := time.AfterFunc(s.lockWait, func() { cancel(errLockWait) })
-	defer waitTimer.Stop()
-
+	// The request's context bounds the wait for the lock and the work under it; WithWait bounds
+	// the wait alone: when it runs out with the SKU still held, Do returns an error matching
+	// dlock.ErrNotAcquired (naming the holder) and fn does not run.
 	entered, committed := false, false
-	err := s.locks.Do(ctx, "sku:"+sku, func(lctx context.Context) error {
+	err := s.locks.Do(reqCtx, "sku:"+sku, func(lctx context.Context) error {
 		entered = true
-		if !waitTimer.Stop() {
-			return errLockWait // the deadline fired as the lock came: lctx is cancelled
-		}
 		s.stats.Holding.Add(1)
 		defer s.stats.Holding.Add(-1)
 		token, ok := dlock.TokenFromContext(lctx)
@@ -222,7 +215,7 @@ func (s *server) buy(reqCtx context.Context, sku string, qty int) (BuyResult, er
 		}
 		committed = true
 		return nil
-	}, dlock.WithTTL(s.ttl))
+	}, dlock.WithTTL(s.ttl), dlock.WithWait(s.lockWait))
 
 	switch {
 	case committed:
@@ -233,10 +226,10 @@ func (s *server) buy(reqCtx context.Context, sku string, qty int) (BuyResult, er
 			s.log.Warn("purchase committed; the lock then reported", "sku", sku, "err", err)
 		}
 		return res, nil
-	case !entered && context.Cause(ctx) == errLockWait:
-		return res, errLockWait
 	case !entered && reqCtx.Err() != nil:
-		return res, fmt.Errorf("%w: %w", errClient, err)
+		return res, fmt.Errorf("%w: %w", errClient, err) // the request went away (the error may match ErrNotAcquired too)
+	case !entered && errors.Is(err, dlock.ErrNotAcquired):
+		return res, fmt.Errorf("%w: %w", errLockWait, err) // busy for all of --lock-wait
 	}
 	return res, err
 }

@@ -211,7 +211,7 @@
       const full = fullLease.get(l.name + "\u0000" + l.token) || l.ttl_ms || 1;
       r.c.leaseFill.style.width = Math.min(100, (100 * left) / full).toFixed(1) + "%";
       r.c.lease.classList.toggle("low", left < full / 3);
-      r.c.age.textContent = fmtDur(l.age_ms + since);
+      r.c.age.textContent = l.age_ms == null ? "–" : fmtDur(l.age_ms + since);
     }
     if (readAge != null) {
       const ago = (readAge + since) / 1000;

@@ -192,9 +192,9 @@ func row(name string) string { return `tr[data-name="` + name + `"]` }
 func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 
 // The page in a real browser: it shows a lock a test client takes, with its holder; its lease
-// counts down; a release removes the row without reloading the page (from the release notice:
-// the history says "released"); a force-unlock from the page, confirmed in its dialog, frees a
-// lock.
+// counts down; a semaphore and a read-write lock show with their kind and holders; a release
+// removes the row without reloading the page (from the release notice: the history says
+// "released"); a force-unlock from the page, confirmed in its dialog, frees a lock.
 func TestBrowser(t *testing.T) {
 	chrome := chromium(t)
 	s := redistest.Start(t)
@@ -277,6 +277,38 @@ func TestBrowser(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A semaphore and a read-write lock are rows too: their kind beside the name, every holder
+	// with what it holds; readers alone have no age (their token is the last writer's).
+	exports, err := reporter.Semaphore("exports:nightly", 3, dlock.WithTTL(time.Minute), dlock.WithLabel("export job")).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exports.Unlock(ctx)
+	catalog := worker.RWMutex("catalog", dlock.WithTTL(time.Minute), dlock.WithLabel("catalog reader"))
+	for range 2 {
+		r, err := catalog.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Unlock(ctx)
+	}
+	run(t, tab, 10*time.Second, "the semaphore and the read-write lock shown",
+		chromedp.WaitVisible(css(row("exports:nightly"))), chromedp.WaitVisible(css(row("catalog"))))
+	var cells []string
+	for _, sel := range []string{row("exports:nightly") + " .kind", row("exports:nightly") + " td.holder", row("catalog") + " .kind",
+		row("catalog") + " td.holder", row("catalog") + " td.age"} {
+		cells = append(cells, `(document.querySelector('`+sel+`')?.textContent ?? "")`)
+	}
+	poll(t, tab, 10*time.Second, "their kinds and holders", "["+strings.Join(cells, ", ")+`].join("|")`,
+		func(s string) error {
+			f := strings.Split(s, "|")
+			if len(f) != 5 || f[0] != "semaphore" || !strings.Contains(f[1], "export job 2 permits") ||
+				f[2] != "rwmutex" || strings.Count(f[3], "catalog reader reads") != 2 || f[4] != "–" {
+				return fmt.Errorf("%q", s)
+			}
+			return nil
+		})
 
 	// A client waits for inventory:sku-7's holder; the screenshot shows it as a waiter.
 	waiting, stopWaiting := context.WithCancel(ctx)
