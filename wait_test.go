@@ -507,6 +507,71 @@ func TestGrant_KilledWaiterDelaysOthersAtMostItsWindow(t *testing.T) {
 	}
 }
 
+// A grant to a waiter whose client died lasts only as long as its queue entry would have: a
+// release late in the dead entry's life hands the lock to it until the entry's end, not for a
+// whole acceptance window more (which, with the holder's lease, could keep the lock out of
+// reach for the TTL and a window).
+func TestGrant_ToADeadWaiterEndsWithItsEntry(t *testing.T) {
+	needShared(t)
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	holder := transports[0].dial(t, shared.URL())
+	l, err := holder.Mutex(name, dlock.WithTTL(30*time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := spawnHelper(t, "hold", shared.URL(), name, 10*time.Second) // its window: 1 s
+	waitQueued(t, name, 1)
+	h.signal(t, syscall.SIGKILL)
+	h.cmd.Wait()
+	// The dead client refreshes its entry no more: wait until less than 600 ms of it is left.
+	serverMS := func() int64 {
+		v, err := shared.Do(ctx, "TIME")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(v)
+		sec, _ := strconv.ParseInt(strings.Trim(f[0], "[]"), 10, 64)
+		us, _ := strconv.ParseInt(strings.Trim(f[1], "[]"), 10, 64)
+		return sec*1000 + us/1000
+	}
+	entryLeft := func() int64 {
+		ids, err := shared.Do(ctx, "ZRANGE", keyOf(name)+":q", "0", "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := strings.Trim(ids, "[]")
+		e, err := shared.Do(ctx, "HGET", keyOf(name)+":w", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exp, err := strconv.ParseInt(strings.Fields(e)[0], 10, 64)
+		if err != nil {
+			t.Fatalf("entry %q: %v", e, err)
+		}
+		return exp - serverMS()
+	}
+	waitFor(t, 5*time.Second, "the dead waiter's entry to have less than 600 ms left", func(context.Context) error {
+		if left := entryLeft(); left >= 600 {
+			return fmt.Errorf("%d ms left", left)
+		}
+		return nil
+	})
+	left := entryLeft()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v, err := shared.Do(ctx, "PTTL", keyOf(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl, _ := strconv.ParseInt(v, 10, 64)
+	if pttl <= 0 || pttl > left {
+		t.Fatalf("the grant to the dead waiter lasts %d ms; its entry had %d ms left (its window: 1000 ms)", pttl, left)
+	}
+	t.Logf("granted to the dead waiter for %d ms (its entry had %d ms left; its window is 1000 ms)", pttl, left)
+}
+
 // Ten clients of one goroutine each on one lock are served in turn: after 300 holds, every
 // client had close to its share (FIFO, not a race won by whoever is nearest).
 func TestGrant_ClientsTakeTurns(t *testing.T) {

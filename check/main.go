@@ -319,7 +319,7 @@ func guaranteesHelp() string {
 		text += "; in " + l + ", a hit holder that never got a lost-lock signal"
 	}
 	if l := list(func(s *scenario) bool { return s.boundedRecovery }); l != "" {
-		text += fmt.Sprintf("; in %s, recovery over TTL + %d ms (multi-kill: TTL + the acceptance window + %d ms, a dead process's queued waiter)", l, killRecoverySlack.Milliseconds(), killRecoverySlack.Milliseconds())
+		text += fmt.Sprintf("; in %s, recovery over TTL + %d ms", l, killRecoverySlack.Milliseconds())
 	}
 	for i := range scenarios {
 		if s := &scenarios[i]; s.dialRefused != "" {

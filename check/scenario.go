@@ -255,7 +255,7 @@ var scenarios = []scenario{
 	},
 	{
 		name:            "multi-kill",
-		help:            "as multi-pause, SIGKILL the holder's process inside its section; a new worker process takes its place. The accounts must come back within TTL + the acceptance window + 250 ms (the process's other goroutine may be queued on the server)",
+		help:            "as multi-pause, SIGKILL the holder's process inside its section; a new worker process takes its place",
 		deploy:          standalone,
 		fault:           killHolder,
 		boundedRecovery: true,

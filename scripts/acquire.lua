@@ -243,8 +243,11 @@ local function acquire(v, key, q, w, h, owner, ttl, meta, mode, rel, pub, id, wi
       first = nil
     end
     if first then
-      -- A client queued before the caller: the lock is its, for the acceptance window.
-      local ewin, eowner, emeta = string.match(e, '^%d+ (%d+) (%S+) (.*)$')
+      -- A client queued before the caller: the lock is its until its entry would have lapsed
+      -- (at most the acceptance window: a grant to a client that died waiting costs the others
+      -- no more than its entry would have).
+      local eexp, eowner, emeta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
+      local ewin = string.format('%d', math.max(tonumber(eexp) - nowms, 1))
       redis.call('ZREM', q, first)
       redis.call('HDEL', w, first)
       redis.call('SET', key, eowner .. ' ' .. text .. ' 1 ' .. emeta, 'PX', ewin)

@@ -122,8 +122,10 @@ for i = 1, n do
         id = nil
       end
       if id then
-        -- A client queued before the caller: the lock is its, for its acceptance window.
-        local win, owner, meta = string.match(e, '^%d+ (%d+) (%S+) (.*)$')
+        -- A client queued before the caller: the lock is its until its entry would have lapsed
+        -- (at most its acceptance window).
+        local exp, owner, meta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
+        local win = string.format('%d', math.max(tonumber(exp) - nowms, 1))
         redis.call('ZREM', q, id)
         redis.call('HDEL', w, id)
         redis.call('SET', k, owner .. ' ' .. string.format('%d', t) .. ' 1 ' .. meta, 'PX', win)

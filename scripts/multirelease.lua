@@ -77,7 +77,9 @@ for i = 1, #KEYS / 3 do
         end
         local e = redis.call('HGET', w, id)
         if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > ms then
-          local win, owner, meta = string.match(e, '^%d+ (%d+) (%S+) (.*)$')
+          -- The lock is the entry's owner's until its entry would have lapsed (at most the window).
+          local exp, owner, meta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
+          local win = string.format('%d', math.max(tonumber(exp) - ms, 1))
           local token = now[1] * 1000000 + now[2]
           if tonumber(t) + 16 > token then
             token = tonumber(t) + 16

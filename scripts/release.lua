@@ -24,8 +24,9 @@
 --          weighted average (0.8 × the old + 0.2 × the new hold; the first hold sets it), their
 --          high-water mark (the larger of the new hold and 0.99 × the old mark) and the last.
 -- Reply    holds left (0 = released), or -1 when the caller does not own the lock.
--- Announcements: "g <token> <entry id> <window ms>" for a grant: the lock now belongs to that
--- entry's owner for the window (its client then renews it), with a new token. It goes to the
+-- Announcements: "g <token> <entry id> <ms>" for a grant: the lock now belongs to that entry's
+-- owner until its entry would have lapsed (ms: at most the window; its client then renews it),
+-- with a new token. It goes to the
 -- grantee's client channel and to the channel of the client queued next (which watches the
 -- grant: if the grantee never renews, the grant lapses and that client tries). "<token>" for
 -- a release that granted nothing. Either also goes to the release channel, when anyone listens
@@ -233,7 +234,9 @@ local function release(v, key, q, w, h, o, ret, retms, rel, all, pub, floor, id,
       end
       local e = redis.call('HGET', w, first)
       if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > nowms then
-        local win, owner, meta = string.match(e, '^%d+ (%d+) (%S+) (.*)$')
+        -- The lock is the entry's owner's until its entry would have lapsed (at most the window).
+        local exp, owner, meta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
+        local win = string.format('%d', math.max(tonumber(exp) - nowms, 1))
         local token = now
         if tonumber(t) + 16 > token then
           token = tonumber(t) + 16
