@@ -65,6 +65,9 @@ type leaseState struct {
 	due int64 // mono ns of the next renewal (or, without renewal, of the deadline)
 
 	rec *leaseRecord // for the client's observer (observe.go); nil without one
+
+	// releasing: its last Unlock is under way; a renewal's refusal is then not a loss.
+	releasing atomic.Bool
 }
 
 func newLeaseState(e *engine, spec *lockSpec, parent context.Context, owner string, token uint64, sent int64) *leaseState {
@@ -477,6 +480,10 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		defer cancel()
 	}
 	if last && state == stateHeld {
+		// A renewal already on its way may reach the server after this release (the go-redis
+		// transport sends on several connections): what it finds there is this Unlock's doing,
+		// not a loss, and the Unlock reports the outcome.
+		st.releasing.Store(true)
 		return st.e.letGo(ctx, st) // wait.go: to this client's next waiter, or released for all
 	}
 	// An inner hold: drop it on the server. Or a lease already lost: clear what the server may

@@ -464,6 +464,8 @@ func (r *renewer) apply(res sendRes) {
 		}
 		switch {
 		case st.state.Load() != stateHeld:
+		case !out.ok && out.err == nil && st.releasing.Load():
+			// Refused because its own Unlock released it meanwhile: the Unlock ends it.
 		case out.err != nil:
 			r.retry(st)
 		case out.ok:
