@@ -62,7 +62,7 @@ func TestHarness(t *testing.T) {
 	}
 	t.Log("\n" + out)
 	if !ok {
-		t.Fatal("a measurement failed or mutual exclusion was broken")
+		t.Fatal("a dlock measurement failed or dlock broke mutual exclusion")
 	}
 	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
 		"### 7.", "| 1 server, 10 clients × 1, 1 ms held | redislock, 1–10 ms linear |", "| 5 servers, 1 client × 10, empty | dlock quorum (rueidis) |",
@@ -77,10 +77,61 @@ func TestHarness(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(cfg.plotDir, plotFile)); err != nil || st.Size() < 10_000 {
 		t.Errorf("plot: %v (%v)", st, err)
 	}
-	// Peers may fail under load (that is a finding for the table); dlock must not.
+	// Peers may fail under load, even break exclusion (that is a finding for the table); dlock must not.
 	for _, line := range strings.Split(out, "\n") {
-		if strings.HasPrefix(line, "| dlock") && strings.Contains(line, "error") || strings.Contains(line, "BROKEN") {
-			t.Errorf("output reports a failure: %s", line)
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		peer := rowNamesPeer(line)
+		switch {
+		case strings.Contains(line, "BROKEN") && peer:
+			t.Logf("a peer broke exclusion (a finding, not a harness failure): %s", line)
+		case strings.Contains(line, "BROKEN"):
+			t.Errorf("dlock broke exclusion: %s", line)
+		case strings.HasPrefix(line, "| dlock") && strings.Contains(line, "error"):
+			t.Errorf("output reports a dlock failure: %s", line)
+		}
+	}
+}
+
+// rowNamesPeer reports whether a table row measures a peer or a raw floor rather than dlock: one
+// of its cells is a contender's name that is not dlock's.
+func rowNamesPeer(line string) bool {
+	for _, cell := range strings.Split(line, "|") {
+		cell = strings.TrimSpace(cell)
+		if cell == "" || strings.HasPrefix(cell, "dlock") {
+			continue
+		}
+		if c := contenderByName(cell); c != nil && c.kind != kindDlock {
+			return true
+		}
+		for _, c := range quorumContenders {
+			if c.name == cell && c.kind != kindDlock {
+				return true
+			}
+		}
+		for _, c := range frozenContenders {
+			if c.name == cell {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestRowNamesPeer(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{
+		{"| 1 server, 10 clients × 1, 1 ms held | rueidislock | 563 | **BROKEN**: 1 overlapping holds of 242 |", true},
+		{"| redsync | 5,400 | **BROKEN**: 3 lost updates, 0 overlaps |", true},
+		{"| 1 server, 10 clients × 1, 1 ms held | dlock (rueidis) | 563 | **BROKEN**: 1 overlapping holds of 242 |", false},
+		{"| dlock (go-redis) | 5,400 | **BROKEN**: 3 lost updates, 0 overlaps |", false},
+		{"| read-mostly, 1ms holds | RWMutex: RLock / Lock | 3,777 | **BROKEN**: 2 of 900 |", false},
+	} {
+		if got := rowNamesPeer(tc.line); got != tc.want {
+			t.Errorf("rowNamesPeer(%q) = %v, want %v", tc.line, got, tc.want)
 		}
 	}
 }

@@ -408,7 +408,8 @@ func measureClients(srv *server, cfg config) (string, bool) {
 					cfg.logf("scenario 7, %s, rep %d, %s: %v", cs.name, rep+1, name, r.err)
 				}
 				if r.overlaps != 0 {
-					ok = false
+					// A peer's overlap is a finding for the table; only dlock's fails the run.
+					ok = ok && k != kindDlock
 					cfg.logf("scenario 7, %s, %s: MUTUAL EXCLUSION BROKEN: %d overlapping holds of %d", cs.name, name, r.overlaps, r.holdsChecked)
 				}
 				cfg.logf("scenario 7, %s, rep %d, %-26s %7.0f holds/s, wait p50 %v p99 %v, least served %.2f, %d holds checked",
@@ -532,7 +533,7 @@ func measureClients(srv *server, cfg config) (string, bool) {
 				returned = "`ErrNotAcquired`: " + returned
 			}
 			if got > 0 {
-				ok = false
+				ok = ok && !strings.HasPrefix(fc.name, "dlock") // a peer's is a finding
 				cfg.logf("scenario 7, frozen, %s, TTL %v: %d tries ACQUIRED the lock with %d of %d servers frozen", fc.name, ttl, got, frozenCount, redlockServers)
 			}
 			if ci == 0 && cfg.fig != nil {

@@ -176,7 +176,8 @@ func measureHotName(srv *server, cfg config) (string, bool) {
 				cfg.logf("scenario 2, rep %d, %s: %v", rep+1, c.name, r.err)
 			}
 			if r.lostUpdates != 0 || r.overlaps != 0 {
-				ok = false
+				// A peer's overlap is a finding for the table; only dlock's fails the run.
+				ok = ok && c.kind != kindDlock
 				cfg.logf("scenario 2, %s: MUTUAL EXCLUSION BROKEN: %d lost updates, %d overlapping holds", c.name, r.lostUpdates, r.overlaps)
 			}
 			cfg.logf("scenario 2, rep %d, %-18s %7.0f handoffs/s, wait p50 %v p99 %v, Jain %.3f",

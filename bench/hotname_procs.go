@@ -367,7 +367,8 @@ func measureHotNameProcs(srv *server, cfg config) (string, bool) {
 				cfg.logf("scenario 3, rep %d, %s: %v", rep+1, c.name, r.err)
 			}
 			if r.overlaps != 0 {
-				ok = false
+				// A peer's overlap is a finding for the table; only dlock's fails the run.
+				ok = ok && c.kind != kindDlock
 				cfg.logf("scenario 3, %s: MUTUAL EXCLUSION BROKEN: %d overlapping holds of %d", c.name, r.overlaps, r.holdsChecked)
 			}
 			cfg.logf("scenario 3, rep %d, %-18s %7.0f handoffs/s, wait p50 %v p99 %v, Jain %.3f, %d holds checked",
