@@ -3,6 +3,7 @@
 # make bench-quick — the same scenarios, shorter (≤ 60 s), printed only.
 # make bench-go — the Go benchmarks of the library against a private redis-server.
 # make web-screenshot — the picture of dlock web in the README (docs/img/dlock-web.png), from its browser test.
+# make release-version V=v0.2.0 — point every submodule's require of the root at the version being released (docs/RELEASING.md).
 
 GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
@@ -13,7 +14,7 @@ SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 # (metrics and tracing adapters, example service, browser test, bench harness, fault checker).
 # Most of their time is spent waiting (leases, timeouts, servers starting), so two lanes fit in
 # about half the time.
-test: deps deps-examples deps-chromium fmt-check vet
+test: deps deps-examples deps-chromium fmt-check vet repo-check
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lib test-modules
 
 # -p 1: one package's tests at a time. Several tests hold 200-300 ms leases on purpose (as in
@@ -76,6 +77,22 @@ deps:
 
 vet:
 	$(GO) vet ./...
+
+# The repository stays small and its modules usable from outside: no tracked file over 1 MB
+# but an image under docs/, and every published module builds, as a consumer's build sees it
+# once tagged, without the in-repo replace directives (internal/releasecheck).
+.PHONY: repo-check release-version
+repo-check:
+	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | \
+		awk '$$1 > 1048576 && $$2 !~ /^docs\/.*\.(png|jpg|jpeg|gif|svg|webp)$$/ {print $$2 " (" $$1 " bytes)"}'); \
+	if [ -n "$$big" ]; then echo "tracked files over 1 MB (only images under docs/ may be):"; echo "$$big"; exit 1; fi
+	$(GO) run ./internal/releasecheck
+
+release-version:
+	@case "$(V)" in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "usage: make release-version V=vX.Y.Z"; exit 2;; esac
+	for m in $$(git ls-files '*go.mod' | grep -v '^go.mod$$'); do \
+		sed -i -E 's#^(\s*github.com/dlock-go/dlock(/dlockprom|/dlockotel)?) v[0-9][^ ]*$$#\1 $(V)#' $$m; done
+	@grep -n 'github.com/dlock-go/dlock[a-z/]* v' $$(git ls-files '*go.mod')
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -3,8 +3,8 @@ module github.com/dlock-go/dlock/examples/inventory
 go 1.26.0
 
 require (
-	github.com/dlock-go/dlock v0.0.0
-	github.com/dlock-go/dlock/dlockprom v0.0.0
+	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/dlockprom v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	go.uber.org/goleak v1.3.0

@@ -6,7 +6,7 @@ replace github.com/dlock-go/dlock => ../../..
 
 require (
 	github.com/chromedp/chromedp v0.23.0
-	github.com/dlock-go/dlock v0.0.0
+	github.com/dlock-go/dlock v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
