@@ -135,7 +135,7 @@ func pack(proxy, path, version, dir string) error {
 	}
 	info, _ := json.Marshal(map[string]any{"Version": version, "Time": time.Now().UTC().Format(time.RFC3339)})
 	files := map[string][]byte{
-		"list":             []byte(version + "\n"),
+		"list":            []byte(version + "\n"),
 		version + ".info": info,
 		version + ".mod":  gomod,
 	}
