@@ -280,6 +280,9 @@ func (e *engine) unlockMembers(ctx context.Context, leases []*Lease) error {
 		case state == stateClosed:
 			errs = append(errs, ErrClosed)
 		case lastHold && state == stateHeld:
+			// As in Lease.Unlock: a renewal already on its way may find this release's doing
+			// on the server, which is not a loss.
+			st.releasing.Store(true)
 			last = append(last, st)
 		default:
 			// An inner hold, or a lease already lost: as Lease.Unlock does.

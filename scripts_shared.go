@@ -86,11 +86,12 @@ type sharedAcquired struct {
 	notMine bool          // mode 'r' or 'd': owner's (or parent's) hold is gone
 	size    int           // > 0: the semaphore's stored size differs from the declared one
 	pending bool          // the caller's entry was granted, and the announcement came first
+	stale   uint64        // !ok: a grant announced with a token not above it was made before the call
 }
 
 func readSharedAcquire(r []int64) (sharedAcquired, error) {
 	switch {
-	case len(r) != 3:
+	case len(r) != 3 && !(len(r) == 4 && r[0] == 0):
 		return sharedAcquired{}, fmt.Errorf("shared.lua: unexpected reply %v", r)
 	case r[0] == 1:
 		return sharedAcquired{ok: true, token: uint64(r[1]), holds: int(r[2])}, nil
@@ -99,7 +100,11 @@ func readSharedAcquire(r []int64) (sharedAcquired, error) {
 	case r[1] == -2 && r[2] == 0:
 		return sharedAcquired{notMine: true, retry: -1}, nil
 	}
-	return sharedAcquired{retry: time.Duration(r[1]) * time.Millisecond, token: uint64(r[2])}, nil
+	res := sharedAcquired{retry: time.Duration(r[1]) * time.Millisecond, token: uint64(r[2]), stale: uint64(r[2])}
+	if len(r) == 4 {
+		res.stale = uint64(r[3])
+	}
+	return res, nil
 }
 
 // sharedReleaseCall: the release operation gives up one hold of owner, or all of them (r.all),

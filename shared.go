@@ -143,7 +143,7 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 	}
 	if !res.ok {
 		if w != nil {
-			e.sharedWaits.registered(w, sent)
+			e.sharedWaits.registered(w, sent, res.stale)
 		}
 		return nil, res, nil
 	}

@@ -231,9 +231,12 @@ func (sw *sharedWaits) reap(spec *lockSpec, g *sharedGroup, idle int) {
 }
 
 // registered records that w's attempt, sent at sent, queued its entry (or refreshed it), so
-// that a grant to it is recognised and the renewal loop keeps it alive.
-func (sw *sharedWaits) registered(w *sharedWaiter, sent int64) {
+// that a grant to it is recognised and the renewal loop keeps it alive. seen is the newest
+// token the attempt found on the server: a grant announced with a token not above it was made
+// before the attempt and had lapsed by then (the rule of a Mutex's registration, seenOn).
+func (sw *sharedWaits) registered(w *sharedWaiter, sent int64, seen uint64) {
 	reg := w.reg
+	atomicMax(&reg.seenOn[0], seen)
 	reg.refreshedOn(1, sent)
 	if !reg.state.CompareAndSwap(regNew, regQueued) {
 		return
@@ -291,6 +294,12 @@ func (sw *sharedWaits) granted(id string, token uint64, window time.Duration) {
 	}
 	sw.mu.Unlock()
 	reg := w.reg
+	if token <= reg.seenOn[0].Load() {
+		// Made before an attempt that found the units taken: the grant lapsed while this
+		// client could not act on it (paused past its window), and the attempt queued the same
+		// entry again. Dating a lease from that attempt would admit one hold too many.
+		return
+	}
 	if !reg.state.CompareAndSwap(regQueued, regDone) {
 		return // claimed by an attempt, or given up
 	}

@@ -426,7 +426,14 @@ if op == 'a' then
       hint = math.max(exp, 0)
     end
   end
-  return {0, hint, st.t or 0}
+  -- The newest token a grant made before this call can carry: the waiter discards such an
+  -- announcement (the grant had lapsed, or this call would have claimed it). A reader granted
+  -- after the writer that holds now gets that writer's token, so below it.
+  local stale = st.t or 0
+  if kind == 'rw' and units < ALL and st.u >= ALL and stale > 0 then
+    stale = stale - 1
+  end
+  return {0, hint, st.t or 0, stale}
 end
 
 if op == 'r' then

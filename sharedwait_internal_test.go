@@ -1,0 +1,77 @@
+package dlock
+
+import (
+	"testing"
+	"time"
+)
+
+// A grant announced to a read-write lock's or semaphore's waiter with a token not above the
+// newest one an attempt under the same entry found is stale: the waiter's process was paused
+// past the grant's acceptance window (the announcement still buffered), the units went to
+// someone else, and the attempt that found them taken queued the same entry again. The waiter
+// must not make a lease of it — dating it from that attempt would admit one hold too many
+// (two permits of a semaphore of one, a reader beside a writer). A grant made after that
+// attempt counts.
+func TestSharedGrant_StaleAnnouncementAfterRequeue(t *testing.T) {
+	_, ctx, dial := privateServer(t)
+	a, b := dial(WithTTL(2*time.Second)), dial(WithTTL(2*time.Second))
+	for _, tc := range []struct {
+		kind   string
+		holder func() (*Lease, error)
+		waiter func(*Client) *lockSpec
+	}{
+		{"semaphore", func() (*Lease, error) { return a.Semaphore("stale-sem", 1).Acquire(ctx, 1) },
+			func(c *Client) *lockSpec { s := c.Semaphore("stale-sem", 1); return s.h.spec(sharedPermits, 1, s.size) }},
+		{"read-write", func() (*Lease, error) { return a.RWMutex("stale-rw").Lock(ctx) },
+			func(c *Client) *lockSpec { return c.RWMutex("stale-rw").read }},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			held, err := tc.holder()
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := b.e
+			spec := tc.waiter(b)
+			w := &sharedWaiter{spec: spec, ctx: ctx, grant: make(chan *leaseState, 1),
+				q: &queue{key: spec.key, wake: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}}
+			w.reg = e.newRegistration(spec)
+			w.reg.q = w.q
+			st, res, err := e.sharedAttempt(ctx, spec, w)
+			if err != nil || st != nil {
+				t.Fatalf("attempt beside the holder: lease %v, error %v; want queued", st, err)
+			}
+			if res.stale < held.Token()-1 {
+				t.Fatalf("attempt's stale bound %d, want at least below the holder's token %d", res.stale, held.Token())
+			}
+			e.sharedWaits.join(w)
+			defer e.sharedWaits.leave(w, true, false)
+
+			e.sharedWaits.granted(w.reg.id, res.stale, time.Second) // the lapsed grant's announcement
+			select {
+			case st := <-w.grant:
+				st.end(endReleased, nil)
+				t.Fatalf("stale grant (token %d, attempt's bound %d) made a lease", st.token, res.stale)
+			default:
+			}
+			if got := w.reg.state.Load(); got != regQueued {
+				t.Fatalf("entry state %d after a stale grant, want still queued", got)
+			}
+
+			waitFor(t, 10*time.Second, "subscribed", isLive(e, spec.channel, true))
+			if err := held.Unlock(ctx); err != nil { // the server grants the waiting entry
+				t.Fatal(err)
+			}
+			select {
+			case st := <-w.grant:
+				if st.token <= res.stale {
+					t.Errorf("granted token %d, want above %d", st.token, res.stale)
+				}
+				if err := (&Lease{st: st}).Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the grant made at the release never reached the waiter")
+			}
+		})
+	}
+}
