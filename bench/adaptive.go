@@ -30,14 +30,15 @@ import (
 //
 //  1. The adaptive lease, renewed, alone; then its holders are SIGKILLed cfg.reps times (a
 //     holder process runs the workload on the same names, starting from what the server learnt,
-//     and is killed): its median crash recovery, kill → a waiter holds the name, is T.
+//     and is killed): its median crash recovery, kill → a waiter holds the name, is T. The
+//     watchdog's holders (a fixed 30 s lease renewed every 10 s, Redisson's default) are killed
+//     at the same moments, on names of their own per kill, and their waiters wait in the
+//     background until the end of the scenario, so that its 20–30 s hold up nothing.
 //  2. Side by side: the adaptive lease again (on the names it learnt), a fixed lease of TTL T
-//     renewed every T/3 (the adaptive lease's recovery), the watchdog (a fixed 30 s lease
-//     renewed every 10 s, Redisson's default), and without renewal the adaptive lease and a
-//     fixed lease of the median hold. Renewals and lost holds are counted; then the holders of
-//     every way but the last are SIGKILLed cfg.reps times, at the same moments. The watchdog's
-//     waiters wait in the background (on names of their own per kill), so that its 20–30 s do
-//     not hold up the other kills.
+//     renewed every T/3 (the adaptive lease's recovery), the watchdog, and without renewal the
+//     adaptive lease and a fixed lease of the median hold. Renewals and lost holds are counted;
+//     then the holders of the adaptive ways and of the fixed lease of T are SIGKILLed cfg.reps
+//     times, at the same moments.
 
 // adaptiveHolderFlag re-executes this binary as scenario 8's holder process.
 const adaptiveHolderFlag = "__adaptive-holder"
@@ -519,8 +520,26 @@ func measureAdaptive(srv *server, cfg config) (string, bool) {
 		}
 	}
 	adaptive := &adaptiveWay{label: fmt.Sprintf("adaptive [%s, %s], renewed", leaseText(adaptiveMin), leaseText(adaptiveMax)), short: "adaptive", adaptive: true, renew: true}
+	wdLabel := fmt.Sprintf("watchdog: fixed %s, renewed every %s", leaseText(cfg.adaptiveWatchdog), leaseText(cfg.adaptiveWatchdog/3))
+	if cfg.adaptiveWatchdog == 30*time.Second {
+		wdLabel += " (Redisson's default)"
+	}
+	wd := &adaptiveWay{label: wdLabel, short: "watchdog", ttl: cfg.adaptiveWatchdog, renew: true, slow: true}
+	// The watchdog's waiters wait in the background until the end of the scenario (collected
+	// however it ends, so that none outlives it).
+	var wdWaits []func() crashSample
+	var wdCrash crashSample
+	collect := func() {
+		stop := watchdog("scenario 8, the watchdog's waiters", cfg.adaptiveWatchdog+time.Minute)
+		defer stop()
+		for _, wait := range wdWaits {
+			wdCrash.add(wait())
+		}
+		wdWaits = nil
+	}
+	defer collect()
 
-	// Phase 1: the adaptive lease alone, then its kills: T.
+	// Phase 1: the adaptive lease alone, then its kills (T), with the watchdog's.
 	stop := watchdog("scenario 8, phase 1", cfg.adaptiveRun+time.Duration(kills)*time.Minute)
 	p1, err := runWays(ctx, srv, cfg, []*adaptiveWay{adaptive}, cfg.adaptiveRun, 1000)
 	if err != nil {
@@ -530,7 +549,9 @@ func measureAdaptive(srv *server, cfg config) (string, bool) {
 	report("phase 1, "+adaptive.label, p1[0])
 	var c1 crashSample
 	for k := range kills {
-		c1.add(killRound(ctx, srv, cfg, []*adaptiveWay{adaptive}, k)[0]())
+		waits := killRound(ctx, srv, cfg, []*adaptiveWay{adaptive, wd}, k)
+		c1.add(waits[0]())
+		wdWaits = append(wdWaits, waits[1])
 	}
 	stop()
 	crashed("phase 1, "+adaptive.label, c1)
@@ -542,15 +563,9 @@ func measureAdaptive(srv *server, cfg config) (string, bool) {
 	// Phase 2: every way at once, then the kills.
 	fixedEq := &adaptiveWay{label: fmt.Sprintf("fixed %s (the adaptive's median recovery), renewed every %s", leaseText(t), leaseText(t/3)),
 		short: "fixed-eq", ttl: t, renew: true}
-	wdLabel := fmt.Sprintf("watchdog: fixed %s, renewed every %s", leaseText(cfg.adaptiveWatchdog), leaseText(cfg.adaptiveWatchdog/3))
-	if cfg.adaptiveWatchdog == 30*time.Second {
-		wdLabel += " (Redisson's default)"
-	}
-	wd := &adaptiveWay{label: wdLabel, short: "watchdog", ttl: cfg.adaptiveWatchdog, renew: true, slow: true}
 	adFixed := &adaptiveWay{label: fmt.Sprintf("adaptive [%s, %s], WithoutRenewal", leaseText(adaptiveMin), leaseText(adaptiveMax)), short: "adaptive-fixed", adaptive: true}
 	medFixed := &adaptiveWay{label: fmt.Sprintf("fixed %s = the median hold, WithoutRenewal", leaseText(holdMedian)), short: "median-fixed", ttl: holdMedian}
 	ways := []*adaptiveWay{adaptive, fixedEq, wd, adFixed, medFixed}
-	crashWays := ways[:4]
 	stop = watchdog("scenario 8, phase 2", cfg.adaptiveRun+time.Duration(kills)*time.Minute)
 	p2, err := runWays(ctx, srv, cfg, ways, cfg.adaptiveRun, 2000)
 	if err != nil {
@@ -560,38 +575,35 @@ func measureAdaptive(srv *server, cfg config) (string, bool) {
 	for w, way := range ways {
 		report("phase 2, "+way.label, p2[w])
 	}
-	c2 := make([]crashSample, len(crashWays))
-	var slow []func() crashSample // the slow ways' waits, collected after the last kill
-	slowOf := []int{}
+	crashWays := []*adaptiveWay{adaptive, fixedEq, adFixed}
+	c2 := make([]crashSample, len(ways)) // by way; none for the median-length lease
 	for k := range kills {
 		waits := killRound(ctx, srv, cfg, crashWays, k)
-		for w, way := range crashWays {
-			if way.slow {
-				slow, slowOf = append(slow, waits[w]), append(slowOf, w)
-			} else {
-				c2[w].add(waits[w]())
-			}
+		for i, way := range crashWays {
+			c2[slices.Index(ways, way)].add(waits[i]())
 		}
 	}
 	stop()
-	stop = watchdog("scenario 8, the watchdog's waiters", cfg.adaptiveWatchdog+time.Minute)
-	for j, wait := range slow {
-		c2[slowOf[j]].add(wait())
-	}
-	stop()
-	for w, way := range crashWays {
+	collect()
+	c2[slices.Index(ways, wd)] = wdCrash
+	crashed(wd.label, wdCrash)
+	for w, way := range ways {
 		crashed("phase 2, "+way.label, c2[w])
 	}
-	return adaptiveReport(cfg, kills, adaptive, t, c1, ways, p2, c2), ok
+	return adaptiveReport(cfg, kills, t, c1, ways, p2, c2), ok
 }
 
 // adaptiveReport writes scenario 8's tables and records its targets.
-func adaptiveReport(cfg config, kills int, adaptive *adaptiveWay, t time.Duration, c1 crashSample, ways []*adaptiveWay, p2 []*wayStats, c2 []crashSample) string {
+func adaptiveReport(cfg config, kills int, t time.Duration, c1 crashSample, ways []*adaptiveWay, p2 []*wayStats, c2 []crashSample) string {
+	killsText := fmt.Sprintf("%d kills", kills)
+	if kills == 1 {
+		killsText = "1 kill"
+	}
 	measure := fmt.Sprintf("the time from the kill until a waiter started at the kill holds the name (median and p99 over "+
-		"every name the holder held, over %d kills)", kills)
+		"every name the holder held, over %s)", killsText)
 	if !cfg.adaptiveWaiters {
 		measure = fmt.Sprintf("the lease the name had left on the server (`PTTL` right after the kill; no waiters in this mode), "+
-			"median and p99 over every name the holder held, over %d kills", kills)
+			"median and p99 over every name the holder held, over %s", killsText)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### 8. Adaptive lease: leases sized by how long locks are held\n\n")
@@ -606,18 +618,20 @@ func adaptiveReport(cfg config, kills int, adaptive *adaptiveWay, t time.Duratio
 		cfg.adaptiveNames, leaseText(holdMedian), leaseText(holdP99), outlierEvery, leaseText(outlierHold),
 		leaseText(cfg.adaptiveCrashAfter), measure)
 	fmt.Fprintf(&b, "**Phase 1** (%s): the adaptive lease [%s, %s], renewed, alone, then its kills. Its median "+
-		"recovery, **T = %s** (p99 %s, %d names), is the TTL of the fixed lease of phase 2.\n\n",
+		"recovery, **T = %s** (p99 %s, %d names), is the TTL of the fixed lease of phase 2. The watchdog's kills "+
+		"come at the same moments, on names of their own per kill (a fixed lease learns nothing), its waiters "+
+		"waiting in the background.\n\n",
 		leaseText(cfg.adaptiveRun), leaseText(adaptiveMin), leaseText(adaptiveMax), leaseText(t), seconds(percentile(c1.times(), 99)), len(c1.times()))
 	fmt.Fprintf(&b, "**Phase 2** (%s): every way at once, the adaptive lease continuing on the names it learnt; then "+
-		"the kills of every way but the last, at the same moments (the watchdog's on names of their own per kill, "+
-		"its waiters waiting in the background).\n\n", leaseText(cfg.adaptiveRun))
+		"the kills of the adaptive ways and of the fixed lease of T, at the same moments. Renewals and lost holds "+
+		"are phase 2's.\n\n", leaseText(cfg.adaptiveRun))
 	b.WriteString("| way | holds | renew.lua calls per 1,000 holds | leases renewed per 1,000 holds | holds lost | recovery after SIGKILL: median | p99 | names (kills) |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	med := make([]float64, len(ways))
 	for w, way := range ways {
 		st := p2[w]
 		rec, p99, names := "–", "–", "–"
-		if w < len(c2) {
+		if c2[w].kills > 0 {
 			ts := c2[w].times()
 			med[w] = percentile(ts, 50)
 			rec, p99, names = seconds(med[w]), seconds(percentile(ts, 99)), fmt.Sprintf("%d (%d)", len(ts), c2[w].kills)
@@ -652,8 +666,9 @@ func adaptiveReport(cfg config, kills int, adaptive *adaptiveWay, t time.Duratio
 	}
 	target("8, adaptive vs fixed lease of equal recovery", "renewal commands ≤ 0.5× the fixed lease's, at equal recovery",
 		calls(ad) <= 0.5*calls(eq),
-		"%.1f vs %.1f renew.lua calls per 1,000 holds (%.2f×); recovery %s vs %s (median; T = %s)",
-		calls(ad), calls(eq), ratio(calls(ad), calls(eq)), seconds(med[ad]), seconds(med[eq]), leaseText(t))
+		"%.1f vs %.1f renew.lua calls per 1,000 holds (%.2f×; leases renewed: %.1f vs %.1f); recovery %s vs %s (median; T = %s)",
+		calls(ad), calls(eq), ratio(calls(ad), calls(eq)), p2[ad].per1000(p2[ad].leases), p2[eq].per1000(p2[eq].leases),
+		seconds(med[ad]), seconds(med[eq]), leaseText(t))
 	sooner := ratio(med[wd], med[ad])
 	target("8, adaptive vs the watchdog", "at equal renewals or fewer, a SIGKILLed holder's name free ≥ 10× sooner (median)",
 		calls(ad) <= calls(wd) && sooner >= 10,
