@@ -461,6 +461,24 @@ func killRound(ctx context.Context, srv *server, cfg config, ways []*adaptiveWay
 		held[r.w] = append(held[r.w], r.name)
 	}
 	if !cfg.adaptiveWaiters {
+		// No waiter takes the names: free them, so that the next phase does not wait out the dead
+		// holder's leases (the hold records stay).
+		for i, w := range ways {
+			if len(held[i]) == 0 {
+				continue
+			}
+			c, cc, err := openWay(ctx, srv.Addr, w)
+			if err != nil {
+				out[i].err = err
+				continue
+			}
+			for _, name := range held[i] {
+				if _, err := c.ForceUnlock(ctx, name); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+					out[i].err = fmt.Errorf("force-unlock %s: %w", name, err)
+				}
+			}
+			closeAll(c, cc)
+		}
 		return waits
 	}
 	for i, w := range ways {
@@ -605,6 +623,10 @@ func adaptiveReport(cfg config, kills int, t time.Duration, c1 crashSample, ways
 		measure = fmt.Sprintf("the lease the name had left on the server (`PTTL` right after the kill; no waiters in this mode), "+
 			"median and p99 over every name the holder held, over %s", killsText)
 	}
+	background := ", its waiters waiting in the background"
+	if !cfg.adaptiveWaiters {
+		background = ""
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### 8. Adaptive lease: leases sized by how long locks are held\n\n")
 	fmt.Fprintf(&b, "%d names per way, each held in a loop by one goroutine: hold times log-normal with a median of %s "+
@@ -619,9 +641,8 @@ func adaptiveReport(cfg config, kills int, t time.Duration, c1 crashSample, ways
 		leaseText(cfg.adaptiveCrashAfter), measure)
 	fmt.Fprintf(&b, "**Phase 1** (%s): the adaptive lease [%s, %s], renewed, alone, then its kills. Its median "+
 		"recovery, **T = %s** (p99 %s, %d names), is the TTL of the fixed lease of phase 2. The watchdog's kills "+
-		"come at the same moments, on names of their own per kill (a fixed lease learns nothing), its waiters "+
-		"waiting in the background.\n\n",
-		leaseText(cfg.adaptiveRun), leaseText(adaptiveMin), leaseText(adaptiveMax), leaseText(t), seconds(percentile(c1.times(), 99)), len(c1.times()))
+		"come at the same moments, on names of their own per kill (a fixed lease learns nothing)%s.\n\n",
+		leaseText(cfg.adaptiveRun), leaseText(adaptiveMin), leaseText(adaptiveMax), leaseText(t), seconds(percentile(c1.times(), 99)), len(c1.times()), background)
 	fmt.Fprintf(&b, "**Phase 2** (%s): every way at once, the adaptive lease continuing on the names it learnt; then "+
 		"the kills of the adaptive ways and of the fixed lease of T, at the same moments. Renewals and lost holds "+
 		"are phase 2's.\n\n", leaseText(cfg.adaptiveRun))
