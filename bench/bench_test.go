@@ -53,6 +53,7 @@ func TestHarness(t *testing.T) {
 	cfg.readMostlyDuration = 300 * time.Millisecond
 	cfg.transfersDuration = 100 * time.Millisecond
 	cfg.adaptiveNames, cfg.adaptiveRun, cfg.adaptiveCrashAfter, cfg.adaptiveWaiters = 8, 1500*time.Millisecond, 300*time.Millisecond, true
+	cfg.adaptiveWatchdog = 2 * time.Second // its waiters wait out the whole lease
 	cfg.log = io.Discard
 	cfg.plotDir = t.TempDir()
 	cfg.plotLink = "img/" + plotFile
@@ -67,7 +68,8 @@ func TestHarness(t *testing.T) {
 	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
 		"### 7.", "| 1 server, 10 clients × 1, 1 ms held | redislock, 1–10 ms linear |", "| 5 servers, 1 client × 10, empty | dlock quorum (rueidis) |",
 		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |",
-		"### 8.", "| adaptive [100 ms, 10 s], renewed |", "| fixed 50 ms = the median hold, fixed (WithoutRenewal) |",
+		"### 8.", "**T = ", "| adaptive [100 ms, 10 s], renewed |", "(the adaptive's median recovery), renewed every ", "| watchdog: fixed 2 s, renewed every 666 ms |",
+		"| adaptive [100 ms, 10 s], WithoutRenewal |", "| fixed 50 ms = the median hold, WithoutRenewal |", "| renewal commands ≤ 0.5× the fixed lease's, at equal recovery |",
 		"### 9.", "| 4 | 16 |",
 		"### 10.", "| read-mostly, 1ms holds | RWMutex: RLock / Lock |", "| permits | Semaphore of 64: Acquire(1) |"} {
 		if !strings.Contains(out, want) {

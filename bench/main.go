@@ -60,7 +60,8 @@ type config struct {
 	adaptiveNames      int           // names per way
 	adaptiveRun        time.Duration // the main phase
 	adaptiveCrashAfter time.Duration // how long the holder processes run before the kill
-	adaptiveWaiters    bool          // also measure the adaptive way's recovery with waiters
+	adaptiveWaiters    bool          // measure recovery with waiters (kill → a waiter holds the name), not only PTTL
+	adaptiveWatchdog   time.Duration // the watchdog's fixed lease (renewed every third of it)
 
 	// Scenario 9 (transfers.go).
 	transfersDuration time.Duration // per measurement
@@ -100,6 +101,7 @@ func defaultConfig(quick bool) config {
 		adaptiveRun:           15 * time.Second,
 		adaptiveCrashAfter:    2 * time.Second,
 		adaptiveWaiters:       true,
+		adaptiveWatchdog:      30 * time.Second,
 		transfersDuration:     time.Second,
 		log:                   os.Stderr,
 	}
@@ -147,7 +149,7 @@ func main() {
 func run(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
-	reps := fs.Int("reps", 0, "repetitions per measurement, the tables give medians (default: 3, or 1 with --quick)")
+	reps := fs.Int("reps", 0, "repetitions per measurement, the tables give medians; scenario 8: SIGKILLs per way (default: 3, or 1 with --quick)")
 	scen := fs.String("scenarios", "1,2,3,4,5,6,7,8,9,10", "comma-separated scenarios to run (1 to 10)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
