@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -53,6 +54,15 @@ type adapter struct {
 	addr    string
 	own     bool
 	cluster bool
+
+	// lone, when set (clients Dial made), carries a script call that no other is on its way
+	// beside (loneBusy): a client of the same servers without auto-pipelining, whose pooled
+	// connection writes and reads on the caller's goroutine. c's shared connection goes to
+	// background mode for good once calls overlap (the renewal loop's, a batch's), and from then
+	// on every call crosses its writer and reader goroutines; a lone Lock+Unlock loop, the first
+	// thing a user measures, then pays several goroutine wake-ups per call for nothing.
+	lone     rueidis.Client
+	loneBusy atomic.Bool
 }
 
 var (
@@ -221,7 +231,18 @@ func DialOptions(ctx context.Context, opt rueidis.ClientOption) (conn.Conn, erro
 		}
 		return nil, fmt.Errorf("cannot reach redis at %s: %w", addr, err)
 	}
-	return &adapter{c: c, addr: addr, own: true, cluster: c.Mode() == rueidis.ClientModeCluster}, nil
+	a := &adapter{c: c, addr: addr, own: true, cluster: c.Mode() == rueidis.ClientModeCluster}
+	if !opt.DisableAutoPipelining {
+		lopt := opt
+		lopt.DisableAutoPipelining = true
+		// One pooled connection is all it keeps: only one call at a time takes this path.
+		lopt.BlockingPoolSize, lopt.BlockingPoolMinSize = 1, 0
+		if a.lone, err = rueidis.NewClient(lopt); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("cannot reach redis at %s: %w", addr, err)
+		}
+	}
+	return a, nil
 }
 
 // Cluster reports whether the client talks to a Redis Cluster (see conn.Clustered).
@@ -232,8 +253,28 @@ func (a *adapter) Addr() string { return a.addr }
 func (a *adapter) Close() error {
 	if a.own {
 		a.c.Close()
+		if a.lone != nil {
+			a.lone.Close()
+		}
 	}
 	return nil
+}
+
+// takeLone returns the lone client for a call with ctx when it is free, marking it busy (the
+// caller frees it). A context that can be cancelled but has no deadline goes the pipelined
+// way instead: a synchronous call notices a context only through its deadline, and such a
+// call must still end the moment its context does.
+func (a *adapter) takeLone(ctx context.Context) (rueidis.Client, bool) {
+	if a.lone == nil {
+		return nil, false
+	}
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
+		return nil, false
+	}
+	if !a.loneBusy.CompareAndSwap(false, true) {
+		return nil, false
+	}
+	return a.lone, true
 }
 
 // Command sends one arbitrary command; see conn.Conn.
@@ -252,21 +293,39 @@ func (a *adapter) Command(ctx context.Context, args ...string) (any, error) {
 }
 
 func (a *adapter) evalsha(s *conn.Script, keys, args []string) rueidis.Completed {
-	return a.c.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return evalshaOn(a.c, s, keys, args)
 }
 
 func (a *adapter) eval(s *conn.Script, keys, args []string) rueidis.Completed {
-	return a.c.B().Eval().Script(s.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return evalOn(a.c, s, keys, args)
 }
 
+func evalshaOn(c rueidis.Client, s *conn.Script, keys, args []string) rueidis.Completed {
+	return c.B().Evalsha().Sha1(s.SHA).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+func evalOn(c rueidis.Client, s *conn.Script, keys, args []string) rueidis.Completed {
+	return c.B().Eval().Script(s.Src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+// Eval runs one script. Alone on its way, it goes on the lone client with ctx's deadline as it
+// is (a deadline that passes closes only that pooled connection); else pipelined on the shared
+// connection, without the deadline (see noDeadline).
 func (a *adapter) Eval(ctx context.Context, s *conn.Script, keys, args []string) ([]int64, error) {
-	dctx, done := noDeadline(ctx)
+	c, lone := a.takeLone(ctx)
+	dctx, done := ctx, nop
+	if lone {
+		defer a.loneBusy.Store(false)
+	} else {
+		c = a.c
+		dctx, done = noDeadline(ctx)
+	}
 	defer done()
 	v, err := scriptcall.Eval(func(eval bool) ([]int64, error) {
 		if eval {
-			return ints(a.c.Do(dctx, a.eval(s, keys, args)))
+			return ints(c.Do(dctx, evalOn(c, s, keys, args)))
 		}
-		return ints(a.c.Do(dctx, a.evalsha(s, keys, args)))
+		return ints(c.Do(dctx, evalshaOn(c, s, keys, args)))
 	}, noScript)
 	return v, ctxCause(ctx, err)
 }
