@@ -85,11 +85,13 @@ type webEvent struct {
 // replaces the copy it had (same ID) and drops the separate entries the fold took in (that
 // name's handoffs from FirstSeq on). Time, Token and Holder are the last handoff's.
 type webFold struct {
-	ID       uint64         `json:"id"`        // the same for every copy of the fold
-	FirstSeq uint64         `json:"first_seq"` // the seq of the first handoff it took in
-	Count    int            `json:"count"`     // handoffs in the fold
-	Since    string         `json:"since"`     // when the first was seen (RFC 3339)
-	Kinds    map[string]int `json:"kinds"`     // the count of each kind
+	ID       uint64 `json:"id"`        // the same for every copy of the fold
+	FirstSeq uint64 `json:"first_seq"` // the seq of the first handoff it took in
+	// Count is the handoffs in the fold: the holds it saw change hands. A release and the grant
+	// of the lock to the next holder are one handoff; so are a release and the next acquisition.
+	Count int            `json:"count"`
+	Since string         `json:"since"` // when the first was seen (RFC 3339)
+	Kinds map[string]int `json:"kinds"` // the count of the entries of each kind it took in
 	// Recent counts the handoffs of each second before Time: Recent[0] the second up to Time,
 	// Recent[1] the one before, and so on (foldRecent seconds).
 	Recent []int `json:"recent"`
@@ -101,6 +103,17 @@ type foldState struct {
 	ev    webEvent
 	times []time.Time // its handoffs of the last foldRecent seconds
 	last  time.Time
+	kind  string // of the last entry it took in
+}
+
+// add counts an entry of kind seen at in the fold.
+func (f *foldState) add(kind string, at time.Time) {
+	f.ev.Fold.Kinds[kind]++
+	if kind == evReleased || f.kind != evReleased { // else the second half of a handoff
+		f.ev.Fold.Count++
+		f.times = append(f.times, at)
+	}
+	f.kind = kind
 }
 
 // handoffMark is a handoff entry not (yet) in a fold.
@@ -522,9 +535,7 @@ func (w *watcher) addEvent(ev webEvent) {
 	}}}
 	for _, m := range marks {
 		w.removeEvent(m.seq)
-		f.ev.Fold.Count++
-		f.ev.Fold.Kinds[m.kind]++
-		f.times = append(f.times, m.at)
+		f.add(m.kind, m.at)
 	}
 	w.folds[name] = f
 	if len(w.folds) > maxFolds {
@@ -536,14 +547,13 @@ func (w *watcher) addEvent(ev webEvent) {
 // joinFold counts ev in the fold f, whose entry moves to the end of the history; w.mu is held.
 func (w *watcher) joinFold(f *foldState, ev webEvent, now time.Time) {
 	fd := f.ev.Fold
-	fd.Count++
-	fd.Kinds[ev.Kind]++
+	f.add(ev.Kind, now)
 	f.last = now
 	i := 0
 	for i < len(f.times) && now.Sub(f.times[i]) >= foldRecent*time.Second {
 		i++
 	}
-	f.times = append(f.times[i:], now)
+	f.times = f.times[i:]
 	fd.Recent = make([]int, foldRecent)
 	for _, t := range f.times {
 		if b := int(now.Sub(t) / time.Second); b >= 0 && b < foldRecent {

@@ -95,7 +95,7 @@
     }
     return out;
   }
-  window.dlockPage = { fmtDur, displayName }; // for the browser test
+  window.dlockPage = { fmtDur, displayName, events: () => events }; // for the browser test
 
   function el(tag, cls, text) {
     const e = document.createElement(tag);
