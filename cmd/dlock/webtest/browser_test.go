@@ -373,7 +373,26 @@ func TestBrowser(t *testing.T) {
 		}
 		return nil
 	})
-	shot := get(t, tab, 20*time.Second, "screenshot", chromedp.CaptureScreenshot())
+	// A hot lock: two clients hand "sessions:gc" to each other a few hundred times; the
+	// history folds it into one row (what the screenshot shows under the rare entries).
+	hot, stopHot := context.WithTimeout(ctx, 30*time.Second)
+	var hotWG sync.WaitGroup
+	for i, c := range []*dlock.Client{worker, reporter} {
+		hotWG.Add(1)
+		go func() {
+			defer hotWG.Done()
+			m := c.Mutex("sessions:gc", dlock.WithTTL(10*time.Second), dlock.WithLabel(fmt.Sprintf("gc %d", i+1)))
+			for n := 0; n < 200 && hot.Err() == nil; n++ {
+				if l, err := m.Lock(hot); err == nil {
+					l.Unlock(ctx)
+				}
+			}
+		}()
+	}
+	hotWG.Wait()
+	stopHot()
+	run(t, tab, 10*time.Second, "the hot lock folded", chromedp.WaitVisible(css(`li.handoffs[data-name="sessions:gc"]`)))
+	shot := get(t, tab, 20*time.Second, "screenshot", chromedp.FullScreenshot(100)) // the whole page: the history too
 	if img, err := png.Decode(bytes.NewReader(shot)); err != nil || img.Bounds().Dx() < 800 {
 		t.Fatalf("screenshot: not a PNG of the page (%v)", err)
 	}
