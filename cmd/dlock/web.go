@@ -37,15 +37,16 @@ released, granted to a queued client, lease ran out (the holder lost it), force-
 The same data is served as JSON and as Prometheus gauges, so that one "dlock web" can be
 scraped as a lock exporter:
   /            the page (HTML, CSS and JavaScript built into the binary: no CDN, no build step)
-  /api/locks   a JSON array of the held locks, with the fields of "dlock list --json"
-               (?name_prefix=TEXT filters)
+  /api/locks   a JSON array of the held locks, with the fields of "dlock list --json" and
+               name_b64, the name's exact bytes in base64 (?name_prefix=TEXT filters)
   /api/stream  the page's feed (server-sent events)
   /metrics     Prometheus text format: dlock_server_locks_held, dlock_server_waiters,
                dlock_server_waiting_goroutines, dlock_server_oldest_lock_seconds and the exporter's own health (see docs)
 
 Read-only unless started with --allow-unlock: then each row has a "Force unlock" button
 (with a confirmation), which does what "dlock unlock --force" does, and only if the lock still
-has the token the page showed. The unlock endpoint takes POST only, from the page's own
+has the token the page showed (POST /api/unlock {"name_b64": ..., "token": ...}; "name" for a
+UTF-8 name). The unlock endpoint takes POST only, from the page's own
 origin, with a secret made at start and written into the page. The page has no login: keep
 --listen on loopback (the default), or put it behind a proxy that authenticates, before you
 allow unlocking. Requests must name this host as an IP address, "localhost", or a name given
@@ -325,13 +326,31 @@ func (s *webServer) apiLocks(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prefix := r.URL.Query().Get("name_prefix")
-	out := make([]jsonInfo, 0, len(v.locks))
+	out := make([]webInfo, 0, len(v.locks))
 	for _, l := range v.locks {
 		if strings.HasPrefix(l.info.Name, prefix) {
-			out = append(out, toJSON(l.current(v.now)))
+			out = append(out, toWebJSON(l.current(v.now)))
 		}
 	}
 	writeJSON(rw, http.StatusOK, out)
+}
+
+// webInfo is a lock in the web API: the fields of "dlock list --json", and the name's exact
+// bytes. JSON text has no room for bytes that are not UTF-8 (encoding/json writes U+FFFD for
+// them), and a lock name may be any bytes: name_b64 is what addresses the lock.
+type webInfo struct {
+	jsonInfo
+	NameB64 string `json:"name_b64"` // standard base64
+}
+
+func toWebJSON(i dlock.Info) webInfo {
+	j := webInfo{jsonInfo: toJSON(i), NameB64: nameB64(i.Name)}
+	if j.Holder != nil && i.Holder == (dlock.Holder{}) {
+		// Held, the holder not read yet (a lock just granted to a queued client: see
+		// inspectGrants): unknown, rather than an empty host and pid 0.
+		j.Holder, j.HolderAlive = nil, nil
+	}
+	return j
 }
 
 // metrics writes the server-side view in the Prometheus text format (version 0.0.4).
@@ -463,13 +482,14 @@ func writeEvent(w io.Writer, name string, v any) error {
 // pageLock is a lock as the page shows it: the fields of "dlock list --json" and what this
 // server learnt by watching it.
 type pageLock struct {
-	jsonInfo
+	webInfo
 	// AgeMs is how long it has been held (server clock, from the token; see heldSince); null
 	// when that is not known (a read-write lock held by readers alone).
 	AgeMs *int64 `json:"age_ms"`
 	// TypicalHoldMs is the median of the holds of this lock that the server saw end
 	// (released or force-unlocked); null before the first.
 	TypicalHoldMs *int64 `json:"typical_hold_ms"`
+	TypicalHoldUs *int64 `json:"typical_hold_us"` // the same in microseconds
 	HoldsSeen     int    `json:"holds_seen"`
 }
 
@@ -494,14 +514,14 @@ func (s *webServer) pageState(v webView) pageState {
 	}
 	serverNow := v.now.Add(v.offset)
 	for _, l := range v.locks {
-		pl := pageLock{jsonInfo: toJSON(l.current(v.now)), HoldsSeen: len(l.holds)}
+		pl := pageLock{webInfo: toWebJSON(l.current(v.now)), HoldsSeen: len(l.holds)}
 		if since, ok := heldSince(l.info); ok {
 			age := max(serverNow.Sub(since).Milliseconds(), 0)
 			pl.AgeMs = &age
 		}
 		if m, ok := median(l.holds); ok {
-			ms := m.Milliseconds()
-			pl.TypicalHoldMs = &ms
+			ms, us := m.Milliseconds(), m.Microseconds()
+			pl.TypicalHoldMs, pl.TypicalHoldUs = &ms, &us
 		}
 		st.Locks = append(st.Locks, pl)
 	}
@@ -509,12 +529,17 @@ func (s *webServer) pageState(v webView) pageState {
 }
 
 type unlockRequest struct {
-	Name  string `json:"name"`
-	Token uint64 `json:"token"` // the token the page showed: the lock is released only if it still has it
+	Name string `json:"name"`
+	// NameB64 is the name's bytes in standard base64 (the name_b64 of /api/locks), for a name
+	// that is not UTF-8 text; it takes the place of name.
+	NameB64 string `json:"name_b64"`
+	Token   uint64 `json:"token"` // the token the page showed: the lock is released only if it still has it
 }
 
+const unlockBody = `the body must be JSON: {"name": ..., "token": ...} or {"name_b64": ..., "token": ...}`
+
 type unlockReply struct {
-	Released jsonInfo `json:"released"`
+	Released webInfo `json:"released"`
 	// Reached is the number of clients the release notice reached: the queued clients and the
 	// listeners of the release channel, this server's pattern subscription among them.
 	Reached int `json:"reached"`
@@ -543,15 +568,23 @@ func (s *webServer) unlock(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-		writeJSON(rw, http.StatusUnsupportedMediaType, apiError{"the body must be JSON: {\"name\": ..., \"token\": ...}"})
+		writeJSON(rw, http.StatusUnsupportedMediaType, apiError{unlockBody})
 		return
 	}
 	var req unlockRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || req.Name == "" {
-		writeJSON(rw, http.StatusBadRequest, apiError{"the body must be JSON: {\"name\": ..., \"token\": ...}"})
+	if err := dec.Decode(&req); err != nil || req.Name == "" && req.NameB64 == "" {
+		writeJSON(rw, http.StatusBadRequest, apiError{unlockBody})
 		return
+	}
+	if req.NameB64 != "" {
+		b, err := base64.StdEncoding.DecodeString(req.NameB64)
+		if err != nil || len(b) == 0 {
+			writeJSON(rw, http.StatusBadRequest, apiError{"name_b64 must be the lock name's bytes in standard base64, as /api/locks gives it"})
+			return
+		}
+		req.Name = string(b)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), unlockTimeout)
 	defer cancel()
@@ -566,7 +599,7 @@ func (s *webServer) unlock(rw http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeJSON(rw, http.StatusBadGateway, apiError{oneLine(err)})
 	default:
-		writeJSON(rw, http.StatusOK, unlockReply{Released: toJSON(info), Reached: info.Waiters})
+		writeJSON(rw, http.StatusOK, unlockReply{Released: toWebJSON(info), Reached: info.Waiters})
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -280,8 +281,12 @@ func TestWeb_APILocksAsListJSON(t *testing.T) {
 		t.Fatalf("/api/locks has %d locks, dlock list %d; want 3", len(api), len(list))
 	}
 	for i := range api {
-		if !slices.Equal(sortedKeys(api[i]), sortedKeys(list[i])) {
-			t.Errorf("/api/locks fields %v, dlock list --json %v", sortedKeys(api[i]), sortedKeys(list[i]))
+		// name_b64 is the web API's own: the name's exact bytes.
+		if got, want := api[i]["name_b64"], base64.StdEncoding.EncodeToString([]byte(list[i]["name"].(string))); got != want {
+			t.Errorf("%s: name_b64 %v, want %v", list[i]["name"], got, want)
+		}
+		if want := append(sortedKeys(list[i]), "name_b64"); !slices.Equal(sortedKeys(api[i]), slices.Sorted(slices.Values(want))) {
+			t.Errorf("/api/locks fields %v, dlock list --json %v and name_b64", sortedKeys(api[i]), sortedKeys(list[i]))
 		}
 		for k, v := range list[i] {
 			if k == "ttl_ms" {
@@ -914,5 +919,134 @@ func TestWeb_ReadWriteLocksAndSemaphores(t *testing.T) {
 		if e.Kind != evGone || e.Detail != sharedEnd {
 			t.Errorf("%s's end in the history: %+v, want %q: %s", name, e, evGone, sharedEnd)
 		}
+	}
+}
+
+// A lock handed on again and again is one history entry that counts its handoffs (a release
+// and the grant after it are one), sent again with a new seq at each; the entries before the
+// fold began are taken into it; an entry of another kind for that name ends the fold, and
+// other locks' entries stay entries of their own.
+func TestWeb_FoldsHotLock(t *testing.T) {
+	w := newWatcher(nil, "dlock:", "", time.Second)
+	w.notices = noticesLive
+	token := uint64(1000)
+	for range 10 { // taken and released between two listings: one entry each
+		token += 100
+		w.notice("dlock:{hot}:rel", strconv.FormatUint(token, 10))
+	}
+	w.merge([]dlock.Info{{Name: "rare", Held: true, Token: 50, Holds: 1, TTL: time.Minute, Waiters: -1}}, time.Now())
+	for range 5 { // granted to a queued client: a release and a grant each
+		token += 100
+		w.notice("dlock:{hot}:rel", fmt.Sprintf("g %d c1.1 1000", token))
+	}
+	evs := w.eventsAfter(0)
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Name+" "+e.Kind)
+	}
+	if !slices.Equal(got, []string{"rare acquired", "hot handoffs"}) {
+		t.Fatalf("history %q, want the rare entry and one fold", got)
+	}
+	// 14 handoffs: the 10 holds released, and 4 released and granted to the next client (the
+	// first grant follows a release already counted, and the last holder holds on).
+	f := evs[1]
+	if f.Fold == nil || f.Fold.Count != 14 || f.Fold.Kinds[evReleased] != 14 || f.Fold.Kinds[evGranted] != 5 || f.Token != token ||
+		f.Fold.FirstSeq != 1 || f.Fold.ID != 1 || f.NameB64 != base64.StdEncoding.EncodeToString([]byte("hot")) {
+		t.Fatalf("fold %+v %+v", f, f.Fold)
+	}
+	if sum := func() (n int) {
+		for _, c := range f.Fold.Recent {
+			n += c
+		}
+		return n
+	}(); len(f.Fold.Recent) != foldRecent || sum != 14 {
+		t.Errorf("recent %v, want %d seconds summing to 14", f.Fold.Recent, foldRecent)
+	}
+	// A client reading on from the fold's first copy gets its next copy, with the same ID.
+	token += 100
+	w.notice("dlock:{hot}:rel", strconv.FormatUint(token, 10))
+	next := w.eventsAfter(f.Seq)
+	if len(next) != 1 || next[0].Fold == nil || next[0].Fold.ID != f.Fold.ID || next[0].Fold.Count != 15 || next[0].Seq <= f.Seq {
+		t.Fatalf("after one more handoff: %+v", next)
+	}
+	if n := len(w.eventsAfter(0)); n != 2 {
+		t.Errorf("%d entries, want 2: the fold's earlier copy is gone", n)
+	}
+	// A force-unlock of hot ends its fold: the handoffs after it are entries of their own again.
+	w.addEvent(webEvent{Name: "hot", Kind: evForced, Token: token})
+	token += 100
+	w.notice("dlock:{hot}:rel", strconv.FormatUint(token, 10))
+	got = got[:0]
+	for _, e := range w.eventsAfter(next[0].Seq) {
+		got = append(got, e.Name+" "+e.Kind)
+	}
+	if !slices.Equal(got, []string{"hot force-unlocked", "hot released"}) {
+		t.Errorf("after the force-unlock: %q", got)
+	}
+}
+
+// A lock granted to a queued client has no holder until it is read: the page shows none (not
+// an empty host and pid 0), and the Inspect that follows the grant's notice fills it in.
+func TestWeb_GrantedHolderRead(t *testing.T) {
+	s := redistest.Start(t)
+	c := dialTest(t, s.URL())
+	w := newWatcher(c, "dlock:", "", time.Hour)
+	w.notices = noticesLive
+	h := dlock.Holder{Host: "h", PID: 1, Label: "first"}
+	w.merge([]dlock.Info{{Name: "a", Held: true, Token: 100, Holds: 1, TTL: time.Minute, Waiters: 1, Holder: h}}, time.Now())
+	w.notice("dlock:{a}:rel", "g 200 c1.1 1000")
+	if _, ok := w.pending["a"]; !ok {
+		t.Fatal("the grant did not ask for the holder")
+	}
+	srv := &webServer{w: w}
+	st := srv.pageState(w.view())
+	if len(st.Locks) != 1 || st.Locks[0].Holder != nil || st.Locks[0].HolderAlive != nil || st.Locks[0].Token != 200 {
+		t.Fatalf("before the holder is read: %+v", st.Locks)
+	}
+	read := dlock.Info{Name: "a", Held: true, Token: 200, Holds: 1, TTL: time.Second, Holder: dlock.Holder{Host: "h2", PID: 2, Label: "second"}}
+	w.learnHolder("a", dlock.Info{Name: "a", Held: true, Token: 300, Holder: dlock.Holder{PID: 3}}, nil, time.Now()) // granted again since
+	if w.locks["a"].info.Holder != (dlock.Holder{}) {
+		t.Fatalf("a later holder was taken for the grant's: %+v", w.locks["a"].info)
+	}
+	w.learnHolder("a", read, nil, time.Now())
+	st = srv.pageState(w.view())
+	if hl := st.Locks[0].Holder; hl == nil || hl.Label != "second" || hl.PID != 2 || hl.Host != "h2" {
+		t.Fatalf("after the holder is read: %+v", st.Locks[0])
+	}
+}
+
+// The unlock endpoint takes the name's bytes (name_b64), for a name that is not UTF-8; the
+// JSON form of such a name (U+FFFD for the bytes) names another lock.
+func TestWeb_UnlockByNameB64(t *testing.T) {
+	s := redistest.Start(t)
+	c := dialTest(t, s.URL())
+	const name = "\xff\xfe x"
+	l := lockTest(t, c, name, dlock.WithTTL(time.Minute))
+	w := startWeb(t, "--redis", s.URL(), "--allow-unlock")
+	secret := w.pageToken(t)
+	_, body := w.get(t, "/api/locks")
+	var api []webInfo
+	if err := json.Unmarshal([]byte(body), &api); err != nil || len(api) != 1 || api[0].NameB64 != base64.StdEncoding.EncodeToString([]byte(name)) {
+		t.Fatalf("/api/locks: %s (%v)", body, err)
+	}
+	if code, body := w.unlock(t, api[0].Name, 0, secret, nil); code != http.StatusConflict {
+		t.Errorf("unlock by the JSON name %q: %d %s, want 409 (no such lock held)", api[0].Name, code, body)
+	}
+	send := func(b string) (int, string) {
+		return w.unlock(t, "", 0, secret, func(r *http.Request) {
+			r.Body = io.NopCloser(strings.NewReader(b))
+			r.ContentLength = int64(len(b))
+		})
+	}
+	if code, body := send(`{"name_b64":"not base64!","token":0}`); code != http.StatusBadRequest {
+		t.Errorf("bad base64: %d %s, want 400", code, body)
+	}
+	code, body := send(fmt.Sprintf(`{"name_b64":%q,"token":%d}`, api[0].NameB64, l.Token()))
+	var reply unlockReply
+	if err := json.Unmarshal([]byte(body), &reply); code != http.StatusOK || err != nil || reply.Released.Token != l.Token() || reply.Released.NameB64 != api[0].NameB64 {
+		t.Fatalf("unlock by name_b64: %d %s (%v)", code, body, err)
+	}
+	if info, err := c.Inspect(context.Background(), name); err != nil || info.Held {
+		t.Errorf("after the unlock: %+v, %v; want free", info, err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"sort"
@@ -24,6 +25,19 @@ const (
 	listTimeout   = 10 * time.Second
 	noticeBackoff = 5 * time.Second  // longest pause before subscribing again
 	deniedBackoff = 30 * time.Second // pause when the server refuses the subscription
+	inspectLimit  = 5 * time.Second  // one Inspect of a lock just granted
+)
+
+// Folding a hot lock's history: a lock handed on again and again (acquired, released, granted
+// to a queued client: the handoffs) would push every other entry out of the history, so its
+// consecutive handoffs become one entry that counts them, and the rare entries (a lease that
+// ran out, a force-unlock) stay in view.
+const (
+	foldMin    = 6                // handoffs of one name within foldStart that start a fold
+	foldStart  = 2 * time.Second  //
+	foldGap    = 10 * time.Second // a pause this long ends a fold: the next handoff is an entry of its own
+	foldRecent = 10               // seconds of per-second counts a fold entry carries
+	maxFolds   = 1000             // names with a fold or recent handoffs kept; the stale go first
 )
 
 // The states of the release-notice subscription (webView.notices); any other value says why
@@ -42,19 +56,74 @@ const (
 	evGone       = "gone"
 	evForced     = "force-unlocked"
 	evHolderGone = "holder-not-running"
+	evHandoffs   = "handoffs" // a fold of one lock's consecutive handoffs (webFold)
 )
+
+// isHandoff reports whether an entry of kind is one of the handoffs a fold counts.
+func isHandoff(kind string) bool {
+	return kind == evAcquired || kind == evReleased || kind == evGranted
+}
 
 // webEvent is one entry of a lock's history as the page shows it.
 type webEvent struct {
-	Seq    uint64 `json:"seq"`
-	Time   string `json:"time"` // when this server saw it (RFC 3339, this host's clock)
-	Name   string `json:"name"`
-	Kind   string `json:"kind"`
-	Token  uint64 `json:"token"`
-	Holder string `json:"holder,omitempty"`
-	HoldMs *int64 `json:"hold_ms,omitempty"` // for the end of a hold: how long it was held
-	Detail string `json:"detail,omitempty"`
+	Seq  uint64 `json:"seq"`
+	Time string `json:"time"` // when this server saw it (RFC 3339, this host's clock)
+	Name string `json:"name"` // as JSON text: bytes that are not UTF-8 become U+FFFD
+	// NameB64 is the name's exact bytes, standard base64: what the unlock endpoint takes.
+	NameB64 string   `json:"name_b64"`
+	Kind    string   `json:"kind"`
+	Token   uint64   `json:"token"`
+	Holder  string   `json:"holder,omitempty"`
+	HoldMs  *int64   `json:"hold_ms,omitempty"` // for the end of a hold: how long it was held
+	HoldUs  *int64   `json:"hold_us,omitempty"` // the same in microseconds
+	Detail  string   `json:"detail,omitempty"`
+	Fold    *webFold `json:"fold,omitempty"` // kind "handoffs" only
 }
+
+// webFold is an entry of kind "handoffs": a run of one lock's handoffs folded into one entry.
+// While the run goes on, the entry is sent again (with a new seq) at every handoff; the page
+// replaces the copy it had (same ID) and drops the separate entries the fold took in (that
+// name's handoffs from FirstSeq on). Time, Token and Holder are the last handoff's.
+type webFold struct {
+	ID       uint64 `json:"id"`        // the same for every copy of the fold
+	FirstSeq uint64 `json:"first_seq"` // the seq of the first handoff it took in
+	// Count is the handoffs in the fold: the holds it saw change hands. A release and the grant
+	// of the lock to the next holder are one handoff; so are a release and the next acquisition.
+	Count int            `json:"count"`
+	Since string         `json:"since"` // when the first was seen (RFC 3339)
+	Kinds map[string]int `json:"kinds"` // the count of the entries of each kind it took in
+	// Recent counts the handoffs of each second before Time: Recent[0] the second up to Time,
+	// Recent[1] the one before, and so on (foldRecent seconds).
+	Recent []int `json:"recent"`
+}
+
+// foldState is a fold while it takes in handoffs.
+type foldState struct {
+	seq   uint64 // the seq of its entry now in the history
+	ev    webEvent
+	times []time.Time // its handoffs of the last foldRecent seconds
+	last  time.Time
+	kind  string // of the last entry it took in
+}
+
+// add counts an entry of kind seen at in the fold.
+func (f *foldState) add(kind string, at time.Time) {
+	f.ev.Fold.Kinds[kind]++
+	if kind == evReleased || f.kind != evReleased { // else the second half of a handoff
+		f.ev.Fold.Count++
+		f.times = append(f.times, at)
+	}
+	f.kind = kind
+}
+
+// handoffMark is a handoff entry not (yet) in a fold.
+type handoffMark struct {
+	seq  uint64
+	at   time.Time
+	kind string
+}
+
+func nameB64(name string) string { return base64.StdEncoding.EncodeToString([]byte(name)) }
 
 // watched is a held lock as the watcher last saw it.
 type watched struct {
@@ -77,7 +146,8 @@ type watcher struct {
 	keyPrefix  string
 	prefix     string // name prefix
 	interval   time.Duration
-	kick       chan struct{} // capacity 1: list again soon (a grant was heard)
+	kick       chan struct{} // capacity 1: list again soon (notices were missed)
+	inspectNow chan struct{} // capacity 1: a lock was granted (pending has its name)
 	noticeStop context.CancelFunc
 	noticeDone chan struct{}
 
@@ -90,8 +160,11 @@ type watcher struct {
 	holdTimes     map[string][]time.Duration
 	events        []webEvent
 	seq           uint64
-	readAt        time.Time // last successful listing (start)
-	err           error     // last listing's error
+	folds         map[string]*foldState    // the hot locks' folds under way
+	handoffs      map[string][]handoffMark // each name's latest handoff entries, outside a fold
+	pending       map[string]struct{}      // locks granted whose holder is to be read (inspectGrants)
+	readAt        time.Time                // last successful listing (start)
+	err           error                    // last listing's error
 	offset        time.Duration
 	notices       string
 	rc            rueidis.Client // for the subscription and TIME; nil until dialled
@@ -104,15 +177,19 @@ type watcher struct {
 func newWatcher(c *dlock.Client, keyPrefix, prefix string, interval time.Duration) *watcher {
 	return &watcher{
 		c: c, keyPrefix: keyPrefix, prefix: prefix, interval: interval,
-		kick:      make(chan struct{}, 1),
-		locks:     make(map[string]*watched),
-		vanished:  make(map[string]watched),
-		gone:      make(map[string]goneMark),
-		forcing:   make(map[string]int),
-		deadNoted: make(map[string]uint64),
-		holdTimes: make(map[string][]time.Duration),
-		notices:   noticesConnecting,
-		subs:      make(map[chan struct{}]struct{}),
+		kick:       make(chan struct{}, 1),
+		inspectNow: make(chan struct{}, 1),
+		folds:      make(map[string]*foldState),
+		handoffs:   make(map[string][]handoffMark),
+		pending:    make(map[string]struct{}),
+		locks:      make(map[string]*watched),
+		vanished:   make(map[string]watched),
+		gone:       make(map[string]goneMark),
+		forcing:    make(map[string]int),
+		deadNoted:  make(map[string]uint64),
+		holdTimes:  make(map[string][]time.Duration),
+		notices:    noticesConnecting,
+		subs:       make(map[chan struct{}]struct{}),
 	}
 }
 
@@ -192,6 +269,12 @@ func (w *watcher) changed() {
 // run lists the locks every interval, and sooner (but never within minRefreshGap of the last
 // listing) when kicked, until ctx ends.
 func (w *watcher) run(ctx context.Context) {
+	inspected := make(chan struct{})
+	go func() {
+		defer close(inspected)
+		w.inspectGrants(ctx)
+	}()
+	defer func() { <-inspected }()
 	t := time.NewTimer(w.interval)
 	defer t.Stop()
 	last := time.Now()
@@ -210,6 +293,54 @@ func (w *watcher) run(ctx context.Context) {
 		w.refresh(ctx)
 		t.Reset(w.interval)
 	}
+}
+
+// inspectGrants reads the locks granted to a queued client, until ctx ends. A grant's notice
+// names the new token and queue entry, not the holder: until the lock is read again the page
+// would show no holder. One Inspect of that lock tells, far cheaper than listing them all,
+// and a lock granted again before its turn is read once, with its latest holder.
+func (w *watcher) inspectGrants(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.inspectNow:
+		}
+		w.mu.Lock()
+		names := w.pending
+		w.pending = make(map[string]struct{})
+		w.mu.Unlock()
+		for name := range names {
+			start := time.Now()
+			ictx, cancel := context.WithTimeout(ctx, inspectLimit)
+			info, err := w.c.Inspect(ictx, name)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			w.learnHolder(name, info, err, start)
+		}
+	}
+}
+
+// learnHolder takes an Inspect of name begun at start: it fills in the holder of a lock the
+// watcher knows only from a grant's notice, when the token is still the grant's.
+func (w *watcher) learnHolder(name string, info dlock.Info, err error, start time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.kickRefresh() // the next listing tells
+		return
+	}
+	l := w.locks[name]
+	if l == nil || !info.Held || info.Token != l.info.Token || l.info.Holder != (dlock.Holder{}) {
+		return // changed since (a notice or a listing tells of it), or known already
+	}
+	w.locks[name] = &watched{info: info, readAt: start}
+	if f := w.folds[name]; f != nil && f.ev.Token == info.Token && f.ev.Holder == "" {
+		f.ev.Holder = shortHolder(info.Holder) // shown with the fold's next copy
+	}
+	w.changed()
 }
 
 func (w *watcher) kickRefresh() {
@@ -343,8 +474,8 @@ func (w *watcher) endHold(name string, info dlock.Info, at time.Time, kind, deta
 	ev := webEvent{Name: name, Kind: kind, Token: info.Token, Holder: shortHolder(info.Holder), Detail: detail}
 	if since, ok := heldSince(info); ok && info.Kind == dlock.KindMutex {
 		held := max(at.Add(w.offset).Sub(since), 0)
-		ms := held.Milliseconds()
-		ev.HoldMs = &ms
+		ms, us := held.Milliseconds(), held.Microseconds()
+		ev.HoldMs, ev.HoldUs = &ms, &us
 		if timed {
 			w.addHold(name, held)
 		}
@@ -368,15 +499,118 @@ func (w *watcher) addHold(name string, d time.Duration) {
 	w.holdTimes[name] = append(h, d)
 }
 
-// addEvent appends ev to the history; w.mu is held.
+// addEvent adds ev to the history, folding a hot lock's handoffs (see foldMin); w.mu is held.
 func (w *watcher) addEvent(ev webEvent) {
+	now := time.Now()
+	name := ev.Name
+	if !isHandoff(ev.Kind) { // a rare entry: of its own, and it ends the name's fold
+		delete(w.folds, name)
+		delete(w.handoffs, name)
+		w.appendEvent(ev, now)
+		return
+	}
+	if f := w.folds[name]; f != nil {
+		if now.Sub(f.last) < foldGap {
+			w.joinFold(f, ev, now)
+			return
+		}
+		delete(w.folds, name)
+	}
+	marks := w.handoffs[name]
+	for len(marks) > 0 && now.Sub(marks[0].at) > foldStart {
+		marks = marks[1:]
+	}
+	if len(marks)+1 < foldMin {
+		seq := w.appendEvent(ev, now)
+		w.handoffs[name] = append(marks, handoffMark{seq: seq, at: now, kind: ev.Kind})
+		if len(w.handoffs) > maxFolds {
+			w.sweepFolds(now)
+		}
+		return
+	}
+	// Hot: the entries of the latest handoffs and this one become one fold.
+	delete(w.handoffs, name)
+	f := &foldState{ev: webEvent{Name: name, Kind: evHandoffs, Fold: &webFold{
+		ID: marks[0].seq, FirstSeq: marks[0].seq, Since: marks[0].at.UTC().Format(time.RFC3339Nano), Kinds: make(map[string]int),
+	}}}
+	for _, m := range marks {
+		w.removeEvent(m.seq)
+		f.add(m.kind, m.at)
+	}
+	w.folds[name] = f
+	if len(w.folds) > maxFolds {
+		w.sweepFolds(now)
+	}
+	w.joinFold(f, ev, now)
+}
+
+// joinFold counts ev in the fold f, whose entry moves to the end of the history; w.mu is held.
+func (w *watcher) joinFold(f *foldState, ev webEvent, now time.Time) {
+	fd := f.ev.Fold
+	f.add(ev.Kind, now)
+	f.last = now
+	i := 0
+	for i < len(f.times) && now.Sub(f.times[i]) >= foldRecent*time.Second {
+		i++
+	}
+	f.times = f.times[i:]
+	fd.Recent = make([]int, foldRecent)
+	for _, t := range f.times {
+		if b := int(now.Sub(t) / time.Second); b >= 0 && b < foldRecent {
+			fd.Recent[b]++
+		}
+	}
+	f.ev.Token = ev.Token
+	if ev.Holder != "" || ev.Kind != evReleased {
+		f.ev.Holder = ev.Holder // a release names the holder that left; a grant's is read later
+	}
+	if f.seq != 0 {
+		w.removeEvent(f.seq)
+	}
+	// A copy: the fold goes on changing, the history's entries do not.
+	cp := f.ev
+	fc := *fd
+	fc.Kinds = make(map[string]int, len(fd.Kinds))
+	for k, n := range fd.Kinds {
+		fc.Kinds[k] = n
+	}
+	cp.Fold = &fc
+	f.seq = w.appendEvent(cp, now)
+}
+
+// sweepFolds forgets the folds and handoff marks gone stale, and any over maxFolds; w.mu is held.
+func (w *watcher) sweepFolds(now time.Time) {
+	for name, f := range w.folds {
+		if now.Sub(f.last) >= foldGap || len(w.folds) > maxFolds {
+			delete(w.folds, name)
+		}
+	}
+	for name, m := range w.handoffs {
+		if len(m) == 0 || now.Sub(m[len(m)-1].at) > foldStart || len(w.handoffs) > maxFolds {
+			delete(w.handoffs, name)
+		}
+	}
+}
+
+// appendEvent appends ev to the history with the next seq, and returns it; w.mu is held.
+func (w *watcher) appendEvent(ev webEvent, now time.Time) uint64 {
 	w.seq++
 	ev.Seq = w.seq
-	ev.Time = time.Now().UTC().Format(time.RFC3339Nano)
+	ev.Time = now.UTC().Format(time.RFC3339Nano)
+	ev.NameB64 = nameB64(ev.Name)
 	if len(w.events) >= maxEvents {
 		w.events = append(w.events[:0:0], w.events[len(w.events)-maxEvents+1:]...)
 	}
 	w.events = append(w.events, ev)
+	return ev.Seq
+}
+
+// removeEvent removes the entry seq from the history, if it is still there; w.mu is held.
+func (w *watcher) removeEvent(seq uint64) {
+	i := sort.Search(len(w.events), func(i int) bool { return w.events[i].Seq >= seq })
+	if i < len(w.events) && w.events[i].Seq == seq {
+		w.events = append(w.events[:i], w.events[i+1:]...)
+	}
 }
 
 func median(d []time.Duration) (time.Duration, bool) {
@@ -433,7 +667,11 @@ func (w *watcher) notice(channel, payload string) {
 		}
 		w.locks[name] = &watched{info: next, readAt: now}
 		w.addEvent(webEvent{Name: name, Kind: evGranted, Token: token, Detail: "granted to the first client in its queue"})
-		w.kickRefresh() // to learn the new holder
+		w.pending[name] = struct{}{} // to learn the new holder
+		select {
+		case w.inspectNow <- struct{}{}:
+		default:
+		}
 		w.changed()
 		return
 	}

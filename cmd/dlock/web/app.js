@@ -14,33 +14,88 @@
   let receivedAt = 0;      // performance.now() when they arrived
   let readAge = null;      // how long before receivedAt the server last listed the locks (ms)
   let events = [];         // history, oldest first
-  let selected = null;     // lock name whose history is shown; null: all
-  const rows = new Map();  // name -> {tr, cells, lock}
-  const fullLease = new Map(); // name+token -> the longest lease seen, for the bar
+  let selected = null;     // name_b64 of the lock whose history is shown; null: all
+  const rows = new Map();  // name_b64 -> {tr, cells, lock}
+  const fullLease = new Map(); // name_b64+token -> the longest lease seen, for the bar
 
+  // The filters start from the page's address (?name_prefix=, ?history_name=, ?kinds=) and
+  // are kept there as they change, so that a link or a reload shows the same.
+  const params = new URLSearchParams(location.search);
   const filter = $("filter");
-  filter.value = new URLSearchParams(location.search).get("prefix") || "";
-  filter.addEventListener("input", () => {
+  filter.value = params.get("name_prefix") ?? params.get("prefix") ?? "";
+  const historyName = $("history-name");
+  historyName.value = params.get("history_name") || "";
+  // The kinds of history entries, in groups of one checkbox each.
+  const kindGroups = {
+    acquired: ["acquired"], released: ["released"], granted: ["granted"],
+    lost: ["expired", "gone", "holder-not-running"], forced: ["force-unlocked"],
+  };
+  const kindBoxes = Array.from(document.querySelectorAll("#history-kinds input[type=checkbox]"));
+  if (params.has("kinds")) {
+    const on = new Set(params.get("kinds").split(","));
+    for (const b of kindBoxes) b.checked = on.has(b.value);
+  }
+  function shownKinds() {
+    const k = new Set();
+    for (const b of kindBoxes) if (b.checked) for (const x of kindGroups[b.value]) k.add(x);
+    return k;
+  }
+  function keepInURL() {
     const u = new URL(location.href);
-    if (filter.value) u.searchParams.set("prefix", filter.value); else u.searchParams.delete("prefix");
+    u.searchParams.delete("prefix");
+    const set = (k, v) => { if (v) u.searchParams.set(k, v); else u.searchParams.delete(k); };
+    set("name_prefix", filter.value);
+    set("history_name", historyName.value);
+    set("kinds", kindBoxes.every((b) => b.checked) ? "" : kindBoxes.filter((b) => b.checked).map((b) => b.value).join(",") || "none");
     history.replaceState(null, "", u);
-    render();
-    renderHistory();
-  });
+  }
+  filter.addEventListener("input", () => { keepInURL(); render(); renderHistory(); });
+  historyName.addEventListener("input", () => { keepInURL(); renderHistory(); });
+  for (const b of kindBoxes) b.addEventListener("change", () => { keepInURL(); renderHistory(); });
   $("history-all").addEventListener("click", () => { selected = null; renderHistory(); });
 
+  // fmtDur writes a duration of ms milliseconds (fractions count) readably at every scale:
+  // "850 µs", "4.2 ms", "12 ms", "1.4 s", "12 s", "3 min 5 s", "2 h 5 min", "3 d 4 h".
   function fmtDur(ms) {
-    if (ms == null) return "–";
+    if (ms == null || Number.isNaN(ms)) return "–";
     if (ms < 0) ms = 0;
-    if (ms < 10000) return (ms / 1000).toFixed(1) + "s";
-    const s = Math.floor(ms / 1000);
-    if (s < 60) return s + "s";
+    const us = Math.round(ms * 1000);
+    if (us < 1000) return us + " µs";
+    if (us < 9950) return (us / 1000).toFixed(1) + " ms";
+    if (Math.round(ms) < 1000) return Math.round(ms) + " ms";
+    if (ms < 9950) return (ms / 1000).toFixed(1) + " s";
+    const s = Math.round(ms / 1000);
+    if (s < 60) return s + " s";
     const m = Math.floor(s / 60);
-    if (m < 60) return m + "m " + String(s % 60).padStart(2, "0") + "s";
+    if (m < 60) return m + " min" + (s % 60 ? " " + (s % 60) + " s" : "");
     const h = Math.floor(m / 60);
-    if (h < 48) return h + "h " + String(m % 60).padStart(2, "0") + "m";
-    return Math.floor(h / 24) + "d " + (h % 24) + "h";
+    if (h < 48) return h + " h" + (m % 60 ? " " + (m % 60) + " min" : "");
+    return Math.floor(h / 24) + " d" + (h % 24 ? " " + (h % 24) + " h" : "");
   }
+  // The hold of a JSON object: its microseconds when given, else its milliseconds.
+  const holdOf = (us, ms) => (us != null ? us / 1000 : ms);
+
+  // displayName is a lock name as the page writes it: the exact bytes (name_b64) decoded as
+  // UTF-8, with any byte that is not part of UTF-8 text written \xNN (JSON has carried it as
+  // U+FFFD, which names no lock).
+  function displayName(name, b64) {
+    if (!b64 || name.indexOf("\uFFFD") < 0) return name;
+    const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    const dec = new TextDecoder("utf-8", { fatal: true });
+    let out = "";
+    for (let i = 0; i < bytes.length;) {
+      const b = bytes[i];
+      if (b < 0x80) { out += String.fromCharCode(b); i++; continue; }
+      const n = b >= 0xf0 && b < 0xf8 ? 4 : b >= 0xe0 && b < 0xf0 ? 3 : b >= 0xc2 && b < 0xe0 ? 2 : 0;
+      if (n && i + n <= bytes.length) {
+        try { out += dec.decode(bytes.subarray(i, i + n)); i += n; continue; } catch (_) { /* not UTF-8 */ }
+      }
+      out += "\\x" + b.toString(16).padStart(2, "0");
+      i++;
+    }
+    return out;
+  }
+  window.dlockPage = { fmtDur, displayName, events: () => events }; // for the browser test
 
   function el(tag, cls, text) {
     const e = document.createElement(tag);
@@ -49,8 +104,8 @@
     return e;
   }
 
-  function visible(name) {
-    return name.startsWith(filter.value);
+  function visible(shown) {
+    return shown.startsWith(filter.value);
   }
 
   // --- the table of held locks ---------------------------------------------------------
@@ -58,12 +113,13 @@
   function makeRow(l) {
     const tr = el("tr");
     tr.dataset.name = l.name;
+    tr.dataset.nameB64 = l.name_b64;
     const c = {};
     const nameTd = el("td", "name");
-    c.name = el("button", "link", l.name);
+    c.name = el("button", "link", l.shown);
     c.name.type = "button";
     c.name.title = "show this lock's history";
-    c.name.addEventListener("click", () => { selected = tr.dataset.name; renderHistory(); });
+    c.name.addEventListener("click", () => { selected = tr.dataset.nameB64; renderHistory(); });
     c.kind = el("span", "pill kind");
     c.kind.hidden = true;
     c.extra = el("div", "extra muted");
@@ -85,7 +141,7 @@
       const td = el("td", "actions");
       c.unlock = el("button", "danger small unlock", "Force unlock");
       c.unlock.type = "button";
-      c.unlock.addEventListener("click", () => confirmUnlock(rows.get(tr.dataset.name).lock));
+      c.unlock.addEventListener("click", () => confirmUnlock(rows.get(tr.dataset.nameB64).lock));
       td.append(c.unlock);
       tr.append(td);
     }
@@ -112,7 +168,12 @@
       return f;
     }
     const h = l.holder;
-    if (!h) { f.append(el("span", "muted", "…")); return f; }
+    if (!h) {
+      const u = el("span", "muted unknown", "…");
+      u.title = "granted to a queued client just now: its holder is being read";
+      f.append(u);
+      return f;
+    }
     oneHolder(f, h);
     if (l.holder_alive === false) f.append(el("span", "pill bad", "not running"));
     return f;
@@ -121,7 +182,8 @@
   // The fields of "dlock list --json" and of the page that have a column; any other field (a
   // later kind of lock may add some) is shown under the name.
   const known = new Set(["name", "held", "token", "token_time", "holds", "ttl_ms", "holder", "holder_alive", "waiters",
-    "waiting_goroutines", "kind", "shared", "hold_stats", "age_ms", "typical_hold_ms", "holds_seen"]);
+    "waiting_goroutines", "kind", "shared", "hold_stats", "age_ms", "typical_hold_ms", "typical_hold_us", "holds_seen",
+    "name_b64", "shown"]);
 
   function extraText(l) {
     const parts = [];
@@ -168,24 +230,24 @@
       c.typical.textContent = fmtDur(hs.typical_ms);
       c.typical.title = "the server's record of " + hs.count + " hold(s): typical " + fmtDur(hs.typical_ms) + ", high " + fmtDur(hs.high_ms) + ", last " + fmtDur(hs.last_ms);
     } else {
-      c.typical.textContent = l.typical_hold_ms == null ? "–" : fmtDur(l.typical_hold_ms);
+      c.typical.textContent = fmtDur(holdOf(l.typical_hold_us, l.typical_hold_ms));
       c.typical.title = l.holds_seen ? "median of the " + l.holds_seen + " hold(s) this page saw end" : "no hold of this lock seen ending yet";
     }
-    const k = l.name + "\u0000" + l.token;
+    const k = l.name_b64 + "\u0000" + l.token;
     fullLease.set(k, Math.max(fullLease.get(k) || 0, l.ttl_ms));
   }
 
   function render() {
-    const shown = locks.filter((l) => visible(l.name));
-    const names = new Set(shown.map((l) => l.name));
+    const shown = locks.filter((l) => visible(l.shown));
+    const names = new Set(shown.map((l) => l.name_b64));
     for (const [name, r] of rows) {
       if (!names.has(name)) { r.tr.remove(); rows.delete(name); }
     }
     const tbody = $("rows");
     let before = tbody.firstChild;
     for (const l of shown) { // sorted by name by the server
-      let r = rows.get(l.name);
-      if (!r) { r = makeRow(l); rows.set(l.name, r); }
+      let r = rows.get(l.name_b64);
+      if (!r) { r = makeRow(l); rows.set(l.name_b64, r); }
       updateRow(r, l);
       if (r.tr !== before) tbody.insertBefore(r.tr, before);
       before = r.tr.nextSibling;
@@ -208,14 +270,14 @@
       const left = Math.max(l.ttl_ms - since, 0);
       r.c.lease.dataset.leftMs = String(Math.round(left));
       r.c.leaseText.textContent = left > 0 ? fmtDur(left) : "running out";
-      const full = fullLease.get(l.name + "\u0000" + l.token) || l.ttl_ms || 1;
+      const full = fullLease.get(l.name_b64 + "\u0000" + l.token) || l.ttl_ms || 1;
       r.c.leaseFill.style.width = Math.min(100, (100 * left) / full).toFixed(1) + "%";
       r.c.lease.classList.toggle("low", left < full / 3);
       r.c.age.textContent = l.age_ms == null ? "–" : fmtDur(l.age_ms + since);
     }
     if (readAge != null) {
       const ago = (readAge + since) / 1000;
-      $("refreshed").textContent = "listed " + (ago < 1 ? "just now" : Math.floor(ago) + "s ago");
+      $("refreshed").textContent = "listed " + (ago < 1 ? "just now" : fmtDur(Math.floor(ago) * 1000) + " ago");
     }
   }
   setInterval(tick, 100);
@@ -225,35 +287,100 @@
   const kindText = {
     "acquired": "acquired", "released": "released", "granted": "granted", "expired": "lease ran out",
     "gone": "gone", "force-unlocked": "force-unlocked", "holder-not-running": "holder not running",
+    "handoffs": "hot lock",
   };
+  const clock = (iso) => {
+    const t = new Date(iso);
+    return t.toLocaleTimeString([], { hour12: false }) + "." + String(t.getMilliseconds()).padStart(3, "0");
+  };
+  const count = (n) => n.toLocaleString("en-US");
+
+  // foldText is what a fold of a hot lock's handoffs says, now: how many in the last 10 s
+  // while they go on (its per-second counts, aged by the time since the fold arrived), else
+  // how many in all, from when to when.
+  function foldText(e) {
+    const f = e.fold;
+    const age = performance.now() - e.receivedAt;
+    let recent = 0;
+    (f.recent || []).forEach((n, i) => { if (i * 1000 + age < 10000) recent += n; });
+    if (recent > 0) {
+      return count(recent) + " handoff" + (recent === 1 ? "" : "s") + " in the last 10 s · " + count(f.count) + " since " + clock(f.since);
+    }
+    return count(f.count) + " handoffs from " + clock(f.since) + " to " + clock(e.time);
+  }
+  function foldKinds(f) {
+    return Object.entries(f.kinds || {}).map(([k, n]) => count(n) + " " + (kindText[k] || k)).join(", ");
+  }
+
+  // An entry is shown when its kind is ticked (a fold: one of the kinds it counts), its name
+  // contains the history's name filter and starts with the table's, or it is the selected lock's.
+  function historyShown(e, kinds, needle) {
+    if (selected != null) {
+      if (e.name_b64 !== selected) return false;
+    } else if (!visible(e.shown)) return false;
+    if (needle && !e.shown.toLowerCase().includes(needle)) return false;
+    if (e.fold) return Object.keys(e.fold.kinds || {}).some((k) => kinds.has(k));
+    return kinds.has(e.kind);
+  }
+
+  let historyTimer = null;
+  // scheduleHistory renders the history soon: a hot lock sends many batches a second.
+  function scheduleHistory() {
+    if (historyTimer == null) historyTimer = setTimeout(() => { historyTimer = null; renderHistory(); }, 100);
+  }
 
   function renderHistory() {
     const list = $("history");
-    const shown = events.filter((e) => (selected == null ? visible(e.name) : e.name === selected));
+    const kinds = shownKinds();
+    const needle = historyName.value.toLowerCase();
     const items = [];
-    for (let i = shown.length - 1; i >= 0 && items.length < 300; i--) {
-      const e = shown[i];
+    let total = 0;
+    for (let i = events.length - 1; i >= 0; i--) {
+      const e = events[i];
+      if (!historyShown(e, kinds, needle)) continue;
+      total++;
+      if (items.length >= 300) continue;
       const li = el("li", "ev " + e.kind);
       li.dataset.kind = e.kind;
       li.dataset.name = e.name;
-      const t = new Date(e.time);
-      li.append(el("time", "muted", t.toLocaleTimeString([], { hour12: false }) + "." + String(t.getMilliseconds()).padStart(3, "0")));
+      li.dataset.nameB64 = e.name_b64;
+      li.append(el("time", "muted", clock(e.time)));
       li.append(el("span", "kind", kindText[e.kind] || e.kind));
-      const n = el("button", "link name", e.name);
+      const n = el("button", "link name", e.shown);
       n.type = "button";
-      n.addEventListener("click", () => { selected = e.name; renderHistory(); });
+      n.addEventListener("click", () => { selected = e.name_b64; renderHistory(); });
       li.append(n);
       li.append(el("span", "token muted", e.token ? String(e.token) : ""));
       li.append(el("span", "holder", e.holder || ""));
-      li.append(el("span", "held", e.hold_ms != null ? "held " + fmtDur(e.hold_ms) : ""));
-      li.append(el("span", "detail muted", e.detail || ""));
+      if (e.fold) {
+        li.dataset.count = String(e.fold.count);
+        li.append(el("span", "held", ""));
+        const d = el("span", "detail fold-text", foldText(e));
+        d.title = foldKinds(e.fold) + " (folded into one entry: the lock changes hands too often to list each)";
+        li.append(d);
+        li.fold = e;
+      } else {
+        const held = holdOf(e.hold_us, e.hold_ms);
+        li.append(el("span", "held", held != null ? "held " + fmtDur(held) : ""));
+        li.append(el("span", "detail muted", e.detail || ""));
+      }
       items.push(li);
     }
     list.replaceChildren(...items);
-    $("history-empty").hidden = items.length > 0;
-    $("history-title").textContent = selected == null ? "History while this page is open" : "History of " + selected;
+    const empty = $("history-empty");
+    empty.hidden = items.length > 0;
+    empty.textContent = events.length === 0 ? "Nothing happened yet." : "No entry matches the filters.";
+    $("history-count").textContent = total === events.length ? "" : total + " of " + events.length + " entries";
+    const sel = selected == null ? null : events.find((e) => e.name_b64 === selected) || locks.find((l) => l.name_b64 === selected);
+    $("history-title").textContent = selected == null ? "History while this page is open" : "History of " + (sel ? sel.shown : "the lock");
     $("history-all").hidden = selected == null;
   }
+  // A fold's "in the last 10 s" counts down while nothing new comes.
+  setInterval(() => {
+    for (const li of $("history").children) {
+      if (li.fold) li.querySelector(".fold-text").textContent = foldText(li.fold);
+    }
+  }, 1000);
 
   // --- force unlock ----------------------------------------------------------------------
 
@@ -262,7 +389,7 @@
 
   function confirmUnlock(l) {
     pending = l;
-    $("confirm-name").textContent = l.name;
+    $("confirm-name").textContent = l.shown;
     $("confirm-holder").textContent = l.holder ? (l.holder.host || "-") + " pid " + l.holder.pid + (l.holder.label ? " (" + l.holder.label + ")" : "") : "an unknown holder";
     $("confirm-token").textContent = String(l.token);
     $("confirm-error").hidden = true;
@@ -279,7 +406,7 @@
       const resp = await fetch("/api/unlock", {
         method: "POST",
         headers: { "Content-Type": "application/json", "X-Dlock-Token": token },
-        body: JSON.stringify({ name: pending.name, token: pending.token }),
+        body: JSON.stringify({ name_b64: pending.name_b64, token: pending.token }),
         credentials: "same-origin",
       });
       const body = await resp.json().catch(() => ({}));
@@ -311,6 +438,7 @@
   es.addEventListener("error", () => setPill("conn", "reconnecting…", "bad"));
   es.addEventListener("state", (m) => {
     const s = JSON.parse(m.data);
+    for (const l of s.locks) l.shown = displayName(l.name, l.name_b64);
     locks = s.locks;
     receivedAt = performance.now();
     readAge = s.read_at ? s.read_age_ms : null;
@@ -324,9 +452,21 @@
   });
   es.addEventListener("history", (m) => {
     const batch = JSON.parse(m.data);
-    const last = events.length ? events[events.length - 1].seq : 0;
-    for (const e of batch) if (e.seq > last) events.push(e);
+    const now = performance.now();
+    for (const e of batch) {
+      const last = events.length ? events[events.length - 1].seq : 0;
+      if (e.seq <= last) continue;
+      e.shown = displayName(e.name, e.name_b64);
+      e.receivedAt = now;
+      if (e.fold) {
+        // The fold's latest copy replaces the one before and the entries it took in.
+        const f = e.fold;
+        events = events.filter((x) => !(x.fold ? x.fold.id === f.id
+          : x.name_b64 === e.name_b64 && x.seq >= f.first_seq && (x.kind === "acquired" || x.kind === "released" || x.kind === "granted")));
+      }
+      events.push(e);
+    }
     if (events.length > maxEvents) events = events.slice(events.length - maxEvents);
-    renderHistory();
+    scheduleHistory();
   });
 })();

@@ -7,20 +7,27 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"image/png"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
@@ -28,7 +35,18 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(cleanup{m})
+}
+
+// cleanup removes the command built for the tests once they have run.
+type cleanup struct{ m *testing.M }
+
+func (c cleanup) Run() int {
+	code := c.m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	return code
 }
 
 // screenshotEnv names the file the test writes its screenshot to (make web-screenshot sets it
@@ -51,16 +69,31 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// buildDlock builds the command into a temporary directory.
+// built is the command, built once for every test.
+var built struct {
+	sync.Once
+	dir, bin string
+	err      error
+}
+
+// buildDlock builds the command into a temporary directory (once).
 func buildDlock(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "dlock")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = ".." // cmd/dlock, in the library's module
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "dlock-webtest-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "dlock")
+		cmd := exec.Command("go", "build", "-o", built.bin, ".")
+		cmd.Dir = ".." // cmd/dlock, in the library's module
+		if out, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
 }
 
 // startWeb runs "dlock web" and returns its base URL once it serves.
@@ -340,7 +373,26 @@ func TestBrowser(t *testing.T) {
 		}
 		return nil
 	})
-	shot := get(t, tab, 20*time.Second, "screenshot", chromedp.CaptureScreenshot())
+	// A hot lock: two clients hand "sessions:gc" to each other a few hundred times; the
+	// history folds it into one row (what the screenshot shows under the rare entries).
+	hot, stopHot := context.WithTimeout(ctx, 30*time.Second)
+	var hotWG sync.WaitGroup
+	for i, c := range []*dlock.Client{worker, reporter} {
+		hotWG.Add(1)
+		go func() {
+			defer hotWG.Done()
+			m := c.Mutex("sessions:gc", dlock.WithTTL(10*time.Second), dlock.WithLabel(fmt.Sprintf("gc %d", i+1)))
+			for n := 0; n < 200 && hot.Err() == nil; n++ {
+				if l, err := m.Lock(hot); err == nil {
+					l.Unlock(ctx)
+				}
+			}
+		}()
+	}
+	hotWG.Wait()
+	stopHot()
+	run(t, tab, 10*time.Second, "the hot lock folded", chromedp.WaitVisible(css(`li.handoffs[data-name="sessions:gc"]`)))
+	shot := get(t, tab, 20*time.Second, "screenshot", chromedp.FullScreenshot(100)) // the whole page: the history too
 	if img, err := png.Decode(bytes.NewReader(shot)); err != nil || img.Bounds().Dx() < 800 {
 		t.Fatalf("screenshot: not a PNG of the page (%v)", err)
 	}
@@ -395,5 +447,436 @@ func TestBrowser(t *testing.T) {
 	}
 	if loaded := get(t, tab, 10*time.Second, "check for a reload", chromedp.Evaluate[string](`window.loadedOnce || "reloaded"`)); loaded != "yes" {
 		t.Errorf("the page was reloaded")
+	}
+}
+
+// dialT dials the test server; the client closes when the test ends.
+func dialT(t *testing.T, ctx context.Context, url string) *dlock.Client {
+	t.Helper()
+	c, err := dlock.Dial(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func lockT(t *testing.T, ctx context.Context, c *dlock.Client, name, label string, ttl time.Duration) *dlock.Lease {
+	t.Helper()
+	l, err := c.Mutex(name, dlock.WithTTL(ttl), dlock.WithLabel(label)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// openPage starts the browser on path and waits until sel shows and the release notices are live.
+func openPage(t *testing.T, base, path, sel string) context.Context {
+	t.Helper()
+	tab := browser(t, chromium(t))
+	run(t, tab, 30*time.Second, "open "+path, chromedp.Navigate(base+path), chromedp.WaitVisible(css(sel)))
+	poll(t, tab, 20*time.Second, "notices live", `document.getElementById('notices').textContent`, func(s string) error {
+		if !strings.HasSuffix(s, "live") {
+			return fmt.Errorf("%q", s)
+		}
+		return nil
+	})
+	return tab
+}
+
+// eval evaluates expr in the page.
+func eval[T any](t *testing.T, tab context.Context, expr string) T {
+	t.Helper()
+	return get(t, tab, 10*time.Second, "evaluate "+expr, chromedp.Evaluate[T](expr))
+}
+
+// historyRows is the history as the page shows it, newest first: "kind name" per row.
+const historyRows = `Array.from(document.querySelectorAll('#history li')).map(li => li.dataset.kind + " " + li.dataset.name)`
+
+// A hot lock, handed between two clients as fast as they can, is one row of the history that
+// counts its handoffs ("N handoffs in the last 10 s") and keeps counting while the page is
+// open; a force-unlock of another lock meanwhile stays in view beside it. The kind checkboxes
+// hide and show the rows of their kinds, and the name filter the rows of other names.
+func TestBrowser_HotLockFoldsHistory(t *testing.T) {
+	s := redistest.Start(t)
+	bin := buildDlock(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stuckHolder := dialT(t, ctx, s.URL())
+	stuck := lockT(t, ctx, stuckHolder, "batch:stuck", "stuck job", time.Minute)
+	base := startWeb(t, bin, "--redis", s.URL(), "--allow-unlock")
+	tab := openPage(t, base, "/", row("batch:stuck"))
+
+	// Two clients take "hot:counter" in turn: every release grants it to the other one.
+	hotCtx, stopHot := context.WithTimeout(ctx, 40*time.Second)
+	var wg sync.WaitGroup
+	var locked atomic.Int64
+	for i := range 2 {
+		c := dialT(t, ctx, s.URL())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c.Mutex("hot:counter", dlock.WithTTL(10*time.Second), dlock.WithLabel(fmt.Sprintf("hot worker %d", i)))
+			for n := 0; n < 1500 && hotCtx.Err() == nil; n++ {
+				l, err := m.Lock(hotCtx)
+				if err != nil {
+					return
+				}
+				locked.Add(1)
+				l.Unlock(ctx)
+			}
+		}()
+	}
+	defer func() {
+		stopHot()
+		wg.Wait()
+	}()
+
+	foldExpr := `(() => { const li = document.querySelector('#history li.handoffs[data-name="hot:counter"]');
+		return li ? li.dataset.count + "|" + li.querySelector('.fold-text').textContent : "" })()`
+	foldText := regexp.MustCompile(`^[\d,]+ handoffs? in the last 10 s · [\d,]+ since \d\d:\d\d:\d\d\.\d{3}$`)
+	foldCount := func(s string) int {
+		var n int
+		fmt.Sscan(strings.SplitN(s, "|", 2)[0], &n)
+		return n
+	}
+	seen := poll(t, tab, 30*time.Second, "the hot lock folded into one row", foldExpr, func(s string) error {
+		f := strings.SplitN(s, "|", 2)
+		if len(f) != 2 || foldCount(s) < 50 || !foldText.MatchString(f[1]) {
+			return fmt.Errorf("fold row %q", s)
+		}
+		return nil
+	})
+	t.Logf("fold row: %s (%d locks taken so far)", seen, locked.Load())
+
+	// A rare event while the hot lock goes on: the force-unlock of batch:stuck, from the page.
+	run(t, tab, 20*time.Second, "force-unlock batch:stuck",
+		chromedp.Click(css(row("batch:stuck")+" button.unlock")),
+		chromedp.WaitVisible(css("#confirm")),
+		chromedp.Click(css("#confirm-ok")),
+		chromedp.WaitNotVisible(css("#confirm")),
+	)
+	forced := `li.ev[data-kind="force-unlocked"][data-name="batch:stuck"]`
+	run(t, tab, 10*time.Second, "the force-unlock in the history", chromedp.WaitVisible(css(forced)))
+	if info, err := stuckHolder.Inspect(ctx, "batch:stuck"); err != nil || info.Held || info.Token != stuck.Token() {
+		t.Fatalf("batch:stuck after the force-unlock: %+v, %v", info, err)
+	}
+
+	// The hot lock goes on; once it stops, its one row has counted on, and the force-unlock is
+	// still among the first rows.
+	wg.Wait()
+	total := locked.Load()
+	if total < 200 {
+		t.Fatalf("the hot lock was taken %d times only; want at least 200 for the test to mean something", total)
+	}
+	final := poll(t, tab, 20*time.Second, "the fold counting on", foldExpr, func(s string) error {
+		if foldCount(s) <= foldCount(seen) {
+			return fmt.Errorf("fold row %q, first seen %q", s, seen)
+		}
+		return nil
+	})
+	rows := poll(t, tab, 10*time.Second, "the history rows", historyRows, func(r []string) error {
+		hot, folds := 0, 0
+		for _, x := range r {
+			if strings.HasSuffix(x, " hot:counter") {
+				hot++
+				if strings.HasPrefix(x, "handoffs ") {
+					folds++
+				}
+			}
+		}
+		// At most the handoffs before the fold began and after it would end.
+		if folds != 1 || hot > 6 {
+			return fmt.Errorf("%d rows of hot:counter, %d of them folds, for %d locks taken: %q", hot, folds, total, r)
+		}
+		for i, x := range r {
+			if x == "force-unlocked batch:stuck" && i < 8 {
+				return nil
+			}
+		}
+		return fmt.Errorf("the force-unlock is not among the first rows: %q", r)
+	})
+	t.Logf("%d locks taken; fold row %s; history %q", total, final, rows)
+
+	// The kind filter: without force-unlocked, that row goes and the fold stays; without the
+	// handoff kinds the fold goes; with force-unlocked again its row is back.
+	box := func(v string) chromedp.CSS { return css(`#history-kinds input[value="` + v + `"]`) }
+	fold := `li.handoffs[data-name="hot:counter"]`
+	run(t, tab, 10*time.Second, "hide the force-unlocks", chromedp.Click(box("forced")), chromedp.WaitNotPresent(css(forced)), chromedp.WaitVisible(css(fold)))
+	run(t, tab, 10*time.Second, "hide the handoffs",
+		chromedp.Click(box("acquired")), chromedp.Click(box("released")), chromedp.Click(box("granted")),
+		chromedp.WaitNotPresent(css(fold)))
+	if loc := get(t, tab, 10*time.Second, "the address", chromedp.Location()); !strings.Contains(loc, "kinds=lost") {
+		t.Errorf("the address %s does not keep the kinds shown", loc)
+	}
+	run(t, tab, 10*time.Second, "show the force-unlocks again", chromedp.Click(box("forced")), chromedp.WaitVisible(css(forced)))
+	if r := eval[[]string](t, tab, historyRows); len(r) != 1 || r[0] != "force-unlocked batch:stuck" {
+		t.Errorf("with force-unlocked alone ticked, the history shows %q", r)
+	}
+	// Every kind again, and the name filter: only the rows of names containing "STUCK" (any case).
+	run(t, tab, 10*time.Second, "tick every kind",
+		chromedp.Click(box("acquired")), chromedp.Click(box("released")), chromedp.Click(box("granted")),
+		chromedp.WaitVisible(css(fold)),
+		chromedp.SendKeys(css("#history-name"), "STUCK"),
+		chromedp.WaitNotPresent(css(fold)),
+	)
+	if r := eval[[]string](t, tab, historyRows); len(r) < 2 || slices.ContainsFunc(r, func(x string) bool { return !strings.HasSuffix(x, " batch:stuck") }) {
+		t.Errorf("filtered by the name STUCK, the history shows %q", r)
+	}
+}
+
+// A lock released to a client queued for it (granted by the server) shows its new holder at
+// once: the holder's label, host and pid as Inspect and "dlock list" give them, never the
+// empty holder ("- · pid 0") the grant's notice alone would give. The page lists the locks
+// only every hour here: the notice and what the page learns from it show the holder.
+func TestBrowser_GrantedLockShowsHolder(t *testing.T) {
+	s := redistest.Start(t)
+	bin := buildDlock(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	first, second := dialT(t, ctx, s.URL()), dialT(t, ctx, s.URL())
+	held := lockT(t, ctx, first, "jobs:handoff", "first holder", time.Minute)
+	base := startWeb(t, bin, "--redis", s.URL(), "--refresh", "1h")
+	tab := openPage(t, base, "/", row("jobs:handoff"))
+	cell := row("jobs:handoff") + " td.holder"
+	if h := text(t, tab, cell); !strings.Contains(h, "first holder") {
+		t.Fatalf("holder cell %q before the handoff", h)
+	}
+	// Every text the holder cell shows from now on.
+	eval[string](t, tab, `window.holderTexts = [];
+		new MutationObserver(() => { const c = document.querySelector('`+cell+`'); if (c) window.holderTexts.push(c.textContent); })
+			.observe(document.getElementById('rows'), { subtree: true, childList: true, characterData: true }); "ok"`)
+
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := second.Mutex("jobs:handoff", dlock.WithTTL(time.Minute), dlock.WithLabel("queued worker")).Lock(ctx)
+		if err != nil {
+			t.Errorf("the queued client: %v", err)
+		}
+		got <- l
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := first.Inspect(ctx, "jobs:handoff")
+		if err == nil && info.Waiters >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no client queued: %+v, %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var next *dlock.Lease
+	select {
+	case next = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the queued client did not get the lock")
+	}
+	if next == nil {
+		t.FailNow()
+	}
+	defer next.Unlock(ctx)
+
+	info, err := first.Inspect(ctx, "jobs:handoff")
+	if err != nil || info.Token != next.Token() || info.Holder.Label != "queued worker" {
+		t.Fatalf("Inspect after the handoff: %+v, %v", info, err)
+	}
+	out, err := exec.CommandContext(ctx, bin, "list", "--json", "--redis", s.URL()).Output()
+	if err != nil {
+		t.Fatalf("dlock list --json: %v", err)
+	}
+	var list []struct {
+		Name   string `json:"name"`
+		Token  uint64 `json:"token"`
+		Holder struct {
+			Host  string `json:"host"`
+			PID   int    `json:"pid"`
+			Label string `json:"label"`
+		} `json:"holder"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil || len(list) != 1 {
+		t.Fatalf("dlock list --json: %s (%v)", out, err)
+	}
+	lh := list[0].Holder
+	if lh.Host != info.Holder.Host || lh.PID != info.Holder.PID || lh.Label != info.Holder.Label || list[0].Token != info.Token {
+		t.Fatalf("dlock list %+v, Inspect %+v", list[0], info)
+	}
+	// The cell reads host · pid N, then the label.
+	want := fmt.Sprintf("%s · pid %d%s", lh.Host, lh.PID, lh.Label)
+	poll(t, tab, 10*time.Second, "the new holder shown", `document.querySelector('`+cell+`').textContent`, func(s string) error {
+		if s != want {
+			return fmt.Errorf("holder cell %q, want %q", s, want)
+		}
+		return nil
+	})
+	if tok := text(t, tab, row("jobs:handoff")+" td.token"); tok != fmt.Sprint(next.Token()) {
+		t.Errorf("token cell %q, want the new holder's %d", tok, next.Token())
+	}
+	shown := eval[[]string](t, tab, `window.holderTexts`)
+	for _, s := range shown {
+		if strings.Contains(s, "pid 0") {
+			t.Errorf("the holder cell showed %q during the handoff (all: %q)", s, shown)
+		}
+	}
+	t.Logf("the holder cell showed %q", shown)
+}
+
+// The page's address sets its filters: ?name_prefix= the table's (and the history's) name
+// prefix, ?history_name= the history's name filter, ?kinds= the kinds of entries shown; and it
+// keeps them as they change.
+func TestBrowser_FiltersFromURL(t *testing.T) {
+	s := redistest.Start(t)
+	bin := buildDlock(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := dialT(t, ctx, s.URL())
+	for _, name := range []string{"orders:1", "orders:2", "reports:daily"} {
+		lockT(t, ctx, c, name, "url test", time.Minute)
+	}
+	base := startWeb(t, bin, "--redis", s.URL())
+	tab := openPage(t, base, "/?name_prefix=orders:&history_name=2&kinds=acquired", row("orders:1"))
+	if v := get(t, tab, 10*time.Second, "the filter", chromedp.Value(css("#filter"))); v != "orders:" {
+		t.Errorf("the filter box holds %q, want orders:", v)
+	}
+	if v := get(t, tab, 10*time.Second, "the history's name filter", chromedp.Value(css("#history-name"))); v != "2" {
+		t.Errorf("the history's name filter holds %q, want 2", v)
+	}
+	run(t, tab, 10*time.Second, "orders shown, reports not",
+		chromedp.WaitVisible(css(row("orders:2"))), chromedp.WaitNotPresent(css(row("reports:daily"))))
+	if n := text(t, tab, "#count"); n != "2 of 3 held" {
+		t.Errorf("count %q, want 2 of 3 held", n)
+	}
+	ticked := eval[[]string](t, tab, `Array.from(document.querySelectorAll('#history-kinds input:checked')).map(b => b.value)`)
+	if !slices.Equal(ticked, []string{"acquired"}) {
+		t.Errorf("kinds ticked %q, want acquired alone", ticked)
+	}
+	poll(t, tab, 10*time.Second, "the history of orders:2 alone", historyRows, func(r []string) error {
+		if !slices.Equal(r, []string{"acquired orders:2"}) {
+			return fmt.Errorf("history %q", r)
+		}
+		return nil
+	})
+	// Typing in the filter changes the rows and the address.
+	run(t, tab, 10*time.Second, "filter by reports",
+		chromedp.SendKeys(css("#filter"), strings.Repeat(kb.Backspace, len("orders:"))+"reports"),
+		chromedp.WaitVisible(css(row("reports:daily"))), chromedp.WaitNotPresent(css(row("orders:1"))))
+	if loc := get(t, tab, 10*time.Second, "the address", chromedp.Location()); !strings.Contains(loc, "name_prefix=reports") || strings.Contains(loc, "orders") {
+		t.Errorf("the address %s does not keep the filter", loc)
+	}
+}
+
+// Durations read well at every scale: the formatter of the page, and a hold of a few
+// milliseconds as the history shows it (not "0.0s").
+func TestBrowser_DurationFormat(t *testing.T) {
+	s := redistest.Start(t)
+	bin := buildDlock(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := dialT(t, ctx, s.URL())
+	lockT(t, ctx, c, "slow:job", "slow", time.Minute)
+	base := startWeb(t, bin, "--redis", s.URL())
+	tab := openPage(t, base, "/", row("slow:job"))
+
+	cases := []struct {
+		ms   float64
+		want string
+	}{
+		{0, "0 µs"}, {0.0004, "0 µs"}, {0.85, "850 µs"}, {0.9996, "1.0 ms"}, {4.24, "4.2 ms"}, {9.96, "10 ms"},
+		{12.4, "12 ms"}, {999.4, "999 ms"}, {999.6, "1.0 s"}, {1400, "1.4 s"}, {9940, "9.9 s"}, {9960, "10 s"},
+		{59400, "59 s"}, {59600, "1 min"}, {185000, "3 min 5 s"}, {3600000, "1 h"}, {7500000, "2 h 5 min"},
+		{47 * 3600000, "47 h"}, {(3*24 + 4) * 3600000, "3 d 4 h"}, {-5, "0 µs"},
+	}
+	var in []string
+	for _, tc := range cases {
+		in = append(in, fmt.Sprint(tc.ms))
+	}
+	got := eval[[]string](t, tab, `[`+strings.Join(in, ",")+`].map(ms => dlockPage.fmtDur(ms)).concat([dlockPage.fmtDur(null)])`)
+	for i, tc := range cases {
+		if got[i] != tc.want {
+			t.Errorf("fmtDur(%v ms) = %q, want %q", tc.ms, got[i], tc.want)
+		}
+	}
+	if got[len(cases)] != "–" {
+		t.Errorf("fmtDur(null) = %q, want –", got[len(cases)])
+	}
+
+	// On the page: a lock held for a moment; its release reads "held N ms" (or µs), the figure
+	// the server measured; a minute's lease reads in seconds.
+	l := lockT(t, ctx, c, "fast:job", "fast", time.Minute)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := `li.ev[data-kind="released"][data-name="fast:job"]`
+	run(t, tab, 10*time.Second, "the release in the history", chromedp.WaitVisible(css(released)))
+	held := text(t, tab, released+" .held")
+	ev := eval[map[string]any](t, tab, `dlockPage.events().find(e => e.name === "fast:job" && e.kind === "released")`)
+	us, _ := ev["hold_us"].(float64)
+	want := eval[string](t, tab, fmt.Sprintf(`"held " + dlockPage.fmtDur(%v / 1000)`, us))
+	if held != want {
+		t.Errorf("the release reads %q; its hold of %v µs is %q", held, us, want)
+	}
+	if us < 1e6 && !regexp.MustCompile(`^held \d+(\.\d)? (µs|ms)$`).MatchString(held) {
+		t.Errorf("a hold of %v µs reads %q", us, held)
+	}
+	if lease := text(t, tab, row("slow:job")+" td.lease .lease-text"); !regexp.MustCompile(`^\d\d s$`).MatchString(lease) {
+		t.Errorf("a minute's lease reads %q", lease)
+	}
+}
+
+// A lock whose name is not UTF-8 ("\xff\xfe x") shows with its bytes written out, and the
+// page's Force unlock releases that very lock (the page sends the name's bytes, name_b64).
+func TestBrowser_NotUTF8Name(t *testing.T) {
+	s := redistest.Start(t)
+	bin := buildDlock(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := dialT(t, ctx, s.URL())
+	const name = "\xff\xfe x"
+	b64 := base64.StdEncoding.EncodeToString([]byte(name))
+	l := lockT(t, ctx, c, name, "binary name", time.Minute)
+	lockT(t, ctx, c, "\ufffd\ufffd x", "its look-alike", time.Minute) // what the name becomes as JSON text
+	base := startWeb(t, bin, "--redis", s.URL(), "--allow-unlock")
+	sel := `tr[data-name-b64="` + b64 + `"]`
+	tab := openPage(t, base, "/", sel)
+	if shown := text(t, tab, sel+" td.name button"); shown != `\xff\xfe x` {
+		t.Errorf("the name reads %q, want \\xff\\xfe x", shown)
+	}
+
+	resp, err := http.Get(base + "/api/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var api []map[string]any
+	err = json.NewDecoder(resp.Body).Decode(&api)
+	resp.Body.Close()
+	if err != nil || len(api) != 2 || !slices.ContainsFunc(api, func(m map[string]any) bool { return m["name_b64"] == b64 }) {
+		t.Errorf("/api/locks: %v (%v), want an entry with name_b64 %s", api, err, b64)
+	}
+
+	run(t, tab, 20*time.Second, "force-unlock it from the page",
+		chromedp.Click(css(sel+" button.unlock")),
+		chromedp.WaitVisible(css("#confirm")),
+	)
+	if n := text(t, tab, "#confirm-name"); n != `\xff\xfe x` {
+		t.Errorf("the confirmation names %q", n)
+	}
+	run(t, tab, 20*time.Second, "confirm",
+		chromedp.Click(css("#confirm-ok")),
+		chromedp.WaitNotVisible(css("#confirm")),
+		chromedp.WaitNotPresent(css(sel)),
+		chromedp.WaitVisible(css(`li.ev[data-kind="force-unlocked"][data-name-b64="`+b64+`"]`)),
+	)
+	info, err := c.Inspect(ctx, name)
+	if err != nil || info.Held || info.Token != l.Token() {
+		t.Errorf("after the force-unlock: %+v, %v; want free, released from token %d", info, err, l.Token())
+	}
+	if other, err := c.Inspect(ctx, "\ufffd\ufffd x"); err != nil || !other.Held {
+		t.Errorf("the look-alike: %+v, %v; want still held", other, err)
+	}
+	if n := text(t, tab, `li.ev[data-kind="force-unlocked"] .name`); n != `\xff\xfe x` {
+		t.Errorf("the history names %q", n)
 	}
 }
