@@ -180,6 +180,7 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	e.renewer.entryGone = e.waits.entryGone
 	e.renewer.waiting = e.waits.entryWaiters
 	e.sharedWaits = newSharedWaits(e)
+	o.ttlMS, o.ttlMSFor = ms(o.ttl), o.ttl
 	c := &Client{e: e, opts: o, meta: holderMeta(o.label)}
 	c.bg.Add(2)
 	go func() { defer c.bg.Done(); e.renewer.run() }()

@@ -17,6 +17,8 @@ type Mutex struct {
 	name string
 	spec *lockSpec
 	err  error // bad name or option, reported by Lock and TryLock
+
+	own lockSpec // what spec points to: one allocation for the handle and its spec
 }
 
 // lockSpec is what a lock handle resolved from its name and options: its key and channel, its
@@ -25,6 +27,7 @@ type lockSpec struct {
 	name    string
 	key     string   // lockKey: the name is the cluster hash tag
 	keys    []string // key and its queue keys, for script calls
+	keyArr  [3]string
 	channel string   // where releases are announced to listeners other than waiting clients
 	grants  string   // where this client hears grants and wake-ups for this lock
 	ttl     time.Duration
@@ -60,13 +63,14 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	if err := checkName(name); err != nil {
 		m.err = err
 	}
-	key := lockKey(o.prefix, name)
-	qkey, wkey := queueKeys(key)
-	m.spec = &lockSpec{
-		name: name, key: key, keys: []string{key, qkey, wkey}, channel: releaseChannel(key), grants: grantChannel(key, c.e.clientID),
-		ttl: o.ttl, ttlArg: ms(o.ttl), renew: o.renew, meta: c.meta,
+	key, qkey, wkey, channel, grants := lockNames(o.prefix, name, c.e.clientID)
+	m.own = lockSpec{
+		name: name, key: key, keyArr: [3]string{key, qkey, wkey}, channel: channel, grants: grants,
+		ttl: o.ttl, ttlArg: o.ttlArg(), renew: o.renew, meta: c.meta,
 		ack: replicaAck{n: o.ackN, wait: o.ackWait}, wait: o.wait,
 	}
+	m.spec = &m.own
+	m.spec.keys = m.spec.keyArr[:]
 	if o.label != c.opts.label {
 		m.spec.meta = holderMeta(o.label)
 	}

@@ -71,6 +71,17 @@ type options struct {
 	adapt     adaptive      // WithAdaptiveTTL (adaptive.go); ttl is then its greatest lease
 	holdKeep  time.Duration // WithHoldStatsRetention
 	err       error
+
+	ttlMS    string        // ms(ttlMSFor), kept by the client's options (ttlArg)
+	ttlMSFor time.Duration // the ttl ttlMS is for
+}
+
+// ttlArg is ms(o.ttl), without formatting it again for every handle of the client's own TTL.
+func (o *options) ttlArg() string {
+	if o.ttlMS != "" && o.ttlMSFor == o.ttl {
+		return o.ttlMS
+	}
+	return ms(o.ttl)
 }
 
 func defaultOptions() options {
