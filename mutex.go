@@ -28,8 +28,8 @@ type lockSpec struct {
 	key     string   // lockKey: the name is the cluster hash tag
 	keys    []string // key and its queue keys, for script calls
 	keyArr  [3]string
-	channel string   // where releases are announced to listeners other than waiting clients
-	grants  string   // where this client hears grants and wake-ups for this lock
+	channel string // where releases are announced to listeners other than waiting clients
+	grants  string // where this client hears grants and wake-ups for this lock
 	ttl     time.Duration
 	ttlArg  string // ttl in ms, as the scripts take it
 	renew   bool
