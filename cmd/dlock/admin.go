@@ -8,10 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
-	"log/slog"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -133,8 +133,8 @@ type evictWarner struct {
 }
 
 func (h *evictWarner) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h *evictWarner) WithAttrs([]slog.Attr) slog.Handler             { return h }
-func (h *evictWarner) WithGroup(string) slog.Handler                  { return h }
+func (h *evictWarner) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *evictWarner) WithGroup(string) slog.Handler                { return h }
 
 func (h *evictWarner) Handle(_ context.Context, r slog.Record) error {
 	attrs := map[string]string{}
