@@ -94,10 +94,10 @@ func (l *Lease) Permits() int {
 	return l.st.spec.shared.units
 }
 
-// DoAcquire takes n permits of the semaphore called name, of size permits (waiting as Acquire
-// does), runs fn with a context that is cancelled when ctx is or when the lease is lost
-// (cause ErrLost), and releases them when fn returns or panics; as Do does, with the same
-// outcomes.
+// DoAcquire takes n permits of the semaphore called name, declared of size permits (the size
+// it is created with when the server stores none: see Semaphore), waiting as Acquire does;
+// runs fn with a context that is cancelled when ctx is or when the lease is lost (cause
+// ErrLost), and releases them when fn returns or panics; as Do does, with the same outcomes.
 func (c *Client) DoAcquire(ctx context.Context, name string, size, n int, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalid)
