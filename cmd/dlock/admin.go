@@ -298,11 +298,12 @@ func decodeNames(fs *flag.FlagSet, std *stdio, names []string, b64 bool) (out []
 // textOutputHelp says how status and list print names, hosts and labels (see display).
 const textOutputHelp = `Text output: lock names, hosts and labels are printed as they are, unless they hold a
 character that is not printable (a newline, a tab, ESC or another control character, invalid
-UTF-8, a Unicode format character), begin or end with a space, or begin with a double quote: then they are printed Go-quoted, as strconv.Quote does ("orders\n42",
-"\x1b[31mx", " x "). So one lock is one line, and a name cannot fake lines of output or
-hide its spaces. --json prints them unchanged (JSON-escaped), with "name_b64", the name's
-exact bytes in standard base64, beside "name" (a name that is not valid UTF-8 cannot be
-told from its JSON string); pass that to --b64 to address the lock.`
+UTF-8, a Unicode format character), begin or end with a space, or begin with a double
+quote: then they are printed Go-quoted, as strconv.Quote does ("orders\n42", "\x1b[31mx",
+" x "). So one lock is one line, and a name cannot fake lines of output or hide its spaces.
+--json prints them unchanged (JSON-escaped), with "name_b64", the name's exact bytes in
+standard base64, beside "name" (a name that is not valid UTF-8 cannot be told from its JSON
+string); pass that to --b64 to address the lock.`
 
 // holderAliveHelp says how status and list tell whether a holder's process still runs (see
 // holderAlive).
