@@ -20,9 +20,13 @@ const (
 
 // SharedInfo describes the holders and waiters of a read-write lock or semaphore.
 type SharedInfo struct {
-	// Size is a semaphore's size as stored on the server (0 when none is: nobody held it within
-	// the token retention); 0 for a read-write lock.
+	// Size is a semaphore's size as stored on the server, the one every handle uses (0 when
+	// none is: nobody held it within the token retention, and no resize set it); 0 for a
+	// read-write lock.
 	Size int
+	// SizeSticky reports that Size was set by Client.ResizeSemaphore: it stays, held or not,
+	// until resized again or reset (Client.ResetSemaphoreSize).
+	SizeSticky bool
 	// Permits is how many permits of a semaphore are held; for a read-write lock, the number of
 	// read holders.
 	Permits int
@@ -66,7 +70,7 @@ func sharedInfo(name string, kind sharedKind, s sharedState) Info {
 	info := Info{Name: name, Kind: KindRWMutex, Token: s.token, Waiters: s.queued, WaitingGoroutines: s.queued}
 	sh := &SharedInfo{Queued: s.queued, WritersQueued: s.writers}
 	if kind == sharedPermits {
-		info.Kind, sh.Size, sh.WritersQueued = KindSemaphore, s.size, 0
+		info.Kind, sh.Size, sh.SizeSticky, sh.WritersQueued = KindSemaphore, s.size, s.sticky, 0
 	}
 	info.Shared = sh
 	var first *ShareHolder
@@ -250,11 +254,19 @@ func (s *SharedInfo) String() string {
 		return ""
 	}
 	if s.Size > 0 {
-		return fmt.Sprintf("%d of %d permits held by %d holders, %d waiting", s.Permits, s.Size, len(s.Holders), s.Queued)
+		return fmt.Sprintf("%d of %d permits held by %s, %d waiting", s.Permits, s.Size, plural(len(s.Holders), "holder", "holders"), s.Queued)
 	}
 	w := "no writer"
 	if s.Writer {
 		w = "a writer"
 	}
-	return fmt.Sprintf("%s and %d readers, %d waiting (%d writers)", w, s.Readers, s.Queued, s.WritersQueued)
+	return fmt.Sprintf("%s and %s, %d waiting (%s)", w, plural(s.Readers, "reader", "readers"), s.Queued, plural(s.WritersQueued, "writer", "writers"))
+}
+
+// plural writes n with the noun's singular or plural form: "1 reader", "2 readers".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }

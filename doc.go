@@ -257,9 +257,12 @@
 // under it at once, with the writer's token, which outlives the write hold (a downgrade). A
 // read lease's context passed to Lock fails at once with ErrInvalid: two readers upgrading
 // would wait for each other for ever. Semaphores have no re-entry: every Acquire takes permits
-// of its own. A semaphore's size is stored on the server while it is held and for the token
-// retention after; a handle that declares another size fails with ErrInvalid naming it, and a
-// request for more than the size fails at once with ErrInvalid.
+// of its own. A semaphore's size is the server's: the size a handle declares only creates the
+// semaphore when none is stored, and every handle follows the stored one, so a resize applies
+// at once to running processes. A size stored by use lasts while the semaphore is held and for
+// the token retention after; one set by Client.ResizeSemaphore (dlock resize) is sticky until
+// the next resize or Client.ResetSemaphoreSize (dlock resize --reset). A request for more
+// permits than the size fails with ErrInvalid naming it.
 //
 // Not guaranteed: what a Mutex does not guarantee either (failover without replica
 // acknowledgement, a restart without persistence, clock jumps). There are no local handoffs:
@@ -313,7 +316,7 @@
 //	ErrUnavailable    the server cannot be reached, or its connection failed.
 //	ErrDenied         the server refused the login or a command (ACL; docs/SECURITY.md).
 //	ErrInvalid        bad input: a name, an option, a TTL, a URL; a read lock asked to upgrade;
-//	                  a semaphore size that differs from the stored one, or permits above it.
+//	                  a semaphore size out of range, or permits above the semaphore's size.
 //	ErrLost           the lock was (or may have been) lost: the lease context's cause, and the
 //	                  error of later calls on the lease.
 //	ErrExpired        a fixed lease reached its end (with ErrLost); a latch expired before zero.

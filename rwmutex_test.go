@@ -174,7 +174,7 @@ func TestRWMutex_WriterNotStarved(t *testing.T) {
 		})
 		if _, err := readerClients[1].RWMutex(name).TryRLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("TryRLock while a writer waits = %v, want ErrNotAcquired", err)
-		} else if !strings.Contains(err.Error(), "1 waiting (1 writers)") {
+		} else if !strings.Contains(err.Error(), "1 waiting (1 writer)") {
 			t.Errorf("TryRLock's error does not say a writer waits: %v", err)
 		}
 		hold.Unlock(ctx)

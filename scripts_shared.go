@@ -84,7 +84,7 @@ type sharedAcquired struct {
 	holds   int           // ok: owner's holds now
 	retry   time.Duration // !ok: when to look again without a notice; negative: on a notice only
 	notMine bool          // mode 'r' or 'd': owner's (or parent's) hold is gone
-	size    int           // > 0: the semaphore's stored size differs from the declared one
+	size    int           // > 0: the units asked for exceed the semaphore's size, this one
 	pending bool          // the caller's entry was granted, and the announcement came first
 	stale   uint64        // !ok: a grant announced with a token not above it was made before the call
 }
@@ -142,8 +142,10 @@ func sharedPTTLCall(keys []string, owner string) conn.Call {
 	return conn.Call{Script: scriptShared, Keys: keys[:1], Args: []string{"t", owner}}
 }
 
-// sharedResizeArgs: the resize operation stores a semaphore's new size and grants what now
-// fits. Reply: the former size (0: none stored).
+// sharedResizeArgs: the resize operation stores a semaphore's new size, sticky, and grants
+// what now fits; size 0 makes a sticky size ordinary again (a reset). Reply: the former size
+// (0: none stored), the units held, the holders, 1 when the former size was sticky, the size
+// now (0: none), 1 when it is sticky.
 func sharedResizeArgs(size int, retention, channel string, sharded bool) []string {
 	pub := "p"
 	if sharded {
@@ -176,6 +178,7 @@ type sharedState struct {
 	pttl    time.Duration // of the hash: how long the last token is kept
 	queued  int           // live queue entries
 	writers int           // among them, writers waiting
+	sticky  bool          // the size was set by a resize, and stays until reset
 	holders []sharedHolder
 	rest    []any // what follows the holders (force: the number of holders dropped)
 }
@@ -189,18 +192,18 @@ type sharedHolder struct {
 
 func readSharedState(reply any) (sharedState, error) {
 	arr, ok := reply.([]any)
-	if !ok || len(arr) < 7 {
+	if !ok || len(arr) < 8 {
 		return sharedState{}, fmt.Errorf("shared.lua: unexpected reply %v", reply)
 	}
-	n := make([]int64, 7)
+	n := make([]int64, 8)
 	for i := range n {
 		if n[i], ok = arr[i].(int64); !ok {
 			return sharedState{}, fmt.Errorf("shared.lua: unexpected reply %v", reply)
 		}
 	}
 	st := sharedState{exists: n[0] == 1, size: int(n[1]), used: int(n[2]), token: uint64(n[3]),
-		pttl: time.Duration(max(n[4], 0)) * time.Millisecond, queued: int(n[5]), writers: int(n[6])}
-	i := 7
+		pttl: time.Duration(max(n[4], 0)) * time.Millisecond, queued: int(n[5]), writers: int(n[6]), sticky: n[7] == 1}
+	i := 8
 	for ; i+5 <= len(arr); i += 5 {
 		var h sharedHolder
 		units, ok1 := arr[i].(int64)

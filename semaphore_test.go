@@ -329,9 +329,9 @@ func TestSemaphore_Tokens(t *testing.T) {
 	})
 }
 
-// The size: a request above it fails at once (ErrInvalid), as do sizes out of range and a
-// handle that declares another size than the one stored; ResizeSemaphore changes it and
-// grants what now fits to the callers waiting.
+// The size: a request above it fails at once (ErrInvalid), as do sizes out of range; a handle
+// that declares another size than the one stored follows the stored one; ResizeSemaphore
+// changes it and grants what now fits to the callers waiting.
 func TestSemaphore_SizeAndResize(t *testing.T) {
 	needShared(t)
 	eachTransport(t, func(t *testing.T, tr transport) {
@@ -359,14 +359,17 @@ func TestSemaphore_SizeAndResize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.Semaphore(name, 3).TryAcquire(ctx, 1)
-		if !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "size 2 on the server") {
-			t.Fatalf("a handle declaring 3 while 2 is stored: %v, want ErrInvalid naming the stored size", err)
+		// A handle declaring 3 while 2 is stored follows the stored size: no third permit.
+		if _, err := c.Semaphore(name, 3).TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("a handle declaring 3 while 2 is stored and held: %v, want ErrNotAcquired", err)
+		}
+		if _, err := c.Semaphore(name, 3).TryAcquire(ctx, 3); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "size of 2 on the server") {
+			t.Fatalf("3 permits of a semaphore stored with 2: %v, want ErrInvalid naming the stored size", err)
 		}
 		got := make(chan *dlock.Lease, 1)
 		go func() {
 			l, err := tr.dial(t, shared.URL()).Semaphore(name, 2).Acquire(ctx, 1)
-			if err != nil && !errors.Is(err, dlock.ErrInvalid) {
+			if err != nil {
 				t.Error(err)
 			}
 			got <- l
@@ -377,28 +380,170 @@ func TestSemaphore_SizeAndResize(t *testing.T) {
 			}
 			return nil
 		})
-		old, err := c.ResizeSemaphore(ctx, name, 3)
-		if err != nil || old != 2 {
-			t.Fatalf("ResizeSemaphore = %d, %v; want 2, nil", old, err)
+		r, err := c.ResizeSemaphore(ctx, name, 3)
+		if err != nil || r.Old != 2 || r.OldSticky || r.Size != 3 || !r.Sticky {
+			t.Fatalf("ResizeSemaphore = %+v, %v; want 2 → 3, sticky", r, err)
 		}
 		waiter := <-got // granted by the resize: 2 + 1 fit in 3
 		if waiter == nil {
 			t.Fatal("the waiting request was not granted by the resize")
 		}
 		info, err := c.Inspect(ctx, name)
-		if err != nil || info.Kind != dlock.KindSemaphore || info.Shared.Size != 3 || info.Shared.Permits != 3 {
-			t.Fatalf("after the resize: %+v %+v, %v; want size 3 with 3 permits held", info, info.Shared, err)
-		}
-		if _, err := c.Semaphore(name, 2).TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrInvalid) {
-			t.Errorf("old size after the resize: %v, want ErrInvalid", err)
+		if err != nil || info.Kind != dlock.KindSemaphore || info.Shared.Size != 3 || !info.Shared.SizeSticky || info.Shared.Permits != 3 {
+			t.Fatalf("after the resize: %+v %+v, %v; want size 3, sticky, with 3 permits held", info, info.Shared, err)
 		}
 		waiter.Unlock(ctx)
 		l.Unlock(ctx)
-		l3, err := c.Semaphore(name, 3).TryAcquire(ctx, 3)
+		l3, err := c.Semaphore(name, 2).TryAcquire(ctx, 3) // declared 2, stored 3: 3 fit
 		if err != nil {
-			t.Fatalf("the new size: %v", err)
+			t.Fatalf("3 permits through a handle declaring the old size: %v", err)
 		}
 		l3.Unlock(ctx)
+	})
+}
+
+// A resized size is sticky: it outlives the last release (the hash has no expiry) where a size
+// stored by use lapses with the token retention; ResetSemaphoreSize makes it ordinary again:
+// at once gone when nobody holds the semaphore, else lapsing after the last release.
+func TestSemaphore_StickySizeAndReset(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		c := tr.dial(t, shared.URL(), dlock.WithTokenRetention(time.Second))
+		name := uniqueName(t)
+		r, err := c.ResizeSemaphore(ctx, name, 4) // nobody holds it yet
+		if err != nil || r.Old != 0 || r.Size != 4 || r.Holders != 0 {
+			t.Fatalf("ResizeSemaphore of a new name = %+v, %v; want created with 4, no holder", r, err)
+		}
+		l, err := c.Semaphore(name, 2).Acquire(ctx, 3) // declared 2: follows the stored 4
+		if err != nil {
+			t.Fatalf("3 permits under a sticky size of 4: %v", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if pttl := redisDo(t, shared, "PTTL", semKey(name)); pttl != "-1" {
+			t.Fatalf("PTTL of an idle semaphore with a sticky size = %s, want -1 (no expiry)", pttl)
+		}
+		info, err := c.Inspect(ctx, name)
+		if err != nil || info.Shared == nil || info.Shared.Size != 4 || !info.Shared.SizeSticky {
+			t.Fatalf("idle sticky semaphore: %+v, %v; want size 4, sticky", info.Shared, err)
+		}
+		r, err = c.ResizeSemaphore(ctx, name, 5)
+		if err != nil || r.Old != 4 || !r.OldSticky || r.Size != 5 {
+			t.Fatalf("second resize = %+v, %v; want 4 (sticky) → 5", r, err)
+		}
+		r, err = c.ResetSemaphoreSize(ctx, name)
+		if err != nil || r.Old != 5 || r.Size != 0 || r.Sticky {
+			t.Fatalf("reset of an idle semaphore = %+v, %v; want 5 → none", r, err)
+		}
+		if pttl, _ := strconv.Atoi(redisDo(t, shared, "PTTL", semKey(name))); pttl <= 0 || pttl > 1000 {
+			t.Fatalf("PTTL after the reset = %d ms, want in (0, 1000] (the retention)", pttl)
+		}
+		if _, err := c.Semaphore(name, 2).TryAcquire(ctx, 3); !errors.Is(err, dlock.ErrInvalid) {
+			t.Fatalf("3 permits after the reset, declared 2: %v, want ErrInvalid (the declared size counts again)", err)
+		}
+		// Reset while held: the size stays with the holder, then lapses as one stored by use.
+		if _, err := c.ResizeSemaphore(ctx, name, 3); err != nil {
+			t.Fatal(err)
+		}
+		l, err = c.Semaphore(name, 3).Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err = c.ResetSemaphoreSize(ctx, name)
+		if err != nil || r.Old != 3 || r.Size != 3 || r.Sticky || r.Holders != 1 || r.Permits != 1 {
+			t.Fatalf("reset of a held semaphore = %+v, %v; want size 3 kept, not sticky, 1 holder", r, err)
+		}
+		if pttl, _ := strconv.Atoi(redisDo(t, shared, "PTTL", semKey(name))); pttl <= 0 {
+			t.Fatalf("PTTL after a reset while held = %d, want an expiry again", pttl)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if pttl, _ := strconv.Atoi(redisDo(t, shared, "PTTL", semKey(name))); pttl <= 0 || pttl > 1000 {
+			t.Fatalf("PTTL after the last release = %d ms, want in (0, 1000] (the retention)", pttl)
+		}
+		if r, err := c.ResetSemaphoreSize(ctx, name); err != nil || r.OldSticky || r.Size != 3 {
+			t.Fatalf("reset of a size stored by use = %+v, %v; want it left as it is", r, err)
+		}
+	})
+}
+
+// A live resize across processes: holders and waiters in helper processes whose handles declare
+// the size of their start. Growing grants the waiters at once; shrinking below the permits held
+// takes nothing from the holders, and no new acquisition is granted until the held ones fit;
+// a handle declaring the old size keeps working.
+func TestSemaphore_LiveResizeAcrossProcesses(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		const ttl = 500 * time.Millisecond
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		c := tr.dial(t, shared.URL())
+		env := func(size, n int) []string {
+			return []string{"DLOCK_TRANSPORT=" + tr.name, "DLOCK_SIZE=" + strconv.Itoa(size), "DLOCK_N=" + strconv.Itoa(n)}
+		}
+		held := func(want int) {
+			t.Helper()
+			waitFor(t, 10*time.Second, fmt.Sprintf("%d permits held", want), func(ctx context.Context) error {
+				info, err := c.Inspect(ctx, name)
+				if err != nil || info.Shared == nil || info.Shared.Permits != want {
+					return fmt.Errorf("%+v, %v", info.Shared, err)
+				}
+				return nil
+			})
+		}
+		queued := func(want int) {
+			t.Helper()
+			waitFor(t, 10*time.Second, fmt.Sprintf("%d queued", want), func(ctx context.Context) error {
+				info, err := c.Inspect(ctx, name)
+				if err != nil || info.Shared == nil || info.Shared.Queued != want {
+					return fmt.Errorf("%+v, %v", info.Shared, err)
+				}
+				return nil
+			})
+		}
+		a, _ := startSharedHelper(t, "sem-hold", name, ttl, env(2, 2)...) // every permit of 2
+		w1 := spawnHelper(t, "sem-hold", shared.URL(), name, ttl, env(2, 1)...)
+		w2 := spawnHelper(t, "sem-hold", shared.URL(), name, ttl, env(2, 1)...)
+		queued(2)
+
+		// Grow: both waiters, declaring 2, are granted by the resize to 4.
+		r, err := c.ResizeSemaphore(ctx, name, 4)
+		if err != nil || r.Old != 2 || r.Size != 4 {
+			t.Fatalf("grow = %+v, %v; want 2 → 4", r, err)
+		}
+		w1.locked(t, 10*time.Second)
+		w2.locked(t, 10*time.Second)
+		held(4)
+
+		// Shrink to 2 under 4 held: the holders keep their permits.
+		if r, err = c.ResizeSemaphore(ctx, name, 2); err != nil || r.Old != 4 || r.Permits != 4 || r.Holders != 3 {
+			t.Fatalf("shrink = %+v, %v; want 4 → 2 with 4 permits held by 3 holders", r, err)
+		}
+		info, err := c.Inspect(ctx, name)
+		if err != nil || info.Shared.Size != 2 || info.Shared.Permits != 4 {
+			t.Fatalf("after the shrink: %+v, %v; want size 2, 4 permits still held", info.Shared, err)
+		}
+		// A new acquisition, through a handle declaring the old size 4 in another process, waits.
+		late := spawnHelper(t, "sem-hold", shared.URL(), name, ttl, env(4, 1)...)
+		queued(1)
+		w1.signal(t, syscall.SIGKILL)
+		w2.signal(t, syscall.SIGKILL)
+		held(2) // their leases ran out: 2 held, the whole new size
+		if _, err := c.Semaphore(name, 4).TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire with 2 of 2 held after the shrink: %v, want ErrNotAcquired", err)
+		}
+		queued(1) // still waiting: 2 held + 1 do not fit in 2
+		select {
+		case line := <-late.lines:
+			t.Fatalf("the late request said %q while the held permits fill the new size", line)
+		default:
+		}
+		a.signal(t, syscall.SIGKILL)
+		late.locked(t, 10*time.Second) // granted once the held permits fit
+		held(1)
 	})
 }
 

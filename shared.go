@@ -55,7 +55,8 @@ func (c *Client) newSharedHandle(name, suffix, what string, opts []Option) share
 	return h
 }
 
-// spec returns the lockSpec of a hold of kind and units (size: the semaphore's declared size).
+// spec returns the lockSpec of a hold of kind and units (size: the semaphore's declared size,
+// which the server stores only when it has none).
 func (h *sharedHandle) spec(kind sharedKind, units, size int) *lockSpec {
 	s := h.base
 	s.shared = &sharedSpec{kind: kind, units: units, size: size}
@@ -138,8 +139,8 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 		return nil, sharedAcquired{}, e.redisErr("lock "+strconv.Quote(spec.name), err)
 	}
 	if res.size > 0 {
-		return nil, res, fmt.Errorf("%w: semaphore %q has size %d on the server, and this handle declares %d: every client must declare the same size (change it with Client.ResizeSemaphore)",
-			ErrInvalid, spec.name, res.size, spec.shared.size)
+		return nil, res, fmt.Errorf("%w: semaphore %q: %d permits asked for, of a size of %d on the server: ask for fewer, or resize the semaphore",
+			ErrInvalid, spec.name, spec.shared.units, res.size)
 	}
 	if !res.ok {
 		if w != nil {

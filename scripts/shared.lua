@@ -8,14 +8,18 @@
 --      and "=u" the units held, "=t" the last token, "=s" the size (semaphore), "=e" a lease
 --      end no later than the earliest holder's (when to look for holders that left without a
 --      release), "=x" when B expires (ms, server clock), "=q" present when the queue may hold
---      entries, "=qx" the latest expiry set on the queue keys
+--      entries, "=qx" the latest expiry set on the queue keys, "=k" present when the size was
+--      set by a resize (sticky: B then has no expiry, and "=x" is NEVER)
 --   Q  B:q  sorted set: waiting entry id -> its place (µs, server clock, at registration)
 --   W  B:w  hash: entry id -> "<expiry ms> <window ms> <owner> <units> <description>"
 -- A read-write lock counts as a semaphore of ALL units: a reader takes one, a writer takes
 -- ALL, so a writer fits only when nobody holds it and a reader only while no writer does.
 -- Every holder has its own lease end: one that is not renewed is dropped once it passes (purge),
 -- the others keep theirs. B lives at least until the last lease end, and keeps the last token
--- (and a semaphore's size) for the retention after the last release.
+-- (and a semaphore's size) for the retention after the last release; a semaphore whose size a
+-- resize set ("=k") keeps B until a resize with size 0 (a reset) makes its size ordinary again.
+-- A semaphore's stored size is the one every acquire uses; the size an acquire passes is only
+-- the one stored when none is.
 --
 -- Each operation reads B with one HMGET and writes it with one HDEL and one HSET at most, so
 -- that the common calls stay few: the cost of a script is mostly its calls.
@@ -27,12 +31,13 @@
 --                           units
 --   n  renew    KEYS B ...  ARGV owner, lease ms per key
 --   t  pttl     KEYS B      ARGV owner
---   z  resize   KEYS B Q W  ARGV size, retention ms, channel, pub
+--   z  resize   KEYS B Q W  ARGV size (0: reset), retention ms, channel, pub
 --   f  force    KEYS B Q W  ARGV retention ms, channel, pub, kind
 --   i  inspect  KEYS B Q W
 -- kind is "rw" or "sem"; pub is "s" to announce with SPUBLISH (Redis Cluster), else PUBLISH.
 local op = ARGV[1]
 local ALL = 1073741824 -- a writer's units
+local NEVER = 9000000000000000 -- "=x" of a B with no expiry (a sticky size), in ms
 
 local function fmt(x)
   return string.format('%d', x)
@@ -63,12 +68,12 @@ end
 -- st is B's state for one call: read with load, changed in place, written back by flush.
 -- Tokens are kept as decimal strings (ts), compared as numbers (t).
 local function load(B, ...)
-  local v = redis.call('HMGET', B, '=u', '=t', '=s', '=e', '=x', '=q', '=qx', ...)
+  local v = redis.call('HMGET', B, '=u', '=t', '=s', '=e', '=x', '=q', '=qx', '=k', ...)
   local st = {u = tonumber(v[1]) or 0, ts = v[2] or nil, s = tonumber(v[3]), e = tonumber(v[4]),
-    x = tonumber(v[5]), q = v[6] or nil, qx = tonumber(v[7]), set = {}, del = {}, dirty = false}
+    x = tonumber(v[5]), q = v[6] or nil, qx = tonumber(v[7]), k = v[8] or nil, set = {}, del = {}, dirty = false}
   st.t = st.ts and tonumber(st.ts)
   st.u0, st.e0, st.s0, st.ts0, st.q0, st.qx0 = st.u, st.e, st.s, st.ts, st.q, st.qx
-  return st, v[8], v[9]
+  return st, v[9], v[10]
 end
 
 -- hold makes owner a holder until the lease end d.
@@ -84,10 +89,14 @@ end
 -- flush writes st back: the fields dropped first (HDEL needs no memory: on a server out of
 -- memory, a script whose first write it is may write on), then the fields that changed, then
 -- the expiry when B must live longer than it would (to need, ms, and half as long again, so
--- that the next calls need no PEXPIRE), or, with exact, exactly until need.
+-- that the next calls need no PEXPIRE), or, with exact, exactly until need. A sticky B ("=k")
+-- keeps no expiry: its "=x" is NEVER, later than any need.
 local function flush(B, st, ms, need, exact)
   if not st.dirty then
     return
+  end
+  if st.k then
+    exact = false
   end
   if #st.del > 0 then
     redis.call('HDEL', B, unpack(st.del))
@@ -106,7 +115,7 @@ local function flush(B, st, ms, need, exact)
   end
   if x ~= st.x then
     kv[#kv + 1] = '=x'
-    kv[#kv + 1] = tostring(x)
+    kv[#kv + 1] = fmt(x)
   end
   if st.ts ~= st.ts0 then
     kv[#kv + 1] = '=t'
@@ -293,7 +302,8 @@ local function state(B, Q, W, ms)
   for i = 1, #all, 2 do
     f[all[i]] = all[i + 1]
   end
-  local r = {redis.call('EXISTS', B), tonumber(f['=s']) or 0, 0, tonumber(f['=t']) or 0, redis.call('PTTL', B), 0, 0}
+  local r = {redis.call('EXISTS', B), tonumber(f['=s']) or 0, 0, tonumber(f['=t']) or 0, redis.call('PTTL', B), 0, 0,
+    f['=k'] and 1 or 0}
   local ids = redis.call('ZRANGE', Q, 0, -1)
   if #ids > 0 then
     local es = redis.call('HMGET', W, unpack(ids))
@@ -353,9 +363,12 @@ if op == 'a' then
   end
   if kind == 'rw' then
     size = ALL
-  elseif st.s and st.s ~= size then
-    flush(B, st, ms, ms + lease)
-    return {-1, st.s, 0}
+  else
+    size = st.s or size -- the stored size; the caller's only creates it
+    if units > size then
+      flush(B, st, ms, ms + lease)
+      return {-1, size, 0}
+    end
   end
   if mode == 'd' then
     -- A read hold taken under the caller's write hold (a downgrade): it fits whatever is held
@@ -469,7 +482,7 @@ if op == 'r' then
   if h then
     local d, u, n, t, m = parse(h)
     if n > 1 and all ~= '1' then
-      if st.x then
+      if st.x and not st.k then
         redis.call('PEXPIRE', B, math.max(st.x - ms, 1)) -- a first write that needs no memory
       end
       st.set[1], st.set[2] = owner, holder(d, u, n - 1, t, m)
@@ -535,18 +548,80 @@ if op == 't' then
   return -2
 end
 
+-- resize sets the size and makes it sticky: B loses its expiry, so the size outlives every
+-- holder until the next resize; growing it grants the queue what now fits, shrinking it takes
+-- nothing from the holders (the walk grants nothing until what they hold fits). A reset (size
+-- 0) makes a sticky size ordinary: B expires again once the last lease and queue entry and the
+-- retention are past, and, when nobody holds or waits, the size goes at once. Reply: the former
+-- size (0: none), units held, holders, whether it was sticky (1 or 0), the size now (0: none),
+-- whether it is sticky now.
 if op == 'z' then
   local B, Q, W = KEYS[1], KEYS[2], KEYS[3]
   local size, retention, channel, pub = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
   local now, ms = clock()
   local st = load(B)
   purge(B, st, ms, '')
-  local old = st.s or 0
-  st.s = size
-  st.dirty = true
-  local _, _, last = walk(Q, W, st, 'sem', size, now, ms, channel, pub, '', '', 0, '')
-  flush(B, st, ms, math.max(last, ms + retention))
-  return old
+  local old, was = st.s or 0, st.k and 1 or 0
+  if size > 0 then
+    st.s = size
+    st.dirty = true
+    local _, _, last = walk(Q, W, st, 'sem', size, now, ms, channel, pub, '', '', 0, '')
+    local persist = not st.k
+    if persist then
+      st.k, st.x = '1', NEVER
+      st.set[#st.set + 1] = '=k'
+      st.set[#st.set + 1] = '1'
+      st.set[#st.set + 1] = '=x'
+      st.set[#st.set + 1] = fmt(NEVER)
+      st.set[#st.set + 1] = '=u' -- (flush writes it only when it changed or B is new)
+      st.set[#st.set + 1] = tostring(st.u)
+    end
+    flush(B, st, ms, last)
+    if persist then
+      -- B loses its expiry: it is made anew, emptied (which deletes it) and written again, with
+      -- only HDEL and HSET (the minimal ACL rule has no PERSIST), in bounded batches.
+      local all = redis.call('HGETALL', B)
+      for i = 1, #all, 1000 do
+        local fs = {}
+        for j = i, math.min(i + 999, #all), 2 do
+          fs[#fs + 1] = all[j]
+        end
+        redis.call('HDEL', B, unpack(fs))
+      end
+      for i = 1, #all, 1000 do
+        redis.call('HSET', B, unpack(all, i, math.min(i + 999, #all)))
+      end
+    end
+  elseif st.k then
+    local all = redis.call('HGETALL', B)
+    local holders, need = 0, ms + retention
+    for i = 1, #all, 2 do
+      if string.byte(all[i], 1) ~= 61 then
+        local d = parse(all[i + 1])
+        if d and d > ms then
+          holders = holders + 1
+          need = math.max(need, d)
+        end
+      end
+    end
+    if st.q and st.qx then
+      need = math.max(need, st.qx)
+    end
+    st.del[#st.del + 1] = '=k'
+    if holders == 0 and not st.q then
+      st.del[#st.del + 1] = '=s'
+      st.s, st.s0 = nil, nil
+    end
+    st.k, st.x, st.dirty = nil, nil, true
+    flush(B, st, ms, need, true)
+  end
+  local holders, all = 0, redis.call('HGETALL', B)
+  for i = 1, #all, 2 do
+    if string.byte(all[i], 1) ~= 61 then
+      holders = holders + 1
+    end
+  end
+  return {old, st.u, holders, was, st.s or 0, st.k and 1 or 0}
 end
 
 if op == 'f' then

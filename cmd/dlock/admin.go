@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
@@ -30,6 +34,22 @@ const dialTimeout = 5 * time.Second
 type serverFlags struct {
 	url       string
 	keyPrefix string
+	// locking is set (addLocking) for a command that takes locks or counts a latch down: it
+	// refuses a server that may evict keys unless --unsafe-eviction (unsafeEviction) is given.
+	// The other commands only read or administer: they go on with a warning.
+	locking        bool
+	unsafeEviction bool
+}
+
+// commonFlags are the flags that every command talking to a server has (serverFlags.add),
+// which may also come before the command: "dlock --redis URL status NAME".
+var commonFlags = []string{"redis", "key-prefix"}
+
+// addLocking registers --unsafe-eviction, for a command that takes locks.
+func (f *serverFlags) addLocking(fs *flag.FlagSet) {
+	f.locking = true
+	fs.BoolVar(&f.unsafeEviction, "unsafe-eviction", false, "use a server whose maxmemory-policy may evict keys (maxmemory set, policy not noeviction), "+
+		"which is refused without it: an evicted lock can be taken by a second holder while the first still runs")
 }
 
 func (f *serverFlags) add(fs *flag.FlagSet) {
@@ -52,11 +72,16 @@ func (f *serverFlags) serverURL() string {
 	return defaultRedisURL
 }
 
-// dial connects; on failure it prints one line and returns the exit code (see errCode).
+// dial connects; on failure it prints one line and returns the exit code (see errCode). A
+// server whose memory policy may evict keys is refused for a command that takes locks (unless
+// --unsafe-eviction), and used with a one-line warning on stderr by the others (evictWarner).
 func (f *serverFlags) dial(ctx context.Context, std *stdio, cmd string, opts ...dlock.ClientOption) (*dlock.Client, int) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	opts = append([]dlock.ClientOption{dlock.WithPrefix(f.keyPrefix)}, opts...)
+	if !f.locking || f.unsafeEviction {
+		opts = append(opts, dlock.WithUnsafeEviction(), dlock.WithLogger(slog.New(&evictWarner{w: std.err, cmd: cmd, locking: f.locking})))
+	}
 	c, err := dlock.Dial(dctx, f.serverURL(), opts...)
 	if err != nil {
 		return nil, report(std, cmd, err)
@@ -90,9 +115,53 @@ func deniedHint(msg string) string {
 	return hint
 }
 
-// fail prints err as one line on stderr: "dlock <cmd>: <error>".
+// fail prints err as one line on stderr: "dlock <cmd>: <error>". The library's advice to use
+// dlock.WithUnsafeEviction becomes the command's flag.
 func fail(std *stdio, cmd string, err error) {
-	fmt.Fprintf(std.err, "dlock %s: %s\n", cmd, oneLine(err))
+	msg := strings.ReplaceAll(oneLine(err), "dlock.WithUnsafeEviction", "dlock "+cmd+" --unsafe-eviction")
+	fmt.Fprintf(std.err, "dlock %s: %s\n", cmd, msg)
+}
+
+// evictWarner is the logger of a client that goes on with a server that may evict keys: each
+// warning of the library is one line on stderr, "dlock <cmd>: warning: ...", the eviction
+// risk in the command's own words.
+type evictWarner struct {
+	w       io.Writer
+	cmd     string
+	locking bool // --unsafe-eviction: the command takes locks all the same
+	mu      sync.Mutex
+}
+
+func (h *evictWarner) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *evictWarner) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *evictWarner) WithGroup(string) slog.Handler                { return h }
+
+func (h *evictWarner) Handle(_ context.Context, r slog.Record) error {
+	attrs := map[string]string{}
+	var rest []string
+	r.Attrs(func(a slog.Attr) bool {
+		attrs[a.Key] = a.Value.String()
+		rest = append(rest, a.Key+"="+a.Value.String())
+		return true
+	})
+	msg := strings.TrimPrefix(r.Message, "dlock: ")
+	if strings.HasPrefix(msg, "server may evict lock keys") {
+		msg = fmt.Sprintf("server %s may evict lock keys (maxmemory %s bytes, maxmemory-policy %s", display(attrs["server"]), attrs["maxmemory"], display(attrs["maxmemory_policy"]))
+		if n := attrs["evicted_since_last_check"]; n != "" && n != "0" {
+			msg += ", " + n + " keys evicted since the last check"
+		}
+		if h.locking {
+			msg += "); going on as --unsafe-eviction allows: a lock whose key is evicted can be taken by another holder before this one learns it lost it"
+		} else {
+			msg += "); only reading and administering: what it shows may miss evicted locks, and commands that take locks refuse it without --unsafe-eviction"
+		}
+	} else if len(rest) > 0 {
+		msg += " (" + strings.Join(rest, ", ") + ")"
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, err := fmt.Fprintf(h.w, "dlock %s: warning: %s\n", h.cmd, strings.ReplaceAll(msg, "\n", "; "))
+	return err
 }
 
 // oneLine is err's message on one line, without the "dlock: " prefixes of the library.
@@ -143,6 +212,7 @@ func parseInterleaved(fs *flag.FlagSet, std *stdio, args []string) (positional [
 // jsonInfo is the JSON form of a lock in "dlock status --json" and "dlock list --json".
 type jsonInfo struct {
 	Name        string      `json:"name"`
+	NameB64     string      `json:"name_b64"` // the exact bytes of the name (a name need not be UTF-8)
 	Held        bool        `json:"held"`
 	Token       uint64      `json:"token"`
 	TokenTime   string      `json:"token_time,omitempty"`
@@ -177,7 +247,7 @@ type jsonHolder struct {
 }
 
 func toJSON(i dlock.Info) jsonInfo {
-	j := jsonInfo{Name: i.Name, Held: i.Held, Token: i.Token, Holds: i.Holds, TTLms: i.TTL.Milliseconds(), Waiters: i.Waiters,
+	j := jsonInfo{Name: i.Name, NameB64: b64Name(i.Name), Held: i.Held, Token: i.Token, Holds: i.Holds, TTLms: i.TTL.Milliseconds(), Waiters: i.Waiters,
 		Kind: i.Kind, Shared: toJSONShared(i.Shared), Goroutines: i.WaitingGoroutines}
 	if i.Token != 0 {
 		j.TokenTime = i.TokenTime().UTC().Format(time.RFC3339Nano)
@@ -195,12 +265,45 @@ func toJSON(i dlock.Info) jsonInfo {
 	return j
 }
 
+// b64Name is name_b64 in JSON: the standard base64 of the name's bytes.
+func b64Name(name string) string { return base64.StdEncoding.EncodeToString([]byte(name)) }
+
+// b64Help is the --b64 flag's text.
+const b64Help = "the NAME arguments are the standard base64 of the names' bytes, as --json prints them in name_b64: for names " +
+	"that are not valid UTF-8 or are hard to type"
+
+// addB64Flag registers --b64 (decodeNames).
+func addB64Flag(fs *flag.FlagSet) *bool {
+	return fs.Bool("b64", false, b64Help)
+}
+
+// decodeNames returns names as given or, with b64, decoded from standard base64; a bad one is
+// a usage error (printed; ok false).
+func decodeNames(fs *flag.FlagSet, std *stdio, names []string, b64 bool) (out []string, ok bool) {
+	if !b64 {
+		return names, true
+	}
+	out = make([]string, len(names))
+	for i, n := range names {
+		b, err := base64.StdEncoding.DecodeString(n)
+		if err != nil {
+			usageLine(fs, std, fmt.Sprintf("--b64: NAME %q is not standard base64 (%v)", n, err))
+			return nil, false
+		}
+		out[i] = string(b)
+	}
+	return out, true
+}
+
 // textOutputHelp says how status and list print names, hosts and labels (see display).
 const textOutputHelp = `Text output: lock names, hosts and labels are printed as they are, unless they hold a
 character that is not printable (a newline, a tab, ESC or another control character, invalid
-UTF-8, a Unicode format character) or begin with a double quote: then they are printed
-Go-quoted, as strconv.Quote does ("orders\n42", "\x1b[31mx"). So one lock is one line, and
-a name cannot fake lines of output. --json prints them unchanged (JSON-escaped).`
+UTF-8, a Unicode format character), begin or end with a space, or begin with a double
+quote: then they are printed Go-quoted, as strconv.Quote does ("orders\n42", "\x1b[31mx",
+" x "). So one lock is one line, and a name cannot fake lines of output or hide its spaces.
+--json prints them unchanged (JSON-escaped), with "name_b64", the name's exact bytes in
+standard base64, beside "name" (a name that is not valid UTF-8 cannot be told from its JSON
+string); pass that to --b64 to address the lock.`
 
 // holderAliveHelp says how status and list tell whether a holder's process still runs (see
 // holderAlive).
@@ -219,7 +322,9 @@ ACL rule" in docs/SECURITY.md).`
 
 const jsonFieldsHelp = `
 JSON fields (one object per lock):
-  name          the lock name
+  name          the lock name (a name that is not valid UTF-8 shows U+FFFD here)
+  name_b64      the name's exact bytes in standard base64: give it with --b64 to address
+                the lock (status, unlock --force, resize, run)
   held          true while someone holds it
   token         the holder's fencing token; for a free lock the last token while the server
                 keeps it (one minute after a release), else 0
@@ -245,7 +350,8 @@ JSON fields (one object per lock):
                 lock. Then holder is the writer's or the first holder's, token the writer's
                 (without one, the last writer's; a semaphore's first holder's), holds the
                 number of holders, and:
-  shared        {"size" (semaphore), "permits" (held; readers of a read-write lock),
+  shared        {"size" (semaphore), "size_sticky" (true when dlock resize set the size),
+                "permits" (held; readers of a read-write lock),
                 "writer", "readers", "queued", "writers_queued", "holders": [{"holder",
                 "write", "permits", "holds", "token", "ttl_ms"}, ...]}
   hold_stats    for a lock taken with the adaptive lease (dlock.WithAdaptiveTTL, dlock run
@@ -266,6 +372,8 @@ holder, and the callers queued.
 Examples:
   dlock status orders:42
   dlock status --json --redis redis://10.0.0.5:6379/0 nightly-report
+  dlock --redis redis://10.0.0.5:6379/0 status nightly-report
+  dlock status --b64 //4gc2xvdCA=      (the name of bytes ff fe, then " slot ")
 
 `+holderAliveHelp+`
 Then status prints "holder process not running; lock frees in <lease left>" under the holder,
@@ -278,6 +386,7 @@ A label is always quoted in status.
 	var sf serverFlags
 	sf.add(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object (fields below)")
+	b64 := addB64Flag(fs)
 	pos, done, code := parseInterleaved(fs, std, args)
 	if done {
 		return code
@@ -285,12 +394,16 @@ A label is always quoted in status.
 	if len(pos) != 1 {
 		return usageErr(fs, std, pos, "NAME")
 	}
+	names, ok := decodeNames(fs, std, pos, *b64)
+	if !ok {
+		return exitUsage
+	}
 	c, code := sf.dial(ctx, std, "status")
 	if c == nil {
 		return code
 	}
 	defer c.Close()
-	info, err := c.Inspect(ctx, pos[0])
+	info, err := c.Inspect(ctx, names[0])
 	if err != nil {
 		return report(std, "status", err)
 	}
@@ -402,12 +515,31 @@ func display(s string) string {
 	if strings.HasPrefix(s, `"`) {
 		return strconv.Quote(s)
 	}
+	if first, _ := utf8.DecodeRuneInString(s); unicode.IsSpace(first) {
+		return strconv.Quote(s)
+	}
+	if last, _ := utf8.DecodeLastRuneInString(s); unicode.IsSpace(last) {
+		return strconv.Quote(s)
+	}
 	for _, r := range s {
 		if r == utf8.RuneError || !strconv.IsPrint(r) {
 			return strconv.Quote(s)
 		}
 	}
 	return s
+}
+
+// listNameWidth is the widest NAME column of dlock list, in characters (runes, as the table's
+// alignment counts them).
+const listNameWidth = 48
+
+// clip cuts s to width characters, its last one "…", when it is longer.
+func clip(s string, width int) string {
+	if utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:width-1]) + "…"
 }
 
 func orDash(s string) string {
@@ -421,8 +553,9 @@ func runList(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSet("list", `
 List every held lock (or those whose name starts with --name-prefix), sorted by name: name,
 token, holds, remaining lease, holder and waiting clients. Held read-write locks and
-semaphores are listed too, their HOLDER column saying "rw: N reader(s)", "rw writer HOST:PID"
-or "semaphore: HELD/SIZE permits". It walks the keys with SCAN, never
+semaphores are listed too, their HOLDER column saying "rw: N readers", "rw writer HOST:PID"
+or "semaphore: HELD/SIZE permits, N holders". A name longer than 48 characters is cut to 47
+and "…" in the table (--json has every name whole). It walks the keys with SCAN, never
 KEYS, so it does not block the server; locks taken or released during the walk may or may not
 appear. On Redis Cluster it lists the node it connects to only.
 
@@ -484,7 +617,7 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 		if i.Shared != nil {
 			holder = sharedHolderColumn(i) // a read-write lock or semaphore (shared.go)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\t%s\n", display(i.Name), i.Token, i.Holds, i.TTL, holder,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%v\t%s\t%s\t%s\t%s\n", clip(display(i.Name), listNameWidth), i.Token, i.Holds, i.TTL, holder,
 			i.TokenTime().UTC().Format(time.RFC3339), waitersText(i.Waiters), waitersText(i.WaitingGoroutines))
 	}
 	tw.Flush()
@@ -501,19 +634,25 @@ the lock. When the lock NAME is not held, a held read-write lock or semaphore of
 released instead: every holder loses its hold, and the callers queued get it. Exit code 1 when
 none was held.
 
-Example:
+Examples:
   dlock unlock --force orders:42
+  dlock unlock --force --b64 //4geCA=    (the name of bytes ff fe, then " x ", from list --json's name_b64)
 
 `+serverExitHelp)
 	var sf serverFlags
 	sf.add(fs)
 	force := fs.Bool("force", false, "required: confirms that the lock is to be taken from its holder")
+	b64 := addB64Flag(fs)
 	pos, done, code := parseInterleaved(fs, std, args)
 	if done {
 		return code
 	}
 	if len(pos) != 1 {
 		return usageErr(fs, std, pos, "NAME")
+	}
+	names, ok := decodeNames(fs, std, pos, *b64)
+	if !ok {
+		return exitUsage
 	}
 	if !*force {
 		fmt.Fprintf(std.err, "%s: refusing without --force: it takes the lock from its holder\nRun \"%s --help\" for usage.\n", fs.Name(), fs.Name())
@@ -524,7 +663,7 @@ Example:
 		return code
 	}
 	defer c.Close()
-	info, err := c.ForceUnlock(ctx, pos[0])
+	info, err := c.ForceUnlock(ctx, names[0])
 	if err != nil {
 		return report(std, "unlock", err)
 	}
@@ -532,7 +671,8 @@ Example:
 		fmt.Fprintln(std.out, sharedReleased(info)) // a read-write lock or semaphore (shared.go)
 		return exitOK
 	}
-	fmt.Fprintf(std.out, "released %s: it was held by %s (token %d, %d hold(s), %v of lease left); %d waiting client(s) woken\n",
-		display(info.Name), holderText(info.Holder), info.Token, info.Holds, info.TTL, info.Waiters)
+	fmt.Fprintf(std.out, "released %s: it was held by %s (token %d, %s, %v of lease left); %s woken\n",
+		display(info.Name), holderText(info.Holder), info.Token, plural(info.Holds, "hold", "holds"), info.TTL,
+		plural(info.Waiters, "waiting client", "waiting clients"))
 	return exitOK
 }

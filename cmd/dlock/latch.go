@@ -57,10 +57,13 @@ type latchFlags struct {
 	serverFlags
 	count int
 	ttl   time.Duration
+	b64   *bool
 }
 
 func (f *latchFlags) add(fs *flag.FlagSet) {
 	f.serverFlags.add(fs)
+	f.serverFlags.addLocking(fs)
+	f.b64 = addB64Flag(fs)
 	fs.IntVar(&f.count, "count", 0, "the latch's initial `count`: creates it with this count when there is none (and must match the count of one that exists); 0: the latch must exist")
 	fs.DurationVar(&f.ttl, "ttl", dlock.DefaultLatchTTL, "the latch's life from its creation, when this command creates it")
 }
@@ -74,6 +77,10 @@ func (f *latchFlags) open(ctx context.Context, fs *flag.FlagSet, std *stdio, arg
 	if len(pos) != 1 {
 		return nil, nil, usageErr(fs, std, pos, "NAME")
 	}
+	names, ok := decodeNames(fs, std, pos, *f.b64)
+	if !ok {
+		return nil, nil, exitUsage
+	}
 	if f.count < 0 {
 		return nil, nil, usageLine(fs, std, "--count must not be negative")
 	}
@@ -82,7 +89,7 @@ func (f *latchFlags) open(ctx context.Context, fs *flag.FlagSet, std *stdio, arg
 	if c == nil {
 		return nil, nil, code
 	}
-	return c, c.Latch(pos[0], f.count, dlock.WithTTL(f.ttl)), exitOK
+	return c, c.Latch(names[0], f.count, dlock.WithTTL(f.ttl)), exitOK
 }
 
 // latchErrCode is the exit code of a latch call's error: a latch that expired or does not exist
@@ -172,6 +179,7 @@ Examples:
 // jsonLatch is the JSON form of "dlock latch status --json".
 type jsonLatch struct {
 	Name    string `json:"name"`
+	NameB64 string `json:"name_b64"`
 	Exists  bool   `json:"exists"`
 	Left    int    `json:"left"`
 	Count   int    `json:"count"`
@@ -190,13 +198,14 @@ Example:
   dlock latch status batch-7
   dlock latch status --json batch-7
 
-JSON fields: name, exists, left (count left), count (initial count), ttl_ms (until it
+JSON fields: name, name_b64 (the name's bytes in standard base64), exists, left (count left), count (initial count), ttl_ms (until it
 expires), open (at zero), expired (its TTL ran out before zero).
 
 `+serverExitHelp)
 	var sf serverFlags
 	sf.add(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	b64 := addB64Flag(fs)
 	pos, done, code := parseInterleaved(fs, std, args)
 	if done {
 		return code
@@ -204,18 +213,22 @@ expires), open (at zero), expired (its TTL ran out before zero).
 	if len(pos) != 1 {
 		return usageErr(fs, std, pos, "NAME")
 	}
+	names, ok := decodeNames(fs, std, pos, *b64)
+	if !ok {
+		return exitUsage
+	}
 	c, code := sf.dial(ctx, std, "latch status")
 	if c == nil {
 		return code
 	}
 	defer c.Close()
-	info, err := c.Latch(pos[0], 0).Inspect(ctx)
+	info, err := c.Latch(names[0], 0).Inspect(ctx)
 	if err != nil {
 		return report(std, "latch status", err)
 	}
 	if *asJSON {
 		return printJSON(std, "latch status", jsonLatch{
-			Name: info.Name, Exists: info.Exists, Left: info.Left, Count: info.Count,
+			Name: info.Name, NameB64: b64Name(info.Name), Exists: info.Exists, Left: info.Left, Count: info.Count,
 			TTLms: info.TTL.Milliseconds(), Open: info.Exists && info.Left == 0, Expired: info.Expired,
 		})
 	}

@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	dlock <command> [flags]
+//	dlock [--redis URL] [--key-prefix PREFIX] <command> [flags]
 //
 // Run "dlock help" for the list of commands and "dlock <command> --help" for one command.
 package main
@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -85,6 +86,11 @@ const (
 )
 
 func dispatch(ctx context.Context, std *stdio, args []string) int {
+	common, args, err := leadingFlags(args)
+	if err != nil {
+		fmt.Fprintf(std.err, "dlock: %v\nRun \"dlock help\" for the commands.\n", err)
+		return exitUsage
+	}
 	if len(args) == 0 {
 		printCommands(std.err)
 		return exitUsage
@@ -102,12 +108,38 @@ func dispatch(ctx context.Context, std *stdio, args []string) int {
 		printCommands(std.err)
 		return exitUsage
 	}
-	return c.run(ctx, std, args[1:])
+	return c.run(ctx, std, append(common, args[1:]...))
+}
+
+// leadingFlags takes the common flags (commonFlags: --redis, --key-prefix) given before the
+// command, "dlock --redis URL status NAME", and returns them in the form "--name=value", to be
+// given to the command first, and the rest of args, the command first.
+func leadingFlags(args []string) (common, rest []string, err error) {
+	for len(args) > 0 && len(args[0]) > 1 && args[0][0] == '-' {
+		a := args[0]
+		switch a {
+		case "-h", "-help", "--help", "-version", "--version":
+			return common, args, nil
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if !slices.Contains(commonFlags, name) {
+			return nil, nil, fmt.Errorf("%s before the command: only --%s may come before it; give the command's other flags after it", a, strings.Join(commonFlags, " and --"))
+		}
+		args = args[1:]
+		if !hasValue {
+			if len(args) == 0 {
+				return nil, nil, fmt.Errorf("%s needs a value", a)
+			}
+			value, args = args[0], args[1:]
+		}
+		common = append(common, "--"+name+"="+value)
+	}
+	return common, args, nil
 }
 
 func printCommands(w io.Writer) {
 	fmt.Fprintln(w, "dlock: distributed locks on Redis.")
-	fmt.Fprintln(w, "\nUsage:\n  dlock <command> [flags]\n\nCommands:")
+	fmt.Fprintln(w, "\nUsage:\n  dlock [--redis URL] [--key-prefix PREFIX] <command> [flags]\n\nCommands:")
 	names := make([]string, 0, len(commands))
 	for n, c := range commands {
 		if !c.hidden {
@@ -118,6 +150,8 @@ func printCommands(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
 	}
+	fmt.Fprintln(w, "\n--redis and --key-prefix, the flags of every command that talks to a server, may come before")
+	fmt.Fprintln(w, "the command or after it.")
 	fmt.Fprintln(w, "\nRun \"dlock <command> --help\" for a command's flags and an example.")
 }
 

@@ -45,7 +45,9 @@ By default NAME is a lock (dlock.Mutex): one command at a time. With --read the 
 shares NAME, a read-write lock (dlock.RWMutex), with other readers, and --write holds it
 alone; writers are preferred (a reader that comes while a writer waits waits behind it).
 With --permits N/SIZE it holds N permits of NAME, a semaphore (dlock.Semaphore) of SIZE
-permits: at most SIZE are held at once across the fleet, callers served in turn. Each is its
+permits: at most SIZE are held at once across the fleet, callers served in turn (SIZE is
+only the size the semaphore is created with: once the server stores one, by use or by
+dlock resize, that one counts, whatever SIZE says). Each is its
 own object: "dlock run NAME", "dlock run --read NAME" and "dlock run --permits 1/3 NAME" do
 not exclude each other.
 With --adaptive, the lease is chosen at each run from how long the runs of NAME have held the
@@ -65,7 +67,8 @@ Exit codes:
   the command's   it ran (128+N when signal N ended it)
   2               bad command line, or a bad --redis URL
   69              the Redis server cannot be reached (the message names its address), or
-                  cannot be used (for example, it may evict lock keys; the message says why)
+                  cannot be used (for example, it may evict lock keys: its maxmemory-policy
+                  is not noeviction; the message says why, and --unsafe-eviction goes on)
   75              the lock is busy and --wait ran out (or --wait 0 and it was busy)
   76              the lock was lost while the command ran; the command was terminated (also
                   when the loss is found only at release, after the command exited)
@@ -82,7 +85,9 @@ Examples:
   DLOCK_REDIS_URL=redis://10.0.0.5:6379/0 dlock run --wait 2m db-migrate -- ./migrate up
   dlock run --read catalog -- ./export-catalog.sh          # many at once, none while a --write runs
   dlock run --write catalog -- ./rebuild-catalog.sh
-  dlock run --permits 1/3 backups -- ./backup.sh            # at most 3 backups at once`
+  dlock run --permits 1/3 backups -- ./backup.sh            # at most 3 backups at once
+  dlock --redis redis://10.0.0.5:6379/0 run backups -- ./backup.sh
+  dlock run --b64 //4geCA= -- ./job.sh                     # NAME in base64 (as --json's name_b64)`
 
 // waitFlag is --wait: unset means wait forever.
 type waitFlag struct {
@@ -120,6 +125,8 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("run", "[flags] NAME [NAME... --] [--] COMMAND [ARGS...]", runUsage)
 	var sf serverFlags
 	sf.add(fs)
+	sf.addLocking(fs)
+	b64 := addB64Flag(fs)
 	ttl := fs.Duration("ttl", 10*time.Second, "the lease, renewed automatically (every third of it) while the command runs; with --adaptive, the longest lease")
 	adaptive := fs.Bool("adaptive", false, "choose the lease from how long earlier runs of NAME held the lock (see above), between --min-ttl and --ttl")
 	minTTL := fs.Duration("min-ttl", time.Second, "with --adaptive: the shortest lease")
@@ -135,6 +142,10 @@ func runRun(ctx context.Context, std *stdio, args []string) int {
 	names, command, done, code := parseRunArgs(fs, std, args)
 	if done {
 		return code
+	}
+	names, ok := decodeNames(fs, std, names, *b64)
+	if !ok {
+		return exitUsage
 	}
 	switch {
 	case *ttl < dlock.MinTTL:

@@ -191,7 +191,7 @@ func TestStatusListUnlock_Shared(t *testing.T) {
 		t.Errorf("holders %v, want 2", sh["holders"])
 	}
 	out, _, code = dlockCmd(t, "status", "--redis", s.URL(), "catalog")
-	if code != 0 || !strings.Contains(out, "held for reading by 2 reader(s)") || !strings.Contains(out, "shared holder") {
+	if code != 0 || !strings.Contains(out, "held for reading by 2 readers") || !strings.Contains(out, "shared holder") {
 		t.Errorf("status: exit %d:\n%s", code, out)
 	}
 	out, _, code = dlockCmd(t, "status", "--redis", s.URL(), "exports")
@@ -199,11 +199,11 @@ func TestStatusListUnlock_Shared(t *testing.T) {
 		t.Errorf("status of the semaphore: exit %d:\n%s", code, out)
 	}
 	out, _, code = dlockCmd(t, "list", "--redis", s.URL())
-	if code != 0 || !strings.Contains(out, "rw: 2 reader(s)") || !strings.Contains(out, "semaphore: 2/3 permits") {
+	if code != 0 || !strings.Contains(out, "rw: 2 readers") || !strings.Contains(out, "semaphore: 2/3 permits, 1 holder") {
 		t.Errorf("list: exit %d:\n%s", code, out)
 	}
 	out, errOut, code = dlockCmd(t, "unlock", "--force", "--redis", s.URL(), "catalog")
-	if code != 0 || !strings.Contains(out, "2 holder(s)") {
+	if code != 0 || !strings.Contains(out, "it was held by 2 holders (no writer and 2 readers, 0 waiting (0 writers)); 0 waiting clients woken") {
 		t.Errorf("unlock --force: exit %d, %q %q", code, out, errOut)
 	}
 	for _, l := range []*dlock.Lease{r1, r2} {
@@ -217,13 +217,43 @@ func TestStatusListUnlock_Shared(t *testing.T) {
 		}
 	}
 	out, errOut, code = dlockCmd(t, "resize", "--redis", s.URL(), "exports", "5")
-	if code != 0 || !strings.Contains(out, "size 5, was 3") {
-		t.Errorf("resize: exit %d, %q %q", code, out, errOut)
+	if want := "semaphore exports: resized 3 → 5 (sticky); 2 permits held by 1 holder\n"; code != 0 || out != want {
+		t.Errorf("resize: exit %d, %q %q; want %q", code, out, errOut, want)
 	}
-	if _, err := c.Semaphore("exports", 3).TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("a handle of the old size after resize: %v, want ErrInvalid", err)
+	l, err := c.Semaphore("exports", 3).TryAcquire(ctx, 3) // declared 3: follows the stored 5
+	if err != nil {
+		t.Fatalf("a handle of the old size after resize: %v, want it to follow the new size", err)
 	}
+	out, _, code = dlockCmd(t, "status", "--redis", s.URL(), "exports")
+	if code != 0 || !strings.Contains(out, "5 of 5 permits held") || !strings.Contains(out, "size:     5 (set by dlock resize") ||
+		!strings.Contains(out, "3 permits:") || !strings.Contains(out, "2 permits:") {
+		t.Errorf("status after the resize: exit %d:\n%s", code, out)
+	}
+	l.Unlock(ctx)
 	if _, _, code := dlockCmd(t, "resize", "--redis", s.URL(), "exports", "0"); code != exitUsage {
 		t.Errorf("resize to 0: exit %d, want 2", code)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nosuchsem", "4"}, "semaphore nosuchsem: created: size 4 stored for a semaphore nobody holds yet (sticky)\n"},
+		{[]string{"nosuchsem", "4"}, "semaphore nosuchsem: size 4 unchanged (sticky); nobody holds it\n"},
+		{[]string{"--reset", "nosuchsem"}, "semaphore nosuchsem: size 4 reset: no longer sticky, forgotten at once (nobody holds it)\n"},
+		{[]string{"--reset", "nosuchsem"}, "semaphore nosuchsem: no size stored: nothing to reset\n"},
+		{[]string{"--reset", "exports"}, "semaphore exports: size 5 reset: no longer sticky, forgotten once the semaphore has been free for the token retention; 2 permits held by 1 holder\n"},
+		{[]string{"--reset", "exports"}, "semaphore exports: size 5 was not set by dlock resize (a holder stored it): nothing to reset\n"},
+	} {
+		out, errOut, code := dlockCmd(t, append([]string{"resize", "--redis", s.URL()}, c.args...)...)
+		if code != 0 || out != c.want {
+			t.Errorf("resize %v: exit %d, %q %q; want %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	// The CLI's errors speak of the command, not of the library's API.
+	for _, args := range [][]string{{"resize", "exports"}, {"resize", "--reset", "exports", "3"}, {"resize", "exports", "x"}} {
+		_, errOut, code := dlockCmd(t, append(args, "--redis", s.URL())...)
+		if code != exitUsage || !strings.HasPrefix(errOut, "dlock resize: ") || strings.Contains(errOut, "Semaphore") {
+			t.Errorf("%v: exit %d, %q; want a usage error of dlock resize", args, code, errOut)
+		}
 	}
 }
