@@ -339,12 +339,11 @@ func (s *webServer) apiLocks(rw http.ResponseWriter, r *http.Request) {
 // bytes. JSON text has no room for bytes that are not UTF-8 (encoding/json writes U+FFFD for
 // them), and a lock name may be any bytes: name_b64 is what addresses the lock.
 type webInfo struct {
-	jsonInfo
-	NameB64 string `json:"name_b64"` // standard base64
+	jsonInfo // with name_b64, the name's exact bytes
 }
 
 func toWebJSON(i dlock.Info) webInfo {
-	j := webInfo{jsonInfo: toJSON(i), NameB64: nameB64(i.Name)}
+	j := webInfo{jsonInfo: toJSON(i)}
 	if j.Holder != nil && i.Holder == (dlock.Holder{}) {
 		// Held, the holder not read yet (a lock just granted to a queued client: see
 		// inspectGrants): unknown, rather than an empty host and pid 0.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sort"
@@ -122,8 +121,6 @@ type handoffMark struct {
 	at   time.Time
 	kind string
 }
-
-func nameB64(name string) string { return base64.StdEncoding.EncodeToString([]byte(name)) }
 
 // watched is a held lock as the watcher last saw it.
 type watched struct {
@@ -597,7 +594,7 @@ func (w *watcher) appendEvent(ev webEvent, now time.Time) uint64 {
 	w.seq++
 	ev.Seq = w.seq
 	ev.Time = now.UTC().Format(time.RFC3339Nano)
-	ev.NameB64 = nameB64(ev.Name)
+	ev.NameB64 = b64Name(ev.Name)
 	if len(w.events) >= maxEvents {
 		w.events = append(w.events[:0:0], w.events[len(w.events)-maxEvents+1:]...)
 	}
