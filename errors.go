@@ -39,7 +39,7 @@ var (
 	// renewals still work on such a server.
 	ErrOutOfMemory = errors.New("dlock: server out of memory")
 	// ErrInvalid wraps every error about bad input: an empty or oversized name, a TTL below the
-	// minimum, a bad option or URL.
+	// minimum, a bad option, a bad or empty URL.
 	ErrInvalid = errors.New("dlock: invalid argument")
 	// ErrDenied is wrapped by the error of a call the server refused for its access rules: a
 	// wrong user or password, or a user whose ACL lacks a command or key (docs/SECURITY.md
@@ -49,7 +49,9 @@ var (
 	// a handle that cannot create it (Client.Latch with count 0).
 	ErrNotFound = errors.New("dlock: not found")
 	// ErrUnavailable is wrapped by the error of a call that could not reach the server, or
-	// whose connection failed (refused, reset, timed out); in quorum mode by a *QuorumError.
+	// whose connection failed (refused, reset, timed out), or that found at the server's
+	// address something other than a Redis server (an HTTP server, say: the error says so);
+	// in quorum mode by a *QuorumError. Client.Ping returns it when a server is down.
 	ErrUnavailable = errors.New("dlock: server unavailable")
 )
 
@@ -66,6 +68,8 @@ func classify(err error) error {
 		return ErrDenied
 	case strings.Contains(msg, "OOM command not allowed"):
 		return ErrOutOfMemory
+	case speaksOtherProtocol(err):
+		return ErrUnavailable // no Redis server at that address (notRedisError)
 	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		strings.Contains(msg, "connection refused"), strings.Contains(msg, "connection reset"),
@@ -74,6 +78,40 @@ func classify(err error) error {
 	}
 	return nil
 }
+
+// speaksOtherProtocol reports whether err is a transport's failure to read a reply in the
+// Redis protocol: what answered at the address is something else (an HTTP server, say).
+func speaksOtherProtocol(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "received unknown message type") || // rueidis
+		strings.Contains(msg, "redis: can't parse") || strings.Contains(msg, "redis: invalid reply") // go-redis
+}
+
+// notRedisError is the error of an address where something answered, but not in the Redis
+// protocol: a port of an HTTP server given for Redis's, say. Like a closed port it matches
+// ErrUnavailable: no Redis server answers there.
+type notRedisError struct {
+	addr string
+	err  error // what the transport made of the reply
+}
+
+// newNotRedis is the notRedisError of addr for the transport's err, without the dial's
+// "cannot reach redis at …" (it could be reached).
+func newNotRedis(addr string, err error) *notRedisError {
+	if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), "cannot reach redis") {
+		err = inner
+	}
+	return &notRedisError{addr: addr, err: err}
+}
+
+func (e *notRedisError) Error() string {
+	return fmt.Sprintf("%s is not a Redis server: it answered in another protocol (%v); check the host and port given for Redis", e.addr, e.err)
+}
+
+// Is reports whether target is ErrUnavailable.
+func (e *notRedisError) Is(target error) bool { return target == ErrUnavailable }
+
+func (e *notRedisError) Unwrap() error { return e.err }
 
 // ErrNoQuorum is matched (errors.Is) by the *QuorumError of an operation in quorum mode that
 // fewer than a majority of the servers answered: they are down, frozen or unreachable. It is
