@@ -113,6 +113,27 @@ func (e *notRedisError) Is(target error) bool { return target == ErrUnavailable 
 
 func (e *notRedisError) Unwrap() error { return e.err }
 
+// notHeldError is the error of an Unlock whose lease was lost before it: its message is the
+// loss's cause alone, and it matches ErrNotHeld as well as what the cause matches (ErrLost).
+type notHeldError struct{ cause error }
+
+func (e *notHeldError) Error() string { return e.cause.Error() }
+
+// Is reports whether target is ErrNotHeld.
+func (e *notHeldError) Is(target error) bool { return target == ErrNotHeld }
+
+func (e *notHeldError) Unwrap() error { return e.cause }
+
+// lostWhileFn is the error of a Do whose lock called name ended while fn ran: fn's error
+// (fnErr, maybe nil) and that the lock ended so (what), with the lease's cause (ended). When
+// fn's error is, or wraps, that cause (fn returned context.Cause(ctx)), the cause is said once.
+func lostWhileFn(fnErr error, name, what string, ended error) error {
+	if fnErr != nil && errors.Is(fnErr, ended) {
+		return fmt.Errorf("dlock: %q %s: %w", name, what, fnErr)
+	}
+	return joinErrors(fnErr, fmt.Errorf("dlock: %q %s: %w", name, what, ended))
+}
+
 // ErrNoQuorum is matched (errors.Is) by the *QuorumError of an operation in quorum mode that
 // fewer than a majority of the servers answered: they are down, frozen or unreachable. It is
 // not ErrNotAcquired: nobody was found holding the lock.
