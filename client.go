@@ -239,6 +239,45 @@ func (e *engine) releaseAll() error {
 	return joinErrors(failed...)
 }
 
+// Ping checks that this client can reach the Redis servers it needs, for a readiness probe.
+// It sends PING to the server (through Sentinel, to the current master; on a Cluster, to every
+// master the slot map names: each holds some locks) and returns nil when every one answered.
+// A server that refused the connection, did not answer within ctx, or is not a Redis server
+// gives an error naming it that wraps ErrUnavailable and the cause (ErrDenied when it refused
+// this user); several such errors are joined on one line.
+//
+// In quorum mode Ping returns nil as soon as a majority of the servers answered, as a lock
+// needs no more: with a minority down it passes, and so do locks (each server's error goes to
+// the Observer's NodeError and the DEBUG log). When a majority cannot answer it waits for
+// every server (within ctx) and returns a *QuorumError (ErrNoQuorum, ErrUnavailable) that
+// says what each server did.
+//
+// Ping waits as long as ctx allows: give it the probe's deadline. It takes no lock and reads
+// no setting (a server that may evict keys passes; acquisitions then fail with
+// ErrEvictionPolicy). After Close it returns ErrClosed.
+func (c *Client) Ping(ctx context.Context) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dlock: ping: %w", err)
+	}
+	return c.e.b.ping(ctx)
+}
+
+// pingErr is the error of one server's PING: it names the server and matches ErrUnavailable
+// (ErrDenied for a refusal by its access rules).
+func pingErr(addr string, err error) error {
+	switch kind := classify(err); {
+	case speaksOtherProtocol(err):
+		return fmt.Errorf("dlock: ping: %w", newNotRedis(addr, err))
+	case kind == ErrDenied:
+		return fmt.Errorf("dlock: ping: server %s: %w (%w)", addr, err, ErrDenied)
+	default:
+		return fmt.Errorf("dlock: ping: server %s: %w (%w)", addr, err, ErrUnavailable)
+	}
+}
+
 func (c *Client) checkOpen() error {
 	if c == nil {
 		return fmt.Errorf("%w: nil client", ErrInvalid)

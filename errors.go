@@ -150,7 +150,7 @@ type QuorumError struct {
 // ServerState is one server's part in a quorum operation.
 type ServerState struct {
 	Addr  string
-	State string // "granted", "held by another owner", "error", "no answer"
+	State string // "granted", "held by another owner", "answered" (Ping), "error", "no answer"
 	Err   error  // with "error"
 }
 
