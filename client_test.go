@@ -198,3 +198,61 @@ func TestDial_NotARedisServer(t *testing.T) {
 	_, err := dlock.DialQuorum(ctx, []string{"redis://" + addr, shared.URL(), "redis://127.0.0.1:1"})
 	check("DialQuorum", err)
 }
+
+// What Close does to a Do under way and to one waiting for the lock: the first's fn sees its
+// context cancelled with cause ErrClosed and Do returns ErrClosed (said once, though fn
+// returned it too); the lock is released on the server (not left to its lease); the waiting Do
+// returns ErrClosed without running fn. So a service must drain its requests before it closes
+// the client.
+func TestClose_DoUnderWayAndWaiting(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		c := tr.dial(t, shared.URL(), dlock.WithTTL(time.Minute))
+		running := make(chan struct{})
+		fnCause := make(chan error, 1)
+		underWay := make(chan error, 1)
+		go func() {
+			underWay <- c.Do(ctx, name, func(fctx context.Context) error {
+				close(running)
+				<-fctx.Done()
+				fnCause <- context.Cause(fctx)
+				return context.Cause(fctx)
+			})
+		}()
+		<-running
+		waiting := make(chan error, 1)
+		ranWaiting := make(chan struct{}, 1)
+		go func() {
+			waiting <- c.Do(ctx, name, func(context.Context) error { ranWaiting <- struct{}{}; return nil })
+		}()
+		waitFor(t, 10*time.Second, "the second Do waiting", func(ctx context.Context) error {
+			info, err := c.Inspect(ctx, name)
+			if err == nil && info.LocalWaiters != 1 {
+				err = fmt.Errorf("%d local waiters", info.LocalWaiters)
+			}
+			return err
+		})
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if cause := <-fnCause; cause != dlock.ErrClosed {
+			t.Errorf("fn's context cause after Close = %v, want ErrClosed", cause)
+		}
+		if err := <-underWay; !errors.Is(err, dlock.ErrClosed) || errors.Is(err, dlock.ErrLost) || err.Error() != "dlock: client closed" {
+			t.Errorf("Do under way at Close = %v, want ErrClosed, said once (not ErrLost)", err)
+		}
+		if err := <-waiting; !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("Do waiting at Close = %v, want ErrClosed", err)
+		}
+		select {
+		case <-ranWaiting:
+			t.Error("the waiting Do ran its fn after Close")
+		default:
+		}
+		if v := lockValue(t, name); v[0] != "-" {
+			t.Errorf("lock after Close = %q, want it released (not left to its one-minute lease)", v)
+		}
+	})
+}

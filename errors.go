@@ -134,6 +134,16 @@ func lostWhileFn(fnErr error, name, what string, ended error) error {
 	return joinErrors(fnErr, fmt.Errorf("dlock: %q %s: %w", name, what, ended))
 }
 
+// withUnlockErr is the error of a Do whose fn returned fnErr and whose Unlock then returned
+// uerr: both, but uerr once when fnErr already is, or wraps, it (fn returned
+// context.Cause(ctx) after Close: ErrClosed).
+func withUnlockErr(fnErr, uerr error) error {
+	if fnErr != nil && uerr != nil && errors.Is(fnErr, uerr) {
+		return fnErr
+	}
+	return joinErrors(fnErr, uerr)
+}
+
 // ErrNoQuorum is matched (errors.Is) by the *QuorumError of an operation in quorum mode that
 // fewer than a majority of the servers answered: they are down, frozen or unreachable. It is
 // not ErrNotAcquired: nobody was found holding the lock.

@@ -568,9 +568,7 @@ func (c *Client) DoMulti(ctx context.Context, names []string, fn func(ctx contex
 			err = lostWhileFn(err, lost.spec.name, "was lost while fn ran", lost.endedErr())
 			return
 		}
-		if uerr := l.Unlock(ctx); uerr != nil {
-			err = joinErrors(err, uerr)
-		}
+		err = withUnlockErr(err, l.Unlock(ctx))
 	}()
 	return fn(fctx)
 }

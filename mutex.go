@@ -418,9 +418,7 @@ func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error)
 			err = lostWhileFn(err, name, what, ended)
 			return
 		}
-		if uerr := l.Unlock(ctx); uerr != nil {
-			err = joinErrors(err, uerr)
-		}
+		err = withUnlockErr(err, l.Unlock(ctx))
 	}()
 	return fn(fctx)
 }
