@@ -45,6 +45,11 @@ type backend interface {
 	// returns the commands the user may not run, and the server that said so.
 	probe(ctx context.Context, keys []string, channel string) (denied []string, addr string, err error)
 
+	// ping sends PING to the servers the client needs (Client.Ping): on one server or through
+	// Sentinel its master, on a Cluster every master; in quorum mode until a majority
+	// answered. Errors are pingErr's, naming each server.
+	ping(ctx context.Context) error
+
 	traits() traits
 	addr() string // the server(s), for error messages; never with a password
 	close() error

@@ -752,6 +752,46 @@ func (q *quorum) masters(ctx context.Context, args ...string) []conn.MasterReply
 	return out
 }
 
+// ping sends PING to every server and returns nil as soon as a majority answered, the
+// servers a lock needs. Otherwise it waits for every answer (within ctx: a server that does
+// not answer in time fails with ctx's error) and returns a *QuorumError that says what each
+// server did ("answered" or "error"). Each server's error goes to the observer.
+func (q *quorum) ping(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	type answer struct {
+		node int
+		err  error
+	}
+	answers := make(chan answer, len(q.nodes))
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := n.Command(ctx, "PING")
+			answers <- answer{i, err}
+		}()
+	}
+	states := make([]ServerState, len(q.nodes))
+	ok := 0
+	for range q.nodes {
+		a := <-answers
+		states[a.node] = ServerState{Addr: q.nodes[a.node].Addr(), State: "answered"}
+		if a.err != nil {
+			states[a.node].State, states[a.node].Err = "error", a.err
+			if q.ev != nil {
+				q.ev.nodeError(states[a.node].Addr, "PING", a.err)
+			}
+			continue
+		}
+		if ok++; ok >= q.need {
+			return nil
+		}
+	}
+	return q.noQuorum("ping", states, 0)
+}
+
 // listen subscribes on every server, so that a release announced by any of them wakes the
 // waiters. It succeeds when a majority could be reached; while some server is missing, the
 // listener reports itself done after listenRetry so that the client subscribes again,

@@ -343,6 +343,16 @@ func (s *oneServer) masters(ctx context.Context, args ...string) []conn.MasterRe
 	return []conn.MasterReply{{Addr: s.cn.Addr(), Reply: v, Err: err}}
 }
 
+func (s *oneServer) ping(ctx context.Context) error {
+	var errs []error
+	for _, r := range s.masters(ctx, "PING") {
+		if r.Err != nil {
+			errs = append(errs, pingErr(r.Addr, r.Err))
+		}
+	}
+	return joinErrors(errs...)
+}
+
 // evalStrings runs s through Conn.Command, so that its reply may hold strings: by SHA, and
 // with the source when the server does not have the script cached.
 func evalStrings(ctx context.Context, cn conn.Conn, s *conn.Script, keys []string, args ...string) (any, error) {

@@ -78,19 +78,24 @@ type engine struct {
 //   - Sentinel: redis+sentinel://[user:password@]host:port[,host:port…]/<master name>[/<db>]
 //     (the hosts are the Sentinels; the client follows their failovers).
 //
-// WithCAFile or WithTLSConfig set up TLS. It fails fast, naming the address, when the server
-// cannot be reached, and when it can evict lock keys (see WithUnsafeEviction).
+// WithCAFile or WithTLSConfig set up TLS. An empty URL (or one of spaces alone) is ErrInvalid:
+// it is not read as localhost. It fails fast, naming the address, when the server cannot be
+// reached or what answers there is not a Redis server (both ErrUnavailable), and when it can
+// evict lock keys (see WithUnsafeEviction).
 func Dial(ctx context.Context, url string, opts ...ClientOption) (*Client, error) {
 	o := defaultOptions().withClient(opts)
 	if o.err != nil {
 		return nil, o.err
+	}
+	if err := noURL("Dial", url); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("dlock: dial: %w", err)
 	}
 	cn, err := rueidisconn.Dial(ctx, url, o.dialOptions()...)
 	if err != nil {
-		return nil, dialErr(err)
+		return nil, dialErr(url, err)
 	}
 	s := newOneServer(cn, o.retention)
 	s.own = true
@@ -105,7 +110,7 @@ func Dial(ctx context.Context, url string, opts ...ClientOption) (*Client, error
 // New returns a Client that speaks through cn, an adapter from rueidisconn or goredisconn.
 // Close does not close the Redis client behind cn; its owner does. Like Dial, it reads the
 // server's memory policy (within newCheckTimeout) and fails when the server cannot be reached
-// or can evict lock keys (see WithUnsafeEviction).
+// or is not a Redis server (ErrUnavailable), or can evict lock keys (see WithUnsafeEviction).
 func New(cn Conn, opts ...ClientOption) (*Client, error) {
 	if cn == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalid)
@@ -136,6 +141,10 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	guard := newEvictionGuard(b, tr.majority, o.evictOK, logger)
 	risk, err := guard.check(ctx)
 	if err != nil {
+		var nr *notRedisError
+		if errors.As(err, &nr) && tr.servers == 1 {
+			return nil, fmt.Errorf("dlock: %w", nr) // that, not "cannot read the memory policy"
+		}
 		if kind := classify(err); kind != nil && !errors.Is(err, kind) {
 			err = fmt.Errorf("%w (%w)", err, kind)
 		}
@@ -231,6 +240,45 @@ func (e *engine) releaseAll() error {
 	return joinErrors(failed...)
 }
 
+// Ping checks that this client can reach the Redis servers it needs, for a readiness probe.
+// It sends PING to the server (through Sentinel, to the current master; on a Cluster, to every
+// master the slot map names: each holds some locks) and returns nil when every one answered.
+// A server that refused the connection, did not answer within ctx, or is not a Redis server
+// gives an error naming it that wraps ErrUnavailable and the cause (ErrDenied when it refused
+// this user); several such errors are joined on one line.
+//
+// In quorum mode Ping returns nil as soon as a majority of the servers answered, as a lock
+// needs no more: with a minority down it passes, and so do locks (each server's error goes to
+// the Observer's NodeError and the DEBUG log). When a majority cannot answer it waits for
+// every server (within ctx) and returns a *QuorumError (ErrNoQuorum, ErrUnavailable) that
+// says what each server did.
+//
+// Ping waits as long as ctx allows: give it the probe's deadline. It takes no lock and reads
+// no setting (a server that may evict keys passes; acquisitions then fail with
+// ErrEvictionPolicy). After Close it returns ErrClosed.
+func (c *Client) Ping(ctx context.Context) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dlock: ping: %w", err)
+	}
+	return c.e.b.ping(ctx)
+}
+
+// pingErr is the error of one server's PING: it names the server and matches ErrUnavailable
+// (ErrDenied for a refusal by its access rules).
+func pingErr(addr string, err error) error {
+	switch kind := classify(err); {
+	case speaksOtherProtocol(err):
+		return fmt.Errorf("dlock: ping: %w", newNotRedis(addr, err))
+	case kind == ErrDenied:
+		return fmt.Errorf("dlock: ping: server %s: %w (%w)", addr, err, ErrDenied)
+	default:
+		return fmt.Errorf("dlock: ping: server %s: %w (%w)", addr, err, ErrUnavailable)
+	}
+}
+
 func (c *Client) checkOpen() error {
 	if c == nil {
 		return fmt.Errorf("%w: nil client", ErrInvalid)
@@ -320,10 +368,22 @@ func (e *engine) redisErr(op string, err error) error {
 	}
 }
 
-// dialErr wraps a failure to connect: bad input is ErrInvalid, a refused login ErrDenied, an
-// unreachable server ErrUnavailable.
-func dialErr(err error) error {
+// noURL refuses an empty URL (or one of spaces alone): rueidis would read it as
+// localhost:6379, and the usual cause is an environment variable that is not set.
+func noURL(fn, url string) error {
+	if strings.TrimSpace(url) == "" {
+		return fmt.Errorf("%w: %s: the Redis URL is empty, give one such as redis://host:6379/0 (an environment variable that is not set is the usual cause)", ErrInvalid, fn)
+	}
+	return nil
+}
+
+// dialErr wraps a failure to connect to url: bad input is ErrInvalid, a refused login
+// ErrDenied, an unreachable server ErrUnavailable, and so is an address where something other
+// than a Redis server answered (notRedisError).
+func dialErr(url string, err error) error {
 	switch kind := classify(err); {
+	case speaksOtherProtocol(err):
+		return fmt.Errorf("dlock: dial: %w", newNotRedis(rueidisconn.NewRedialing(url).Addr(), err))
 	case strings.HasPrefix(err.Error(), "bad redis url"):
 		return fmt.Errorf("dlock: dial: %w (%w)", err, ErrInvalid)
 	case kind != nil:
@@ -368,6 +428,9 @@ func probe(ctx context.Context, b backend, prefix string) error {
 			ErrDenied, addr, strings.Join(denied, ", "), strings.Join(denied, " +"))
 	case err != nil && classify(err) == ErrDenied:
 		return fmt.Errorf("%w: server %s refuses this user dlock's scripts or keys: %v (docs/SECURITY.md gives the ACL rule)", ErrDenied, addr, err)
+	case err != nil && speaksOtherProtocol(err) && b.traits().servers == 1:
+		// Reached with WithUnsafeEviction, which lets an unreadable memory policy pass.
+		return fmt.Errorf("dlock: %w", newNotRedis(addr, err))
 	}
 	return nil // other failures: the acquisitions will say
 }

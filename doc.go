@@ -3,6 +3,21 @@
 // waiting woken by releases (no polling), and re-entry; several locks taken together without
 // deadlock (MultiMutex), and countdown latches.
 //
+// # Which primitive for what
+//
+//	primitive   for                                                section
+//	Mutex       one holder at a time (Client.Mutex)                What is guaranteed; Waiting; Re-entry
+//	RWMutex     many readers or one writer (Client.RWMutex)        Read-write locks and semaphores
+//	Semaphore   at most size permits held at once (Semaphore)      Read-write locks and semaphores
+//	MultiMutex  several names taken together, no deadlock          Multi-locks
+//	Latch       wait until N workers have counted down             Countdown latches
+//	Do helpers  fn under a hold (Do, DoRead, DoWrite, DoAcquire,   Do and outcomes
+//	            DoMulti), released when fn returns
+//
+// All of them come from a Client (Dial, New; DialQuorum and NewQuorum for quorum mode, which
+// has Mutex and MultiMutex and their Do forms only); Deployments, Quorum mode and Operating a
+// client apply to every one.
+//
 // # Use
 //
 //	c, err := dlock.Dial(ctx, "redis://127.0.0.1:6379/0")
@@ -18,18 +33,30 @@
 //
 // # Options
 //
-// Two kinds, so that an option cannot land where it means nothing. An Option (WithTTL,
-// WithAdaptiveTTL, WithoutRenewal, WithLabel, WithWait, WithReplicaAck) configures one lock
-// when passed to Mutex, RWMutex, Semaphore or a Do, and the default of every lock of a client
-// when passed to Dial, New, DialQuorum or NewQuorum. A ClientOption (WithPrefix, WithTLSConfig,
-// WithCAFile, WithLogger, WithObserver, WithUnsafeEviction, WithTokenRetention,
-// WithHoldStatsRetention) is
-// taken by those four alone: passing one to Mutex or Do does not compile. A CA file is read
-// once, when Dial applies the option; New and NewQuorum, which dial nothing, refuse the TLS
-// options (ErrInvalid). Leases have bounds: MinTTL to MaxTTL (10 minutes) with renewal, up to
-// MaxFixedTTL (7 days) without; outside them, ErrInvalid.
+//   - An option cannot land where it means nothing: per-lock options and client options are
+//     two types, and the compiler tells them apart.
+//   - Leases have bounds: MinTTL to MaxTTL (10 minutes) with renewal, up to MaxFixedTTL (7
+//     days) without; outside them, ErrInvalid.
+//
+// An Option (WithTTL, WithAdaptiveTTL, WithoutRenewal, WithLabel, WithWait, WithReplicaAck)
+// configures one lock when passed to Mutex, RWMutex, Semaphore or a Do, and the default of
+// every lock of a client when passed to Dial, New, DialQuorum or NewQuorum. A ClientOption
+// (WithPrefix, WithTLSConfig, WithCAFile, WithLogger, WithObserver, WithUnsafeEviction,
+// WithTokenRetention, WithHoldStatsRetention) is taken by those four alone: passing one to
+// Mutex or Do does not compile. A CA file is read once, when Dial applies the option; New and
+// NewQuorum, which dial nothing, refuse the TLS options (ErrInvalid).
 //
 // # What is guaranteed
+//
+//   - Exclusion by lease: a holder keeps the lock while its client renews the lease; the lock
+//     is free again at its Unlock or, if the holder crashed, paused or lost its connection, at
+//     most TTL after its last successful renewal.
+//   - The loss is told first: the lease context is cancelled with cause ErrLost before the
+//     server can give the lock to anyone else (the clocks of holder and server running within
+//     1% of each other).
+//   - Fencing tokens: every acquisition's token is strictly larger than every earlier one of
+//     the same name, by any client (with the exception and the conditions below), and below
+//     2^53.
 //
 // Mutual exclusion is by lease. A holder keeps the lock while its client renews the lease
 // (every TTL/3, batched for all locks of the client). The lock is free again when the holder
@@ -42,11 +69,11 @@
 // last successful acquire or renewal was SENT and the drift allowance is TTL/100 + 2 ms (clock
 // drift) plus TTL/20, at most 50 ms (scheduling delays). The server started its lease no
 // earlier than T, so the holder's context ends before the server can give the lock to anyone
-// else. This assumes the holder's and the server's clocks run at
-// about the same rate (within 1%), and it cannot stop a holder that is paused (GC, SIGSTOP, a
-// VM freeze) between its last check of the context and its next write: the context is
-// cancelled the instant the holder runs again (Err checks the deadline itself), but a write
-// already under way is not recalled. That is what fencing tokens are for.
+// else. This assumes the holder's and the server's clocks run at about the same rate (within
+// 1%), and it cannot stop a holder that is paused (GC, SIGSTOP, a VM freeze) between its last
+// check of the context and its next write: the context is cancelled the instant the holder
+// runs again (Err checks the deadline itself), but a write already under way is not recalled.
+// That is what fencing tokens are for.
 //
 // Fencing tokens: Lease.Token is strictly larger than the token of every earlier acquisition
 // of the same lock name, by any client, including holders that crashed and whose lease
@@ -54,21 +81,32 @@
 // microseconds); a lock that passes among one client's waiters without the server (see
 // Waiting) gives them the next 15 tokens, each holder previous + 1, below the server's next
 // one. The previous token is kept with the lock while it is held and for the token retention
-// after its release (one minute unless WithTokenRetention says otherwise). One exception: when the server loses a held lock (a restart without persistence, a
-// failover without replica acknowledgement, a ForceUnlock), the holder's client learns of it
-// only at its next renewal (within a third of the TTL) or its 16th handoff in a row, and until
-// then may pass the lock to its other waiters; such a lease is lost from the start, its token
-// can be smaller than that of a holder the server granted the lock to meanwhile, and it is told
-// (context cancelled with ErrLost) only if it is still held when the client finds out: one
-// unlocked before that never is (its Unlock returns nil). A resource that checks tokens refuses
-// it once it has seen the newer token; the checker (docs/CORRECTNESS.md) counts these cases.
-// So tokens keep increasing as long as the Redis server's wall clock does not step back by more
-// than the time since the name's state expired (at least the token retention after a release,
-// at least the lease after a crash), and the server's data is not lost with its clock behind (a restart
+// after its release (one minute unless WithTokenRetention says otherwise). One exception: when
+// the server loses a held lock (a restart without persistence, a failover without replica
+// acknowledgement, a ForceUnlock), the holder's client learns of it only at its next renewal
+// (within a third of the TTL) or its 16th handoff in a row, and until then may pass the lock
+// to its other waiters; such a lease is lost from the start, its token can be smaller than
+// that of a holder the server granted the lock to meanwhile, and it is told (context cancelled
+// with ErrLost) only if it is still held when the client finds out: one unlocked before that
+// never is (its Unlock returns nil). A resource that checks tokens refuses it once it has seen
+// the newer token; the checker (docs/CORRECTNESS.md) counts these cases. So tokens keep
+// increasing as long as the Redis server's wall clock does not step back by more than the
+// time since the name's state expired (at least the token retention after a release, at least
+// the lease after a crash), and the server's data is not lost with its clock behind (a restart
 // without persistence or a failover to a replica, with clocks stepped back). Redis memory does
 // not grow with the number of names ever locked: a released name's key expires after the
 // token retention, a crashed holder's within its lease (docs/PROTOCOL.md, "Memory", gives the
 // footprint of many distinct names).
+//
+// A token's range: it is below 2^53 (9,007,199,254,740,992, about 9.0e15), so the scripts'
+// Lua numbers (doubles) and anything that reads it as a JSON number into a float64
+// (JavaScript, encoding/json into an interface{}) hold it exactly. Today's tokens are about
+// 1.8e15: the server's clock in microseconds since the Unix epoch. The rule max(previous
+// token + 16, clock) puts a token ahead of that clock only by what acquisitions of its name
+// less than 16 µs after the previous one added (at most 16 µs each; local handoffs add at most
+// 15 in all), and by whatever a server clock once set ahead left in the stored token; so
+// tokens pass 2^53 when the server's clock passes 2^53 µs, in June 2255, or earlier by that
+// lead. docs/PROTOCOL.md gives the rule for every kind of lock.
 //
 // Have the protected resource remember the largest token it has seen and refuse requests with
 // a smaller one. For a read-modify-write, check the token on the read as well as on the write
@@ -76,6 +114,13 @@
 // late write can land between a newer holder's read and write.
 //
 // # What is not guaranteed
+//
+//   - A failover to a replica that had not received a lock, or a restart without persistence,
+//     can give the lock to a second client before the first learns of the loss (within TTL/3);
+//     WithReplicaAck narrows that window, and fencing tokens keep the resource safe.
+//   - Clock jumps on the server shorten or lengthen leases.
+//   - A server that evicts keys can drop a held lock: Dial and New refuse one unless told
+//     WithUnsafeEviction.
 //
 // Redis replication is asynchronous: if the master fails over to a replica that had not yet
 // received a lock, a second client can acquire it while the first still believes it holds it
@@ -103,33 +148,51 @@
 //
 // # Deployments
 //
+//   - The same API and guarantees on one server, through Sentinel (following failovers) and
+//     on a Redis Cluster, through rueidis (Dial) or go-redis (New).
+//   - On a Cluster every key and channel of a lock shares one slot, and a lock stays held
+//     through a slot migration or a manual failover of its shard, or its holder is told it
+//     was lost.
+//   - Batching changes no outcome: each lock of a batch gets exactly the outcome it would have
+//     had alone.
+//
 // Dial accepts one server, a Sentinel URL (redis+sentinel://…, following failovers) and a
-// Cluster's seed nodes; New accepts a rueidis or go-redis client of any of those kinds. On a
-// Cluster, every key and channel of a lock shares one slot (the name is the hash tag), release
-// notices use sharded pub/sub (SPUBLISH/SSUBSCRIBE) and renewals are batched per slot; a lock
-// stays held through a slot migration or a manual failover of its shard (its renewals follow
-// the slot), or its holder is told it was lost. On one server or through Sentinel, a client's
-// concurrent acquisitions and releases go to the server in batches, one script call for many
-// locks, each lock with exactly the outcome it would have had alone (docs/PROTOCOL.md,
-// "Batches"); a call made while the client has nothing else on its way leaves at once, alone.
-// On a Cluster each call goes alone. WithCAFile and WithTLSConfig set up TLS;
-// docs/SECURITY.md gives the minimal ACL rule.
+// Cluster's seed nodes; New accepts a rueidis or go-redis client of any of those kinds. An
+// empty URL is ErrInvalid (it is not read as localhost), and an address where something other
+// than a Redis server answers (an HTTP server, say) fails Dial and New with ErrUnavailable
+// saying so. On a Cluster, every key and channel of a lock shares one slot (the name is the
+// hash tag), release notices use sharded pub/sub (SPUBLISH/SSUBSCRIBE) and renewals are
+// batched per slot; a lock stays held through a slot migration or a manual failover of its
+// shard (its renewals follow the slot), or its holder is told it was lost. On one server or
+// through Sentinel, a client's concurrent acquisitions and releases go to the server in
+// batches, one script call for many locks, each lock with exactly the outcome it would have
+// had alone (docs/PROTOCOL.md, "Batches"); a call made while the client has nothing else on
+// its way leaves at once, alone. On a Cluster each call goes alone. WithCAFile and
+// WithTLSConfig set up TLS; docs/SECURITY.md gives the minimal ACL rule.
 //
 // # Quorum mode (Redlock)
+//
+//   - Survives a minority of servers down, slow or partitioned: an acquisition holds when a
+//     majority granted it before its validity ran out, at the speed of the fastest majority.
+//   - Too few servers answering is said, not waited for silently: TryLock fails at once, and
+//     a Lock whose wait ends then returns, a *QuorumError (ErrNoQuorum), never ErrNotAcquired.
+//   - Fencing tokens increase across acquisitions under the conditions below (no server loses
+//     its data while it matters; server clocks within a TTL of each other).
+//   - Not survived: a server that restarts without its data while a lock is held.
 //
 // DialQuorum and NewQuorum make a Client over N independent Redis masters (typically 5) with
 // the same Mutex, Lease and Do API. An acquisition runs the acquire script on every server in
 // parallel and succeeds when a majority granted it within a short timeout (50 ms, less only
-// for TTLs under 150 ms, longer only when every server is slow) and before its validity ran out (validity
-// = TTL − the time the acquisition took − the drift allowance above); its latency is that of
-// the fastest majority, not of the slowest server. A failed acquisition is released on every
-// server. Renewals and releases go to every server; the lease context is cancelled (ErrLost)
-// when no majority confirmed a renewal in time. When fewer than a majority of servers answer
-// (down, frozen, unreachable), TryLock fails at once with a *QuorumError (errors.Is
-// ErrNoQuorum) that says what each server answered, and Lock keeps waiting, trying again every
-// 100 ms, until a majority answers or its wait ends (its context, WithWait); a wait that ends
-// while too few servers answer returns that *QuorumError (with the context's error, if the
-// context ended it), not ErrNotAcquired. Waiting clients queue on every server
+// for TTLs under 150 ms, longer only when every server is slow) and before its validity ran
+// out (validity = TTL − the time the acquisition took − the drift allowance above); its
+// latency is that of the fastest majority, not of the slowest server. A failed acquisition is
+// released on every server. Renewals and releases go to every server; the lease context is
+// cancelled (ErrLost) when no majority confirmed a renewal in time. When fewer than a majority
+// of servers answer (down, frozen, unreachable), TryLock fails at once with a *QuorumError
+// (errors.Is ErrNoQuorum) that says what each server answered, and Lock keeps waiting, trying
+// again every 100 ms, until a majority answers or its wait ends (its context, WithWait); a
+// wait that ends while too few servers answer returns that *QuorumError (with the context's
+// error, if the context ended it), not ErrNotAcquired. Waiting clients queue on every server
 // at the same place, so that the servers grant the lock to the same client; a client that
 // gets grants from only some servers (a split) gives them back and tries again after a random
 // pause of a few milliseconds. Within a client, locks pass among waiters without the servers,
@@ -137,8 +200,8 @@
 //
 // Quorum mode survives a minority of servers down, slow or partitioned. It does not survive a
 // server that restarts without its data while a lock is held: that server can then grant the
-// lock to a second client, which reaches a majority with the servers the first holder could not
-// reach. Restart a server without persistence only after a delay longer than the longest
+// lock to a second client, which reaches a majority with the servers the first holder could
+// not reach. Restart a server without persistence only after a delay longer than the longest
 // lease (Redlock's "delayed restart"); with it, the first holder's lease is lost (and its
 // context cancelled) before the server is back.
 //
@@ -150,14 +213,22 @@
 // lease's token (released) or let it expire at least a lease later. So tokens strictly
 // increase across acquisitions provided no server loses its data while it holds a lock or a
 // released token (delayed restart, as above), and the servers' clocks differ by less than the
-// lease TTL (a lease that expired without a release leaves no token, and the next is taken from
-// the clock of a server in the new majority). Outside those conditions, say a server clock set
-// ahead by more than a TTL, a token can repeat or go down.
+// lease TTL (a lease that expired without a release leaves no token, and the next is taken
+// from the clock of a server in the new majority). Outside those conditions, say a server
+// clock set ahead by more than a TTL, a token can repeat or go down.
 //
 // Admin calls in quorum mode: Inspect and List read the first server (in the order given) that
-// answers; ForceUnlock releases on every server.
+// answers; ForceUnlock releases on every server. Client.Ping passes while a majority answers
+// (see Operating a client).
 //
 // # Waiting
+//
+//   - No polling while the holder lives, and no pooled connection per waiter.
+//   - First come, first served: one client's waiters per name in the order they called, and
+//     clients in the order they queued on the server.
+//   - While other clients wait, a client holds a lock at most 16 times in a row.
+//   - A queued client that crashed delays the others by at most one second; a holder that
+//     crashed, by the rest of its lease.
 //
 // Lock waits without polling. Waiters of one client queue first-in first-out per lock name and
 // only the first of them talks to Redis; when the lock is held, its attempt queues the client
@@ -166,8 +237,9 @@
 // announces it on the lock's channel, where each Client holds one subscription — so clients are
 // served in the order they asked, and a handoff between clients costs the release and one
 // message, with no race. A queued client that crashed delays the others by at most one second
-// (its acceptance window; less with a shorter TTL, or an adaptive lease's shorter min). A holder that crashed sends no notice: the
-// waiters retry when its lease runs out. Waiting holds no pooled connection.
+// (its acceptance window; less with a shorter TTL, or an adaptive lease's shorter min). A
+// holder that crashed sends no notice: the waiters retry when its lease runs out. Waiting
+// holds no pooled connection.
 //
 // On a hot lock, Unlock hands the lock straight to the next waiter of the same client. Up to 15
 // times in a row this costs no round trip: the lock stays with the client on the server, under
@@ -219,6 +291,12 @@
 // gives the record and the scripts' arguments.
 //
 // # Read-write locks and semaphores
+//
+//   - While their leases last, a writer holds alone and a semaphore's permits held never
+//     exceed its size, on one server (standalone, Sentinel, Cluster); not in quorum mode.
+//   - First come, first served, with writer preference: a stream of readers, or of small
+//     requests, cannot starve a writer or a large request.
+//   - Every hold is its own lease, renewed and told lost as a Mutex's; fencing tokens as below.
 //
 // Client.RWMutex(name) is a read-write lock: RLock and TryRLock take a read hold (many at
 // once), Lock and TryLock the write hold (alone). Client.Semaphore(name, size) is a counting
@@ -273,6 +351,12 @@
 //
 // # Do and outcomes
 //
+//   - A nil error from Do (and DoRead, DoWrite, DoAcquire, DoMulti) means fn ran to
+//     completion while the lock was held.
+//   - A lock lost while fn ran makes Do's error wrap ErrLost and name the lock, with fn's own
+//     error; when fn returned the lease's cause (context.Cause(ctx)), the cause is said once.
+//   - The lock is released when fn returns or panics.
+//
 // A nil error from Do means fn ran to completion while the lock was held. The converse does
 // not hold: the lock can be lost, or its release fail, after fn did all its work, and Do then
 // returns an error wrapping ErrLost or the release error. Record the outcome of the work
@@ -284,6 +368,12 @@
 // whether the server still had the lock, and the waiter's lease reports the loss instead.
 //
 // # Re-entry
+//
+//   - A lock call whose context carries this client's lease on the same name re-enters it:
+//     same token, one more hold; the lock is released when the last hold is unlocked.
+//   - A re-entry never changes the held lease silently: one asking for another lease fails.
+//   - A context without the lease waits like any other caller, even in the goroutine that
+//     holds the lock.
 //
 // Lock, TryLock and Do re-enter a lock when their context carries a lease on the same name
 // from the same Client (a Lease's Context, or the context inside Do): same token, one more
@@ -305,7 +395,10 @@
 //
 // # Errors
 //
-// Every error wraps one of these, to be told apart with errors.Is:
+//   - Every error wraps one of these, to be told apart with errors.Is.
+//   - Error messages are one line, say what to do, and never show a password.
+//
+// The sentinel errors:
 //
 //	ErrNotAcquired    busy: another owner holds the lock (TryLock; a Lock whose wait ended:
 //	                  WithWait, or its context, whose error and cause it then wraps too).
@@ -313,12 +406,13 @@
 //	ErrNoQuorum       quorum mode: fewer than a majority of the servers answered (TryLock, or
 //	                  a Lock whose wait ended then; *QuorumError says what each did). Also
 //	                  matches ErrUnavailable; never ErrNotAcquired.
-//	ErrUnavailable    the server cannot be reached, or its connection failed.
+//	ErrUnavailable    the server cannot be reached, or its connection failed, or what answers
+//	                  at its address is not a Redis server (Dial, New, Ping say so).
 //	ErrDenied         the server refused the login or a command (ACL; docs/SECURITY.md).
 //	ErrInvalid        bad input: a name, an option, a TTL, a URL; a read lock asked to upgrade;
 //	                  a semaphore size out of range, or permits above the semaphore's size.
 //	ErrLost           the lock was (or may have been) lost: the lease context's cause, and the
-//	                  error of later calls on the lease.
+//	                  error of later calls on the lease (an Unlock's matches ErrNotHeld too).
 //	ErrExpired        a fixed lease reached its end (with ErrLost); a latch expired before zero.
 //	ErrNotFound       a latch that does not exist, through a handle of count 0.
 //	ErrNotHeld        the lease was already unlocked, or is nil.
@@ -330,18 +424,53 @@
 // A context's own errors (context.Canceled, context.DeadlineExceeded) are wrapped where the
 // context ended the call. Error messages are one line and never show a password.
 //
+// # Operating a client
+//
+//   - Client.Ping is a readiness probe: nil when every server the client needs answers (in
+//     quorum mode, a majority), else an error naming the servers that did not (ErrUnavailable).
+//   - Close releases every lease the client holds and cancels their contexts with cause
+//     ErrClosed; calls waiting for a lock return ErrClosed, and so does every later call.
+//   - So shut a service down in this order: stop accepting requests, drain those in flight,
+//     then Close the client.
+//
+// Ping sends PING to the server (through Sentinel, to the current master; on a Cluster, to
+// every master the slot map names). A server that refuses the connection, does not answer
+// within ctx, or is not a Redis server gives an error that names it and wraps ErrUnavailable
+// and the cause. In quorum mode Ping passes once a majority answered, as a lock needs no more:
+// one server of five down does not fail it (the Observer's NodeError reports that server);
+// three of five do, with a *QuorumError (ErrNoQuorum) saying what each server did. Ping takes
+// no lock and reads no setting; give it the probe's deadline.
+//
+// Close, in order: it marks the client closed (every call from then on returns ErrClosed),
+// wakes every call waiting for a lock, a read-write lock, a semaphore or a latch, which
+// returns ErrClosed, stops the renewal loop and the subscription, and then releases on the
+// server, in one round within 2 s, every lease still held and every release still being
+// retried in the background; each held lease ends with its context cancelled with cause
+// ErrClosed (not ErrLost: nobody else had the lock). A Do whose fn is running sees fn's
+// context cancelled so and returns an error matching ErrClosed; its Unlock, and any later call
+// on such a lease, returns ErrClosed. Close returns the errors of held leases' releases that
+// failed (those locks free themselves when their leases run out) and closes the connection if
+// Dial made it.
+//
+// A service that closes its client while requests still run fails them: their leases end
+// under them. Close it last:
+//
+//	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+//	defer stop()
+//	go srv.Serve(ln)
+//	<-ctx.Done()
+//	shutdown, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+//	defer cancel()
+//	srv.Shutdown(shutdown) // stops accepting; returns once the requests in flight are done
+//	c.Close()              // only now: releases what is still held
+//
+// examples/inventory does so, and its end-to-end tests stop a replica with SIGTERM while a
+// purchase holds its lock: the purchase completes and the lock is released.
+//
 // # Multi-locks
 //
-// A MultiMutex takes several named locks together, as a transfer between two balances needs:
-//
-//	mm := c.MultiMutex([]string{"balance:alice", "balance:bob"})
-//	l, err := mm.Lock(ctx) // or TryLock; l holds both names, or err and neither
-//	...
-//	debit(l.Tokens()["balance:alice"]) // each resource gets the token of its own name
-//	credit(l.Tokens()["balance:bob"])
-//	l.Unlock(ctx) // releases both
-//
-// or c.DoMulti(ctx, names, fn), whose fn finds the tokens with TokensFromContext. What holds:
+// A MultiMutex takes several named locks together, as a transfer between two balances needs.
+// What holds:
 //
 //   - All or nothing: Lock and TryLock return a Lease that holds every name, or an error and
 //     hold none (an attempt that failed, or a wait that ended, releases what it took first).
@@ -352,10 +481,11 @@
 //     is the largest, for logs. Tokens of different names are not ordered with each other:
 //     a resource must be given its own name's token.
 //   - Each name's lease is renewed by the client's one renewal loop (the names of one
-//     acquisition fall due at about the same time and share a round). Lease.Context is cancelled as soon as
-//     one of them is lost, with that lease's cause (ErrLost, naming the lock). Unlock releases
-//     them all: one script per server (per slot on a Cluster), all in one round trip; a name
-//     that a waiter of the same client waits for is passed to it, as Mutex's Unlock does.
+//     acquisition fall due at about the same time and share a round). Lease.Context is
+//     cancelled as soon as one of them is lost, with that lease's cause (ErrLost, naming the
+//     lock). Unlock releases them all: one script per server (per slot on a Cluster), all in
+//     one round trip; a name that a waiter of the same client waits for is passed to it, as
+//     Mutex's Unlock does.
 //   - Cost: on one server (standalone or Sentinel), and on a Cluster when every name shares one
 //     hash slot (the part of each name before its first '}', as in "acct:7}usd" and
 //     "acct:7}eur"), one script takes all the names or none: one round trip, and one to
@@ -365,6 +495,19 @@
 //     taken one by one, each an ordinary quorum lock, in the same order.
 //   - At most MaxMultiNames (64) distinct names; none, a name twice, an invalid name, or an
 //     adaptive lease (WithAdaptiveTTL: the multi-lock's scripts record no holds) is ErrInvalid.
+//   - No deadlock and no starvation, among multi-locks and with Mutexes, provided every
+//     holder releases in time (Waiting and No deadlock, below).
+//
+// For a transfer:
+//
+//	mm := c.MultiMutex([]string{"balance:alice", "balance:bob"})
+//	l, err := mm.Lock(ctx) // or TryLock; l holds both names, or err and neither
+//	...
+//	debit(l.Tokens()["balance:alice"]) // each resource gets the token of its own name
+//	credit(l.Tokens()["balance:bob"])
+//	l.Unlock(ctx) // releases both
+//
+// or c.DoMulti(ctx, names, fn), whose fn finds the tokens with TokensFromContext.
 //
 // Waiting. Every client takes names in one global order: by the Cluster hash slot of the key
 // (computed on one server too), then by key. An attempt takes all the names of a server (of
@@ -400,6 +543,11 @@
 //
 // # Countdown latches
 //
+//   - Wait returns nil once the count is zero (at once if it is already), woken by the
+//     count-down that reaches zero: no polling, no connection per waiter.
+//   - Each CountDown counts at most once, even when retried; CountDownAs counts once per id.
+//   - A latch whose TTL ran out before zero is expired: its calls return ErrExpired.
+//
 // A Latch is a count on the server that workers lower and a coordinator waits to see at zero:
 //
 //	lt := c.Latch("batch-7", 5, dlock.WithTTL(10*time.Minute)) // 5 workers; gone after 10 min
@@ -434,6 +582,10 @@
 //
 // # Inspection
 //
+//   - Inspect and List only read, and see every kind of lock of a name.
+//   - ForceUnlock releases a lock whoever holds it and wakes its waiters; the former holder's
+//     lease is lost at its next renewal.
+//
 // Client.Inspect reads one lock (held or free, holder's host, pid and label, token, holds,
 // remaining lease, waiting clients and their waiting goroutines, the inspecting client's own
 // waiting goroutines, and for an adaptive lock its hold statistics), Client.List the held locks
@@ -449,6 +601,12 @@
 //
 // # Observability
 //
+//   - Every acquisition reported acquired is followed by exactly one Released or Lost report
+//     for its lease, after it; every Waiting start by exactly one stop, before the
+//     acquisition's report; re-entries are not acquisitions.
+//   - Without an observer (and with the logger below DEBUG) acquisitions and releases do no
+//     extra work.
+//
 // WithObserver gives a client an Observer: functions it calls for each acquisition of a Mutex,
 // RWMutex, Semaphore or MultiMutex (its name and kind,
 // wait, outcome: acquired, busy, timed out, cancelled or error; whether it came from the
@@ -463,9 +621,7 @@
 // extra work; with one they make one small allocation each (docs/BENCHMARKS.md, "Observer
 // overhead").
 //
-// What is guaranteed: every acquisition reported acquired is followed by exactly one Released
-// or Lost report for its lease, after it; every Waiting start by exactly one stop, before the
-// acquisition's report; re-entries are not acquisitions. What is not: a lease is reported lost
+// Not guaranteed: a lease is reported lost
 // when this client finds out (its context is cancelled first), not when the server dropped it;
 // the functions run on the goroutines that make the events, so a slow one slows them; and a
 // lock passed on inside the client (a local handoff) is reported as a release and an

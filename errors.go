@@ -39,7 +39,7 @@ var (
 	// renewals still work on such a server.
 	ErrOutOfMemory = errors.New("dlock: server out of memory")
 	// ErrInvalid wraps every error about bad input: an empty or oversized name, a TTL below the
-	// minimum, a bad option or URL.
+	// minimum, a bad option, a bad or empty URL.
 	ErrInvalid = errors.New("dlock: invalid argument")
 	// ErrDenied is wrapped by the error of a call the server refused for its access rules: a
 	// wrong user or password, or a user whose ACL lacks a command or key (docs/SECURITY.md
@@ -49,7 +49,9 @@ var (
 	// a handle that cannot create it (Client.Latch with count 0).
 	ErrNotFound = errors.New("dlock: not found")
 	// ErrUnavailable is wrapped by the error of a call that could not reach the server, or
-	// whose connection failed (refused, reset, timed out); in quorum mode by a *QuorumError.
+	// whose connection failed (refused, reset, timed out), or that found at the server's
+	// address something other than a Redis server (an HTTP server, say: the error says so);
+	// in quorum mode by a *QuorumError. Client.Ping returns it when a server is down.
 	ErrUnavailable = errors.New("dlock: server unavailable")
 )
 
@@ -66,6 +68,8 @@ func classify(err error) error {
 		return ErrDenied
 	case strings.Contains(msg, "OOM command not allowed"):
 		return ErrOutOfMemory
+	case speaksOtherProtocol(err):
+		return ErrUnavailable // no Redis server at that address (notRedisError)
 	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		strings.Contains(msg, "connection refused"), strings.Contains(msg, "connection reset"),
@@ -73,6 +77,71 @@ func classify(err error) error {
 		return ErrUnavailable
 	}
 	return nil
+}
+
+// speaksOtherProtocol reports whether err is a transport's failure to read a reply in the
+// Redis protocol: what answered at the address is something else (an HTTP server, say).
+func speaksOtherProtocol(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "received unknown message type") || // rueidis
+		strings.Contains(msg, "redis: can't parse") || strings.Contains(msg, "redis: invalid reply") // go-redis
+}
+
+// notRedisError is the error of an address where something answered, but not in the Redis
+// protocol: a port of an HTTP server given for Redis's, say. Like a closed port it matches
+// ErrUnavailable: no Redis server answers there.
+type notRedisError struct {
+	addr string
+	err  error // what the transport made of the reply
+}
+
+// newNotRedis is the notRedisError of addr for the transport's err, without the dial's
+// "cannot reach redis at …" (it could be reached).
+func newNotRedis(addr string, err error) *notRedisError {
+	if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), "cannot reach redis") {
+		err = inner
+	}
+	return &notRedisError{addr: addr, err: err}
+}
+
+func (e *notRedisError) Error() string {
+	return fmt.Sprintf("%s is not a Redis server: it answered in another protocol (%v); check the host and port given for Redis", e.addr, e.err)
+}
+
+// Is reports whether target is ErrUnavailable.
+func (e *notRedisError) Is(target error) bool { return target == ErrUnavailable }
+
+func (e *notRedisError) Unwrap() error { return e.err }
+
+// notHeldError is the error of an Unlock whose lease was lost before it: its message is the
+// loss's cause alone, and it matches ErrNotHeld as well as what the cause matches (ErrLost).
+type notHeldError struct{ cause error }
+
+func (e *notHeldError) Error() string { return e.cause.Error() }
+
+// Is reports whether target is ErrNotHeld.
+func (e *notHeldError) Is(target error) bool { return target == ErrNotHeld }
+
+func (e *notHeldError) Unwrap() error { return e.cause }
+
+// lostWhileFn is the error of a Do whose lock called name ended while fn ran: fn's error
+// (fnErr, maybe nil) and that the lock ended so (what), with the lease's cause (ended). When
+// fn's error is, or wraps, that cause (fn returned context.Cause(ctx)), the cause is said once.
+func lostWhileFn(fnErr error, name, what string, ended error) error {
+	if fnErr != nil && errors.Is(fnErr, ended) {
+		return fmt.Errorf("dlock: %q %s: %w", name, what, fnErr)
+	}
+	return joinErrors(fnErr, fmt.Errorf("dlock: %q %s: %w", name, what, ended))
+}
+
+// withUnlockErr is the error of a Do whose fn returned fnErr and whose Unlock then returned
+// uerr: both, but uerr once when fnErr already is, or wraps, it (fn returned
+// context.Cause(ctx) after Close: ErrClosed).
+func withUnlockErr(fnErr, uerr error) error {
+	if fnErr != nil && uerr != nil && errors.Is(fnErr, uerr) {
+		return fnErr
+	}
+	return joinErrors(fnErr, uerr)
 }
 
 // ErrNoQuorum is matched (errors.Is) by the *QuorumError of an operation in quorum mode that
@@ -91,7 +160,7 @@ type QuorumError struct {
 // ServerState is one server's part in a quorum operation.
 type ServerState struct {
 	Addr  string
-	State string // "granted", "held by another owner", "error", "no answer"
+	State string // "granted", "held by another owner", "answered" (Ping), "error", "no answer"
 	Err   error  // with "error"
 }
 

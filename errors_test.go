@@ -295,3 +295,104 @@ func TestQuorum_WaitEndedWithoutQuorum(t *testing.T) {
 		})
 	}
 }
+
+// An Unlock after an administrator's ForceUnlock says what the lease context says, one
+// sentence naming the lock, without a trailing "(dlock: not held)"; it still matches ErrLost
+// and ErrNotHeld.
+func TestUnlock_AfterForceUnlock_OneSentence(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		c := tr.dial(t, shared.URL(), dlock.WithTTL(300*time.Millisecond))
+		admin := tr.dial(t, shared.URL())
+		check := func(what string, err error, name string) {
+			t.Helper()
+			msg := fmt.Sprint(err)
+			if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s = %v, want ErrLost and ErrNotHeld", what, err)
+			}
+			if !strings.HasPrefix(msg, fmt.Sprintf("dlock: lock lost: %q: ", name)) || strings.Contains(msg, "not held") || strings.Contains(msg, "\n") {
+				t.Errorf("%s = %q, want one sentence naming %q, without \"not held\"", what, msg, name)
+			}
+		}
+
+		// The renewal finds the lock force-unlocked first: Unlock returns the lease's cause.
+		name := uniqueName(t)
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.ForceUnlock(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Context().Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("lease context not cancelled after ForceUnlock")
+		}
+		err = l.Unlock(ctx)
+		check("Unlock after the loss was found", err, name)
+		want := fmt.Sprintf("dlock: lock lost: %q: a renewal found it released by someone else (force-unlocked)", name)
+		if err.Error() != want || context.Cause(l.Context()).Error() != want {
+			t.Errorf("Unlock = %q, lease cause %q; want both %q", err, context.Cause(l.Context()), want)
+		}
+
+		// Unlock finds it itself (or the renewal does, just before): the same kind of sentence.
+		name = uniqueName(t)
+		l, err = c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.ForceUnlock(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		check("Unlock right after ForceUnlock", l.Unlock(ctx), name)
+	})
+}
+
+// A Do whose fn returns context.Cause(ctx) after the lock was lost (as the README shows), or
+// an error wrapping it, gets that cause said once, not twice; DoMulti likewise.
+func TestDo_FnReturnsTheCause_SaidOnce(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		c := tr.dial(t, shared.URL(), dlock.WithTTL(300*time.Millisecond))
+		admin := tr.dial(t, shared.URL())
+		// fn force-unlocks its own lock, waits for its context to end and returns wrap(cause).
+		fn := func(name string, wrap func(error) error) func(context.Context) error {
+			return func(fctx context.Context) error {
+				if _, err := admin.ForceUnlock(ctx, name); err != nil {
+					return err
+				}
+				select {
+				case <-fctx.Done():
+					return wrap(context.Cause(fctx))
+				case <-time.After(10 * time.Second):
+					return errors.New("fn's context not cancelled")
+				}
+			}
+		}
+		cause := func(name string) string {
+			return fmt.Sprintf("dlock: lock lost: %q: a renewal found it released by someone else (force-unlocked)", name)
+		}
+		same := func(err error) error { return err }
+		errCharge := errors.New("charge refused")
+		wrapped := func(err error) error { return fmt.Errorf("%w: %w", errCharge, err) }
+
+		name := uniqueName(t)
+		err := c.Do(ctx, name, fn(name, same))
+		if want := fmt.Sprintf("dlock: %q was lost while fn ran: %s", name, cause(name)); fmt.Sprint(err) != want || !errors.Is(err, dlock.ErrLost) {
+			t.Errorf("Do whose fn returned the cause = %q, want %q (ErrLost)", err, want)
+		}
+		name = uniqueName(t)
+		err = c.Do(ctx, name, fn(name, wrapped))
+		if want := fmt.Sprintf("dlock: %q was lost while fn ran: charge refused: %s", name, cause(name)); fmt.Sprint(err) != want || !errors.Is(err, dlock.ErrLost) || !errors.Is(err, errCharge) {
+			t.Errorf("Do whose fn wrapped the cause = %q, want %q (ErrLost and fn's error)", err, want)
+		}
+		names := multiNames(t, 2)
+		err = c.DoMulti(ctx, names, fn(names[0], same))
+		if want := fmt.Sprintf("dlock: %q was lost while fn ran: %s", names[0], cause(names[0])); fmt.Sprint(err) != want || !errors.Is(err, dlock.ErrLost) {
+			t.Errorf("DoMulti whose fn returned the cause = %q, want %q (ErrLost)", err, want)
+		}
+	})
+}

@@ -121,6 +121,10 @@ func (g *evictionGuard) read(ctx context.Context) (map[string]serverMemory, erro
 				return nil, fmt.Errorf("dlock: server %s refuses INFO to this user, so dlock cannot check that it never evicts lock keys: add +info to the user's ACL rule (docs/SECURITY.md), or accept the risk with dlock.WithUnsafeEviction: %w",
 					r.Addr, r.Err)
 			}
+			if speaksOtherProtocol(r.Err) {
+				errs = append(errs, &notRedisError{addr: r.Addr, err: r.Err})
+				continue
+			}
 			errs = append(errs, fmt.Errorf("%s: %w", r.Addr, r.Err))
 			continue
 		}

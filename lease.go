@@ -212,7 +212,8 @@ func (st *leaseState) endedErr() error {
 	return fmt.Errorf("%w: %q was released", ErrNotHeld, st.spec.name)
 }
 
-// lostAtUnlock is Unlock's error for a lease lost before it: the loss's cause (ErrNotHeld too).
+// lostAtUnlock is Unlock's error for a lease lost before it: the loss's cause, which matches
+// ErrNotHeld too (there was nothing left to release) without saying it twice.
 func (st *leaseState) lostAtUnlock() error {
 	st.mu.Lock()
 	cause := st.cause
@@ -220,7 +221,7 @@ func (st *leaseState) lostAtUnlock() error {
 	if cause == nil || cause == ErrLost {
 		cause = st.lost("lost before Unlock")
 	}
-	return fmt.Errorf("%w (%w)", cause, ErrNotHeld)
+	return &notHeldError{cause}
 }
 
 // releaseReq releases one hold of this lease, or all. The floor is the lease's token: after

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -186,4 +187,46 @@ func TestTokenRetention(t *testing.T) {
 	if _, err := dlock.Dial(ctxT(t), shared.URL(), dlock.WithTokenRetention(time.Millisecond)); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatalf("retention below the minimum: %v, want ErrInvalid", err)
 	}
+}
+
+// A real token (a Mutex's, a semaphore's) is the server's clock in microseconds, below 2^53,
+// so a JSON number decoded as float64 (encoding/json into interface{}, JavaScript) and the
+// scripts' Lua doubles hold it exactly: it survives the round trip unchanged.
+func TestFencingToken_FitsAFloat64(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		c := tr.dial(t, shared.URL())
+		l, err := c.Mutex(uniqueName(t)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+		s, err := c.Semaphore(uniqueName(t), 2).Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Unlock(ctx)
+		for what, token := range map[string]uint64{"mutex": l.Token(), "semaphore": s.Token()} {
+			if token >= 1<<53 {
+				t.Fatalf("%s token %d is not below 2^53", what, token)
+			}
+			// The server is this machine: its clock in µs is ours, within the test's time.
+			if now := uint64(time.Now().UnixMicro()); token > now+uint64(time.Minute/time.Microsecond) || token+uint64(time.Hour/time.Microsecond) < now {
+				t.Errorf("%s token %d is not the server's time in µs (now %d)", what, token, now)
+			}
+			b, err := json.Marshal(map[string]uint64{"token": token})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back any
+			if err := json.Unmarshal(b, &back); err != nil {
+				t.Fatal(err)
+			}
+			f, ok := back.(map[string]any)["token"].(float64)
+			if !ok || uint64(f) != token || float64(token) != f {
+				t.Fatalf("%s token %d came back from JSON %s as %v", what, token, b, back)
+			}
+		}
+	})
 }

@@ -565,12 +565,10 @@ func (c *Client) DoMulti(ctx context.Context, names []string, fn func(ctx contex
 		stop()
 		if lost := m.lostMember(); lost != nil {
 			l.Unlock(context.WithoutCancel(ctx))
-			err = joinErrors(err, fmt.Errorf("dlock: %q was lost while fn ran: %w", lost.spec.name, lost.endedErr()))
+			err = lostWhileFn(err, lost.spec.name, "was lost while fn ran", lost.endedErr())
 			return
 		}
-		if uerr := l.Unlock(ctx); uerr != nil {
-			err = joinErrors(err, uerr)
-		}
+		err = withUnlockErr(err, l.Unlock(ctx))
 	}()
 	return fn(fctx)
 }

@@ -419,12 +419,10 @@ func runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error)
 			if errors.Is(ended, ErrExpired) {
 				what = "ran out while fn ran (its planned end, WithoutRenewal)" // not a loss
 			}
-			err = joinErrors(err, fmt.Errorf("dlock: %q %s: %w", name, what, ended))
+			err = lostWhileFn(err, name, what, ended)
 			return
 		}
-		if uerr := l.Unlock(ctx); uerr != nil {
-			err = joinErrors(err, uerr)
-		}
+		err = withUnlockErr(err, l.Unlock(ctx))
 	}()
 	return fn(fctx)
 }

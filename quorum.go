@@ -34,7 +34,10 @@ func DialQuorum(ctx context.Context, urls []string, opts ...ClientOption) (*Clie
 		return nil, fmt.Errorf("dlock: dial quorum: %w", err)
 	}
 	seen := make(map[string]bool)
-	for _, u := range urls {
+	for i, u := range urls {
+		if err := noURL(fmt.Sprintf("DialQuorum: server %d of %d", i+1, len(urls)), u); err != nil {
+			return nil, err
+		}
 		a := rueidisconn.NewRedialing(u).Addr()
 		if seen[a] {
 			return nil, fmt.Errorf("%w: DialQuorum: server %s given twice: a quorum needs independent servers", ErrInvalid, a)
@@ -50,6 +53,9 @@ func DialQuorum(ctx context.Context, urls []string, opts ...ClientOption) (*Clie
 		go func() {
 			defer wg.Done()
 			errs[i] = nodes[i].Dial(ctx)
+			if errs[i] != nil && speaksOtherProtocol(errs[i]) {
+				errs[i] = newNotRedis(nodes[i].Addr(), errs[i])
+			}
 		}()
 	}
 	wg.Wait()

@@ -152,7 +152,12 @@ func run() error {
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
+	// Graceful shutdown, in this order: stop accepting and drain the requests in flight
+	// (Shutdown waits for their handlers to return), then close the lock client. Closed first,
+	// the client would end the lease of every purchase under way (its context cancelled with
+	// cause dlock.ErrClosed, its transaction rolled back) and fail the purchases waiting for a
+	// lock with dlock.ErrClosed.
+	log.Info("shutting down: draining requests")
 	shutCtx, cancelShut := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancelShut()
 	if err := hs.Shutdown(shutCtx); err != nil {
@@ -160,6 +165,10 @@ func run() error {
 	}
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	log.Info("requests drained; closing the lock client")
+	if err := locks.Close(); err != nil { // releases what it still holds; the deferred Close is then a no-op
+		log.Warn("closing the lock client", "err", err)
 	}
 	s := srv.snapshot()
 	log.Info("stopped", "sold", s.Sold, "sold_out", s.SoldOut, "lock_timeout", s.LockTimeout,
