@@ -466,7 +466,7 @@ func printHolds(w io.Writer, h dlock.HoldStats) {
 	}
 	fmt.Fprintf(w, "  holds measured: %d; typical %v, high-water %v, last %v (server clock)\n", h.Count,
 		h.Typical.Round(time.Microsecond), h.High.Round(time.Microsecond), h.Last.Round(time.Microsecond))
-	fmt.Fprintf(w, "  adaptive lease: %v before its bounds (3 × the high-water mark); record kept %v more\n",
+	fmt.Fprintf(w, "  adaptive lease: %v (3 × the high-water mark, then kept within the lock's min and max); record kept %v more\n",
 		h.Lease(0, 1<<62), h.Expires)
 }
 
