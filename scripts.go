@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
@@ -13,7 +14,7 @@ import (
 // its reply. docs/PROTOCOL.md describes their keys, arguments and replies; nothing else in the
 // package knows an argument's position or a reply's shape.
 
-//go:embed scripts/*.lua
+//go:embed scripts/*.lua scripts/lib/*.lua
 var scriptFS embed.FS
 
 func mustScript(name string) *conn.Script {
@@ -21,7 +22,85 @@ func mustScript(name string) *conn.Script {
 	if err != nil {
 		panic("dlock: missing embedded script " + name) // a build defect, not a runtime condition
 	}
-	return conn.NewScript(name, string(src))
+	lib, err := scriptFS.ReadFile("scripts/lib/common.lua")
+	if err != nil {
+		panic("dlock: missing the embedded script library")
+	}
+	full, err := assemble(string(lib), string(src))
+	if err != nil {
+		panic("dlock: script " + name + ": " + err.Error()) // a build defect too
+	}
+	return conn.NewScript(name, full)
+}
+
+// assemble puts before src the blocks of the script library lib that src asks for on its first
+// line ("-- uses: a, b"), each once, in lib's order, with the blocks they need (scripts/lib/
+// common.lua says how a block is written). A script that asks for none is src as it is.
+func assemble(lib, src string) (string, error) {
+	first, _, _ := strings.Cut(src, "\n")
+	uses, ok := strings.CutPrefix(strings.TrimSpace(first), "-- uses:")
+	if !ok {
+		return src, nil
+	}
+	type block struct {
+		name  string
+		needs []string
+		text  strings.Builder
+	}
+	var blocks []*block
+	byName := map[string]*block{}
+	var cur *block
+	for _, line := range strings.SplitAfter(lib, "\n") {
+		if head, ok := strings.CutPrefix(line, "--- "); ok {
+			name, rest, _ := strings.Cut(strings.TrimSpace(head), " ")
+			cur = &block{name: name}
+			if needs, ok := strings.CutPrefix(strings.TrimSpace(rest), "(needs:"); ok {
+				for _, n := range strings.Split(strings.TrimSuffix(needs, ")"), ",") {
+					cur.needs = append(cur.needs, strings.TrimSpace(n))
+				}
+			}
+			blocks = append(blocks, cur)
+			byName[name] = cur
+			continue
+		}
+		if cur != nil {
+			cur.text.WriteString(line)
+		}
+	}
+	want := map[string]bool{}
+	var add func(name string) error
+	add = func(name string) error {
+		b := byName[name]
+		if b == nil {
+			return fmt.Errorf("uses %q, which the script library does not have", name)
+		}
+		if want[name] {
+			return nil
+		}
+		want[name] = true
+		for _, n := range b.needs {
+			if err := add(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, name := range strings.Split(uses, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			if err := add(name); err != nil {
+				return "", err
+			}
+		}
+	}
+	var out strings.Builder
+	for _, b := range blocks {
+		if want[b.name] {
+			out.WriteString(strings.TrimRight(b.text.String(), "\n"))
+			out.WriteString("\n")
+		}
+	}
+	out.WriteString(src)
+	return out.String(), nil
 }
 
 var (

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,13 +44,58 @@ func TestScripts_ListsEveryEmbeddedScript(t *testing.T) {
 			t.Errorf("%s: SHA %s is not the SHA-1 of its source", s.Name, s.SHA)
 		}
 	}
+	n := 0
 	for _, f := range files {
+		if f.IsDir() {
+			continue // scripts/lib: the library scripts are assembled from
+		}
+		n++
 		if !listed[f.Name()] {
 			t.Errorf("scripts/%s is embedded but not in Scripts()", f.Name())
 		}
 	}
-	if len(listed) != len(files) {
-		t.Errorf("Scripts() lists %d scripts, scripts/ holds %d", len(listed), len(files))
+	if len(listed) != n {
+		t.Errorf("Scripts() lists %d scripts, scripts/ holds %d", len(listed), n)
+	}
+}
+
+// A script's first line "-- uses: ..." puts those blocks of the library before it, each once,
+// in the library's order, with the blocks they need; a name the library lacks is an error;
+// a script without the line is left as it is.
+func TestAssemble_Uses(t *testing.T) {
+	lib := "-- header\n\n--- a\nlocal function a() end\n\n--- b (needs: a)\nlocal function b() a() end\n\n--- c\nlocal function c() end\n"
+	got, err := assemble(lib, "-- uses: b\nreturn b()\n")
+	if want := "local function a() end\nlocal function b() a() end\n-- uses: b\nreturn b()\n"; err != nil || got != want {
+		t.Errorf("assemble(uses b) = %q, %v; want %q", got, err, want)
+	}
+	got, err = assemble(lib, "-- uses: c, a, c\nreturn 1\n")
+	if want := "local function a() end\nlocal function c() end\n-- uses: c, a, c\nreturn 1\n"; err != nil || got != want {
+		t.Errorf("assemble(uses c, a, c) = %q, %v; want %q", got, err, want)
+	}
+	if _, err := assemble(lib, "-- uses: nope\n"); err == nil {
+		t.Error("assemble accepted a block the library lacks")
+	}
+	if got, _ := assemble(lib, "return 1\n"); got != "return 1\n" {
+		t.Errorf("a script without uses became %q", got)
+	}
+	// Every block of the real library is a function its name says, and is used by a script.
+	used := map[string]bool{}
+	for _, s := range Scripts() {
+		for _, line := range strings.Split(s.Src, "\n") {
+			if name, ok := strings.CutPrefix(line, "local function "); ok {
+				name, _, _ = strings.Cut(name, "(")
+				used[name] = true
+			}
+		}
+	}
+	src, _ := scriptFS.ReadFile("scripts/lib/common.lua")
+	for _, line := range strings.Split(string(src), "\n") {
+		if head, ok := strings.CutPrefix(line, "--- "); ok {
+			name, _, _ := strings.Cut(head, " ")
+			if !used[name] {
+				t.Errorf("library block %q is used by no script", name)
+			}
+		}
 	}
 }
 

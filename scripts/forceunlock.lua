@@ -1,3 +1,4 @@
+-- uses: publish, clientChannel
 -- forceunlock: release a lock whoever holds it (an administrator's "dlock unlock --force"),
 -- exactly as release.lua does for its owner: the last token is kept and waiters are woken.
 -- KEYS[1]  lock key
@@ -29,18 +30,14 @@ if type(r) == 'table' and r.err then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   redis.call('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[1])
 end
-local publish = 'PUBLISH'
-if ARGV[3] == 's' then
-  publish = 'S' .. publish -- built at run time, as in release.lua
-end
 local n = 0
 local seen = {}
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  local ch = ARGV[2] .. ':' .. (string.match(id, '^([^.]*)%.') or id)
+  local ch = clientChannel(ARGV[2], id)
   if not seen[ch] then
     seen[ch] = true
-    n = n + redis.call(publish, ch, t)
+    n = n + publish(ARGV[3], ch, t)
   end
 end
-n = n + redis.call(publish, ARGV[2], t)
+n = n + publish(ARGV[3], ARGV[2], t)
 return {v, pttl, n}

@@ -1,3 +1,4 @@
+-- uses: publish
 -- latch: a countdown latch. Read it (creating it on first use), count it down, or only read it.
 -- KEYS[1]  latch key: <prefix>{<name>}:latch, a hash: n = count left, c = initial count,
 --          d = deadline (server time, ms), and "i:<id>" for each id that counted down
@@ -63,9 +64,5 @@ if left > 0 then
 end
 -- Zero: the latch opens.
 redis.call('HSET', k, 'n', 0)
-local cmd = 'PUBLISH'
-if ARGV[6] == 's' then
-  cmd = 'S' .. cmd -- built at run time, as in release.lua
-end
-redis.call(cmd, ARGV[5], '0')
+publish(ARGV[6], ARGV[5], '0')
 return {1, 0, initial, rest}

@@ -1,3 +1,4 @@
+-- uses: publish, grantNotice
 -- multiacquire: take several locks of one server (one Cluster slot) all at once, or none of
 -- them; or, in ordered mode, the free ones before the first busy one. Each lock is the same
 -- key, value, queue and token as a single lock's (acquire.lua): a plain lock of one of the
@@ -42,25 +43,10 @@ elseif ARGV[7] ~= '' then
 end
 local eo = ARGV[8]
 
-local function publish(channel, payload)
-  local cmd = 'PUBLISH'
-  if ARGV[5] == 's' then
-    cmd = 'S' .. cmd -- built at run time, as in acquire.lua
-  end
-  redis.call(cmd, channel, payload)
-end
 -- grant announces a grant of lock k (queue q) to entry id, as acquire.lua does.
 local function grant(k, q, id, msg)
   local rel = k .. ':rel'
-  local function client(e)
-    return rel .. ':' .. (string.match(e, '^([^.]*)%.') or e)
-  end
-  local to = client(id)
-  publish(to, msg)
-  local nxt = redis.call('ZRANGE', q, 0, 0)[1]
-  if nxt and client(nxt) ~= to then
-    publish(client(nxt), msg)
-  end
+  grantNotice(ARGV[5], q, rel, id, msg)
   local listened
   if ARGV[5] == 's' then
     listened = redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0
@@ -68,7 +54,7 @@ local function grant(k, q, id, msg)
     listened = redis.call('PUBSUB', 'NUMSUB', rel)[2] > 0 or redis.call('PUBSUB', 'NUMPAT') > 0
   end
   if listened then
-    publish(rel, msg)
+    publish(ARGV[5], rel, msg)
   end
 end
 -- first returns the first live entry of a queue, dropping the expired ones before it.

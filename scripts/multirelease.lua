@@ -1,3 +1,4 @@
+-- uses: publish, grantNotice
 -- multirelease: the final release of several locks of one slot in one call (a multi-lock's
 -- Unlock), each exactly as release.lua releases every hold of its owner: the last token is
 -- kept, and the lock is granted to the first live client in its queue, or announced free.
@@ -13,13 +14,6 @@
 -- channel <key>:rel:<client id> and to the channel of the client queued next, "<token>" for a
 -- release that granted nothing; either also on the release channel <key>:rel when anyone may
 -- listen there (a subscriber of it, or, not on a Cluster, of any pattern). On a server out of memory the releases still work, as release.lua's do.
-local function publish(channel, payload)
-  local cmd = 'PUBLISH'
-  if ARGV[2] == 's' then
-    cmd = 'S' .. cmd -- built at run time, as in release.lua
-  end
-  redis.call(cmd, channel, payload)
-end
 -- The announcements on the release channels are sent at the end, where anyone may listen:
 -- one PUBSUB call for all the channels (and one NUMPAT), not one per lock.
 local channels, payloads = {}, {}
@@ -44,9 +38,6 @@ for i = 1, #KEYS / 3 do
   local k, q, w = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local o, floor, leaving = ARGV[3 * i], tonumber(ARGV[3 * i + 1]), ARGV[3 * i + 2]
   local rel = k .. ':rel'
-  local function client(id)
-    return rel .. ':' .. (string.match(id, '^([^.]*)%.') or id)
-  end
   local function leave()
     if leaving ~= '' then
       redis.call('ZREM', q, leaving)
@@ -91,12 +82,7 @@ for i = 1, #KEYS / 3 do
           redis.call('ZREM', q, id)
           redis.call('HDEL', w, id)
           local msg = 'g ' .. string.format('%d', token) .. ' ' .. id .. ' ' .. win
-          local to = client(id)
-          publish(to, msg)
-          local nxt = redis.call('ZRANGE', q, 0, 0)[1]
-          if nxt and client(nxt) ~= to then
-            publish(client(nxt), msg)
-          end
+          grantNotice(ARGV[2], q, rel, id, msg)
           announce(rel, msg)
           granted = true
           break
@@ -121,7 +107,7 @@ if #channels > 0 then
   end
   for i = 1, #channels do
     if patterns or counts[2 * i] > 0 then
-      publish(channels[i], payloads[i])
+      publish(ARGV[2], channels[i], payloads[i])
     end
   end
 end

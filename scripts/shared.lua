@@ -1,3 +1,4 @@
+-- uses: publish
 -- shared: the read-write lock and the semaphore. Every operation on them is in this one script
 -- so that the grant walk, which most of them end with, exists once (docs/PROTOCOL.md,
 -- "Read-write locks and semaphores").
@@ -145,14 +146,6 @@ local function flush(B, st, ms, need, exact)
   end
 end
 
-local function publish(channel, pub, payload)
-  local cmd = 'PUBLISH'
-  if pub == 's' then
-    cmd = 'S' .. cmd -- built at run time, as in release.lua
-  end
-  return redis.call(cmd, channel, payload)
-end
-
 -- purge drops the holders whose lease ended without a release (crashed, paused, cut off),
 -- once "=e" says one may have: it reads every holder and makes "=e" exact again. It returns
 -- whether it dropped keep's field (the caller's own lease ended).
@@ -288,7 +281,7 @@ local function walk(Q, W, st, kind, size, now, ms, channel, pub, caller, cowner,
     st.dirty = true
   end
   if #grants > 0 then
-    publish(channel, pub, 'G ' .. table.concat(grants, ' '))
+    publish(pub, channel, 'G ' .. table.concat(grants, ' '))
   end
   return mine, blocked, last, headID, headExp
 end
