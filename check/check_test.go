@@ -207,8 +207,8 @@ func TestScenarioTable(t *testing.T) {
 	if s, _ := scenarioNamed("waiter-faults"); s.faults(o) != 6 {
 		t.Errorf("waiter-faults plays %d faults for --min-faults 5, want 6: whole rounds of its variants", s.faults(o))
 	}
-	if s, _ := scenarioNamed("sem-frozen-waiters"); s.faults(o) != 6 {
-		t.Errorf("sem-frozen-waiters plays %d faults for --min-faults 5, want 6: whole rounds of its variants", s.faults(o))
+	if s, _ := scenarioNamed("sem-frozen-waiters"); s.goroutinesPerProcess(o) != frozenGoroutines || s.faults(o) != 6 {
+		t.Errorf("sem-frozen-waiters: %d goroutines a process, %d faults for --min-faults 5; want %d, and 6: whole rounds of its variants", s.goroutinesPerProcess(o), s.faults(o), frozenGoroutines)
 	}
 	both := []bool{true, false}
 	for _, s := range scenarios {
@@ -1069,7 +1069,7 @@ func TestRun_FrozenWaiters(t *testing.T) {
 	}{{"sem-frozen-waiters", false}, {"rw-frozen-waiters", true}} {
 		t.Run(c.scenario, func(t *testing.T) {
 			d, f := runForTest(t, runConf{
-				Scenario: c.scenario, Fenced: c.fenced, Seed: 1, Workers: 5, Goroutines: defaultGoroutines, TTL: 2 * time.Second,
+				Scenario: c.scenario, Fenced: c.fenced, Seed: 1, Workers: 5, Goroutines: frozenGoroutines, TTL: 2 * time.Second,
 				Cycles: 30, MinFaults: len(frozenVariants), MaxRun: 30 * time.Second, Short: true,
 			})
 			if len(f.Failures) != 0 {

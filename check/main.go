@@ -119,7 +119,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&modes, "modes", "fenced,unfenced", "comma-separated modes: fenced, unfenced")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the fault schedule (the same seed gives the same kinds, gaps, durations and variants)")
 	fs.IntVar(&o.workers, "workers", 5, "worker processes (at least 5 for the published figures)")
-	fs.IntVar(&o.goroutines, "goroutines", defaultGoroutines, "goroutines per worker process, sharing its one dlock.Client (so the lock passes between them locally); each is a client of its own in every analysis")
+	fs.IntVar(&o.goroutines, "goroutines", defaultGoroutines, "goroutines per worker process, sharing its one dlock.Client (so the lock passes between them locally); each is a client of its own in every analysis (the frozen-waiters scenarios run at least 6)")
 	fs.DurationVar(&o.ttl, "ttl", 500*time.Millisecond, "lease TTL of every lock (but the Sentinel, waiter-faults and frozen-waiters scenarios')")
 	fs.DurationVar(&o.sentTTL, "sentinel-ttl", 3*time.Second, "lease TTL in the Sentinel scenarios: longer than a failover (Sentinel's down-after is 1.5 s), so that a lock can outlive one")
 	fs.DurationVar(&o.waiterTTL, "waiter-ttl", 2*time.Second, "lease TTL in the waiter-faults and frozen-waiters scenarios: longer than the acceptance window (min(TTL, 1 s)) by more than a pause that outlasts the window")
@@ -242,11 +242,11 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 		for _, fenced := range s.modes(o.modes) {
 			ttl := s.ttl(o)
 			conf := runConf{
-				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, Goroutines: o.goroutines, TTL: ttl,
+				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, Goroutines: s.goroutinesPerProcess(o), TTL: ttl,
 				Cycles: o.cycles, MinFaults: s.faults(o), MaxRun: s.deploy.maxRun(o), Short: o.short, Logf: logf,
 			}
 			conf.Dir = filepath.Join(root, sc+"-"+conf.mode())
-			logf("run %s %s (seed %d, %d workers × %d goroutines, TTL %v)", sc, conf.mode(), o.seed, o.workers, o.goroutines, ttl)
+			logf("run %s %s (seed %d, %d workers × %d goroutines, TTL %v)", sc, conf.mode(), o.seed, o.workers, conf.Goroutines, ttl)
 			t0 := time.Now()
 			d, err := run(conf)
 			if err != nil {

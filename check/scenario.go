@@ -107,7 +107,18 @@ type scenario struct {
 	accounts int
 	// permits > 0: every hold of a semaphore row takes this many permits (else 1 and 2 in turn).
 	permits int
+	// goroutines > 0: each worker process runs at least this many goroutines, whatever
+	// --goroutines says (the frozen-waiters rows: many waiters queued, several of them in the
+	// frozen process).
+	goroutines int
 }
+
+// frozenGoroutines is how many goroutines each worker process of a frozen-waiters row runs: 30
+// clients of the lock, most of them queued, 6 in the frozen process, whose grants each race,
+// when it runs again, with that goroutine's next attempt (at 2 goroutines a process, the
+// library as it was before its stale-grant fix showed no over-admission in 3 runs; at 6 it did
+// in the first).
+const frozenGoroutines = 6
 
 // killRecoverySlack is how long past the TTL a dead holder's lock may stay out of reach
 // (boundedRecovery).
@@ -251,13 +262,14 @@ var scenarios = []scenario{
 	// A waiter frozen past its window while the server grants it units (frozen.go).
 	{
 		name:          "sem-frozen-waiters",
-		help:          "semaphore of 3, every hold 1 permit (unfenced only): a process whose goroutines all wait (queued on the server, holding nothing) is SIGSTOPped past its acceptance window (min(TTL, 1 s)), within the TTL or past it in turn, while the others keep releasing, so its entries are granted permits that lapse; then SIGCONT under load. TTL --waiter-ttl. Never more than 3 permits believed held; the others must get permits within the window + TTL",
+		help:          "semaphore of 3, every hold 1 permit (unfenced only), 6 goroutines per process: a process whose goroutines all wait (queued on the server, holding nothing) is SIGSTOPped past its acceptance window (min(TTL, 1 s)), within the TTL or past it in turn, while the others keep releasing, so its entries are granted permits that lapse; then SIGCONT under load. TTL --waiter-ttl. Never more than 3 permits believed held; the others must get permits within the window + TTL",
 		deploy:        standalone,
 		fault:         freezeWaiter,
 		minFaults:     len(frozenVariants),
 		frozenWaiters: true,
 		shared:        semLoad,
 		permits:       1,
+		goroutines:    frozenGoroutines,
 	},
 	{
 		name:          "rw-frozen-waiters",
@@ -267,6 +279,7 @@ var scenarios = []scenario{
 		minFaults:     len(frozenVariants),
 		frozenWaiters: true,
 		shared:        rwLoad,
+		goroutines:    frozenGoroutines,
 	},
 	{
 		name:         "waiter-faults",
@@ -335,6 +348,10 @@ func (s *scenario) ttl(o options) time.Duration {
 	}
 	return s.deploy.ttl(o)
 }
+
+// goroutinesPerProcess is how many goroutines each worker process of s runs: --goroutines, or
+// more where the row asks for more.
+func (s *scenario) goroutinesPerProcess(o options) int { return max(o.goroutines, s.goroutines) }
 
 // hitsWaiters reports whether s's fault hits a process waiting for the lock, not the holder.
 func (s *scenario) hitsWaiters() bool { return s.waiterFaults || s.frozenWaiters }
