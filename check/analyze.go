@@ -68,6 +68,11 @@ type findings struct {
 
 	// Waiter faults (waiterFaults): the stall each one caused is its Recovery figure.
 	WaiterGranted int // faults whose hit waiter the server granted the lock to while it was frozen or dead
+	// (frozenWaiters: granted units that lapsed before it ran again)
+
+	// Frozen waiters of a read-write lock or semaphore (frozenWaiters, frozen.go).
+	StaleGrants     int // a resumed waiter's acquisition returned with the token of a grant that lapsed while it was frozen
+	StaleGrantsLive int // ...and its context's first check said "held"
 
 	Failures []string // claimed guarantees broken, each naming the operations involved
 	Notes    []string
@@ -437,10 +442,11 @@ func (a *analysis) checkLeaseContexts() {
 // lease just runs out), it must come within TTL + killRecoverySlack. Where the fault puts the
 // server out of memory (outOfMemory), the lock can pass between goroutines of one process all
 // through it, without the server: there recovery runs from the fault's end (memory back) to
-// the next grant by the server. Where the fault hits a waiter (waiterFaults), the holder is
-// unharmed and recovery is the stall the waiter caused: checkWaiterStalls measures it.
+// the next grant by the server. Where the fault hits a waiter (waiterFaults, frozenWaiters),
+// the holder is unharmed and recovery is the stall the waiter caused: checkWaiterStalls and
+// checkFrozenWaiters measure it.
 func (a *analysis) checkRecovery() {
-	if a.sc.waiterFaults {
+	if a.sc.hitsWaiters() {
 		return
 	}
 	var byR []acq

@@ -195,6 +195,8 @@ func TestScenarioTable(t *testing.T) {
 		{"eviction", time.Second, 0, 10 * time.Second}, // a refused Dial: no fault
 		{"oom", time.Second, 1, 10 * time.Second},
 		{"waiter-faults", 2 * time.Second, 3, 10 * time.Second}, // its own TTL; one fault of each variant
+		{"sem-frozen-waiters", 2 * time.Second, 2, 10 * time.Second},
+		{"rw-frozen-waiters", 2 * time.Second, 2, 10 * time.Second},
 	} {
 		s, _ := scenarioNamed(c.name)
 		if ttl, faults, maxRun := s.ttl(o), s.faults(o), s.deploy.maxRun(o); ttl != c.ttl || faults != c.faults || maxRun != c.maxRun {
@@ -204,6 +206,9 @@ func TestScenarioTable(t *testing.T) {
 	o.minFaults = 5
 	if s, _ := scenarioNamed("waiter-faults"); s.faults(o) != 6 {
 		t.Errorf("waiter-faults plays %d faults for --min-faults 5, want 6: whole rounds of its variants", s.faults(o))
+	}
+	if s, _ := scenarioNamed("sem-frozen-waiters"); s.goroutinesPerProcess(o) != frozenGoroutines || s.faults(o) != 6 {
+		t.Errorf("sem-frozen-waiters: %d goroutines a process, %d faults for --min-faults 5; want %d, and 6: whole rounds of its variants", s.goroutinesPerProcess(o), s.faults(o), frozenGoroutines)
 	}
 	both := []bool{true, false}
 	for _, s := range scenarios {
@@ -782,6 +787,84 @@ func TestAnalyze_WaiterFaultStall(t *testing.T) {
 	}
 }
 
+// A frozen-waiter fault's schedule: past the acceptance window but within the TTL, then past
+// the TTL, in turn.
+func TestPlanFrozenWaiter(t *testing.T) {
+	ttl := 2 * time.Second
+	win := acceptWindow(ttl)
+	sch := newSchedule(runConf{Scenario: "sem-frozen-waiters", Seed: 7})
+	for n := range 20 {
+		p := sch.next(freezeWaiter, ttl)
+		switch want := frozenVariants[n%len(frozenVariants)]; {
+		case p.variant != want:
+			t.Fatalf("fault %d: variant %q, want %q", n, p.variant, want)
+		case want == "stop-past-window" && (p.dur <= win+waiterPauseMargin/2 || p.dur >= ttl-waiterPauseMargin/2):
+			t.Fatalf("fault %d: pause %v, want past the window %v and short of the TTL %v", n, p.dur, win, ttl)
+		case want == "stop-past-ttl" && p.dur <= ttl:
+			t.Fatalf("fault %d: pause %v, want past the TTL %v", n, p.dur, ttl)
+		}
+	}
+}
+
+// frozenHistory is a semaphore of 3 (TTL 2 s, window 1 s) whose waiting process in slot 1
+// (client "c1", both goroutines inside Acquire) is frozen from 100 to 1300 ms; the server
+// granted its entry c1.3 a permit (token 20) at 105 ms, which lapsed at 1105 ms. Three other
+// holds take the 3 permits until 1500 ms; worker 0's second goroutine got its last one after
+// gap ms (from 14 ms). staleLive: the resumed goroutine returns from Acquire at 1301 ms with
+// the lapsed grant's token and its context says "held" (else it says lost).
+func frozenHistory(gap float64, announced, staleLive bool) *hist {
+	h := newHist("sem-frozen-waiters", false)
+	h.d.conf.TTL = 2 * time.Second
+	w2 := who{2, 1, 0}
+	w1, w1b := who{1, 1, 0}, who{1, 1, 1}
+	h.sharedHold(w0, 1, 10, 1, 0, 1, []float64{2, 1400}, 1500)
+	h.sharedHold(w2, 1, 11, 1, 0, 1.5, []float64{2, 1400}, 1500)
+	h.sharedHold(w0b, 1, 12, 1, 10, 11, []float64{12}, 13)
+	h.sharedHold(w0b, 2, 13, 1, 14, 14+gap, []float64{15 + gap, 1400}, 1500+gap)
+	var live []float64
+	if staleLive {
+		live = []float64{1302}
+	}
+	h.sharedHold(w1, 1, 20, 1, 50, 1301, live, 1310)
+	h.sharedHold(w1b, 1, 21, 1, 60, 1600+gap, []float64{1601 + gap}, 1602+gap)
+	h.d.faults = []faultRec{{Kind: "sem-frozen-waiters", Variant: "stop-past-window", Slot: 0, Inc: 1, Token: 10, Start: msT(100), End: msT(1300),
+		Waiter: &waiterHit{Slot: 1, Inc: 1, PID: 42, Entry: "c1.3", Queue: 7}}}
+	if announced {
+		h.d.announcements = []announcement{{T: msT(105), Payload: "G c1.3 20 1000 c0.8 13 1000"}, {T: msT(1550), Payload: "G c1.4 21 1000"}}
+	}
+	return h
+}
+
+func TestAnalyze_FrozenWaiters(t *testing.T) {
+	// The resumed waiter's lease of the lapsed grant is dead on arrival: nothing is broken, and
+	// the stall is the others' longest time without an acquisition (14 → 600 ms).
+	f := analyze(frozenHistory(586, true, false).d, time.Second)
+	if len(f.Failures) != 0 || f.WaiterGranted != 1 || f.StaleGrants != 1 || f.StaleGrantsLive != 0 ||
+		len(f.Recovery) != 1 || f.Recovery[0] != time.Duration(msT(500)) {
+		t.Fatalf("failures %q, granted %d, stale %d (%d live), stalls %v", f.Failures, f.WaiterGranted, f.StaleGrants, f.StaleGrantsLive, f.Recovery)
+	}
+	if !slices.ContainsFunc(f.Notes, func(n string) bool {
+		return strings.Contains(n, "waiting at the freeze [2], holding [0]") && strings.Contains(n, "lapsed before it ran again [1]")
+	}) {
+		t.Fatalf("notes: %q", f.Notes)
+	}
+	// Its context says "held" beside the 3 permits' next holders: over-admission fails.
+	f = analyze(frozenHistory(586, true, true).d, time.Second)
+	if len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "more than 3 permits") || f.StaleGrantsLive != 1 || f.LiveAfterNext != 4 {
+		t.Fatalf("failures %q, stale live %d, believed held over the size %d", f.Failures, f.StaleGrantsLive, f.LiveAfterNext)
+	}
+	// The others went over the window + TTL (3 s) without a permit: the queue stalled.
+	f = analyze(frozenHistory(3100, true, false).d, time.Second)
+	if len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "the queue stalled") {
+		t.Fatalf("failures %q", f.Failures)
+	}
+	// No grant to the frozen process: the run proves nothing.
+	f = analyze(frozenHistory(586, false, false).d, time.Second)
+	if len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "proves nothing") {
+		t.Fatalf("failures %q", f.Failures)
+	}
+}
+
 // A Lua error inside a dlock script is noted in any scenario; a command the server refused
 // inside a script (out of memory) is not such an error.
 func TestAnalyze_ScriptErrorsNoted(t *testing.T) {
@@ -970,6 +1053,38 @@ func TestRun_LocalHandoffs(t *testing.T) {
 		t.Fatalf("faults %d, signals %d, lost %d, %s", f.Faults, f.Signals, f.LostUpdates, f.Linearizable)
 	}
 	t.Logf("%d local handoffs (%d seen by the resource) among %d acquisitions by %d goroutines", f.LocalHandoffs, passed, f.Cycles, len(clients))
+}
+
+// End to end, a frozen waiter of each shared kind: a process whose goroutines all wait is
+// frozen past its acceptance window while the others keep releasing, so the server grants its
+// entries units that lapse before it runs again; nothing may be believed held past the limits,
+// and the others must go on.
+func TestRun_FrozenWaiters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and five worker processes")
+	}
+	for _, c := range []struct {
+		scenario string
+		fenced   bool
+	}{{"sem-frozen-waiters", false}, {"rw-frozen-waiters", true}} {
+		t.Run(c.scenario, func(t *testing.T) {
+			d, f := runForTest(t, runConf{
+				Scenario: c.scenario, Fenced: c.fenced, Seed: 1, Workers: 5, Goroutines: frozenGoroutines, TTL: 2 * time.Second,
+				Cycles: 30, MinFaults: len(frozenVariants), MaxRun: 30 * time.Second, Short: true,
+			})
+			if len(f.Failures) != 0 {
+				t.Fatalf("failures: %q", f.Failures)
+			}
+			if f.Faults < len(frozenVariants) || len(f.Recovery) != f.Faults || f.WaiterGranted < 1 {
+				t.Fatalf("faults %d, stalls %v, faults whose frozen waiter was granted units that lapsed %d", f.Faults, f.Recovery, f.WaiterGranted)
+			}
+			for _, flt := range d.faults {
+				if flt.Waiter == nil || flt.Waiter.process().sameProcess(flt.who()) || flt.End-flt.Start <= int64(acceptWindow(2*time.Second)) {
+					t.Fatalf("fault %+v: want a waiting process other than the holder's, frozen past the window", flt)
+				}
+			}
+		})
+	}
 }
 
 func TestWaitStopped(t *testing.T) {

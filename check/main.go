@@ -95,7 +95,8 @@ whose token is the previous holder's + 1, from another goroutine of its process)
 unfenced, applied although a newer token had been seen), acquire latency p50/p99, recovery
 after each fault (fault start -> next successful acquisition; oom: memory back -> next grant
 by the server; waiter-faults: fault start -> the next acquisition by another process after the
-hit waiter's grant), lost-lock signals (before / during / after the next holder's acquire), and a
+hit waiter's grant; frozen-waiters: the longest time the other processes went without an
+acquisition, from the freeze to a window after it), lost-lock signals (before / during / after the next holder's acquire), and a
 porcupine linearizability check of the lock-guarded read-modify-write. The scenarios with a
 memory limit add their own figures (memory pressure): Dials refused; keys evicted, the
 lock's among them and how many under a holder, and the clients' warnings; or, out of memory,
@@ -118,10 +119,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&modes, "modes", "fenced,unfenced", "comma-separated modes: fenced, unfenced")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the fault schedule (the same seed gives the same kinds, gaps, durations and variants)")
 	fs.IntVar(&o.workers, "workers", 5, "worker processes (at least 5 for the published figures)")
-	fs.IntVar(&o.goroutines, "goroutines", defaultGoroutines, "goroutines per worker process, sharing its one dlock.Client (so the lock passes between them locally); each is a client of its own in every analysis")
-	fs.DurationVar(&o.ttl, "ttl", 500*time.Millisecond, "lease TTL of every lock (but the Sentinel and waiter-faults scenarios')")
+	fs.IntVar(&o.goroutines, "goroutines", defaultGoroutines, "goroutines per worker process, sharing its one dlock.Client (so the lock passes between them locally); each is a client of its own in every analysis (the frozen-waiters scenarios run at least 6)")
+	fs.DurationVar(&o.ttl, "ttl", 500*time.Millisecond, "lease TTL of every lock (but the Sentinel, waiter-faults and frozen-waiters scenarios')")
 	fs.DurationVar(&o.sentTTL, "sentinel-ttl", 3*time.Second, "lease TTL in the Sentinel scenarios: longer than a failover (Sentinel's down-after is 1.5 s), so that a lock can outlive one")
-	fs.DurationVar(&o.waiterTTL, "waiter-ttl", 2*time.Second, "lease TTL in the waiter-faults scenario: longer than the acceptance window (min(TTL, 1 s)) by more than a pause that outlasts the window")
+	fs.DurationVar(&o.waiterTTL, "waiter-ttl", 2*time.Second, "lease TTL in the waiter-faults and frozen-waiters scenarios: longer than the acceptance window (min(TTL, 1 s)) by more than a pause that outlasts the window")
 	fs.IntVar(&o.cycles, "cycles", 5000, "run until this many writes were applied (each cycle is a read and a write: 2 register operations)...")
 	fs.IntVar(&o.minFaults, "min-faults", 5, "...and at least this many faults played out")
 	fs.IntVar(&o.sentFaults, "sentinel-faults", 10, "...at least this many failovers per Sentinel run")
@@ -241,11 +242,11 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 		for _, fenced := range s.modes(o.modes) {
 			ttl := s.ttl(o)
 			conf := runConf{
-				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, Goroutines: o.goroutines, TTL: ttl,
+				Scenario: sc, Fenced: fenced, Seed: o.seed, Workers: o.workers, Goroutines: s.goroutinesPerProcess(o), TTL: ttl,
 				Cycles: o.cycles, MinFaults: s.faults(o), MaxRun: s.deploy.maxRun(o), Short: o.short, Logf: logf,
 			}
 			conf.Dir = filepath.Join(root, sc+"-"+conf.mode())
-			logf("run %s %s (seed %d, %d workers × %d goroutines, TTL %v)", sc, conf.mode(), o.seed, o.workers, o.goroutines, ttl)
+			logf("run %s %s (seed %d, %d workers × %d goroutines, TTL %v)", sc, conf.mode(), o.seed, o.workers, conf.Goroutines, ttl)
 			t0 := time.Now()
 			d, err := run(conf)
 			if err != nil {
@@ -344,6 +345,12 @@ func guaranteesHelp() string {
 		text += "; in " + l + ", a fault on a waiting process after which no other process got the " +
 			"lock within the acceptance window + TTL (the queue stalled), or a run in which no hit " +
 			"waiter was granted the lock while frozen or dead (it proves nothing)"
+	}
+	if l := list(func(s *scenario) bool { return s.frozenWaiters }); l != "" {
+		text += "; in " + l + ", a fault on a waiting process (frozen past its acceptance window while " +
+			"the server granted it units) after which the other processes went longer than the acceptance " +
+			"window + TTL without an acquisition, or a run in which no frozen waiter was granted units that " +
+			"lapsed before it ran again (it proves nothing)"
 	}
 	if l := list(func(s *scenario) bool { return s.shared != "" }); l != "" {
 		text += "; in " + l + " (a read-write lock or a semaphore, shared.go), holds believed held at one instant " +

@@ -87,7 +87,7 @@ func participants(o options) string {
 
 // setupLine heads the printed report.
 func setupLine(o options) string {
-	return fmt.Sprintf("Seed %d; %s; lease TTL %v (Sentinel scenarios: %v; waiter-faults: %v).", o.seed, participants(o), o.ttl, o.sentTTL, o.waiterTTL)
+	return fmt.Sprintf("Seed %d; %s; lease TTL %v (Sentinel scenarios: %v; waiter-faults and frozen-waiters: %v).", o.seed, participants(o), o.ttl, o.sentTTL, o.waiterTTL)
 }
 
 type machine struct {
@@ -126,7 +126,7 @@ func docsSection(cmdline string, o options, m machine, elapsed time.Duration, al
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n", docsStart)
 	fmt.Fprintf(&b, "_Written by `%s` on %s; %d runs in %v._\n\n", cmdline, time.Now().UTC().Format("2006-01-02 15:04 MST"), len(all), elapsed.Round(time.Second))
-	fmt.Fprintf(&b, "- Seed %d; %s; lease TTL %v (Sentinel scenarios: %v; waiter-faults: %v); each run until %d writes were applied (%d register operations) and %d faults (Sentinel: %d failovers) had played out, or %v passed (Redlock: %v).\n",
+	fmt.Fprintf(&b, "- Seed %d; %s; lease TTL %v (Sentinel scenarios: %v; waiter-faults and frozen-waiters: %v); each run until %d writes were applied (%d register operations) and %d faults (Sentinel: %d failovers) had played out, or %v passed (Redlock: %v).\n",
 		o.seed, participants(o), o.ttl, o.sentTTL, o.waiterTTL, o.cycles, 2*o.cycles, o.minFaults, o.sentFaults, o.maxRun, o.quorumMax)
 	fmt.Fprintf(&b, "- Machine: %d cores (%s), Linux %s, %s, %s; load average %s when the run began. The CPU was shared with other work during the run.\n\n",
 		m.cores, m.cpu, m.kernel, m.redis, m.goVersion, m.load)

@@ -218,10 +218,10 @@ func run(conf runConf) (*runData, error) {
 			}
 		}
 	}
-	if sc.waiterFaults {
+	if sc.hitsWaiters() {
 		r.keys = redis.NewClient(&redis.Options{Addr: r.srvs[0].Addr})
 		defer r.keys.Close()
-		l, err := listen(r.keys, dlockKey(r.lock)+":rel")
+		l, err := listen(r.keys, sc.lockKey(r.lock)+":rel")
 		if err != nil {
 			return nil, err
 		}
@@ -310,7 +310,7 @@ func run(conf runConf) (*runData, error) {
 	// fault hits a waiter, the holder's process goes on writing (its goroutines pass the lock
 	// among themselves) until it releases, which grants the lock to the hit waiter for its
 	// acceptance window: the writes that show recovery come after that window.
-	if r.sc.waiterFaults {
+	if r.sc.hitsWaiters() {
 		time.Sleep(acceptWindow(conf.TTL) + killRecoverySlack)
 	}
 	w0 := r.res.acceptedWrites()
@@ -398,6 +398,7 @@ func (r *runner) spawn(s *slot) error {
 	conf.UnsafeEviction = r.sc.unsafeEviction
 	conf.ReadBack = r.sc.outOfMemory
 	conf.Shared = string(r.sc.shared)
+	conf.Permits = r.sc.permits
 	conf.Accounts = r.sc.accounts
 	if r.sc.adaptive {
 		conf.AdaptiveMin = adaptiveMin

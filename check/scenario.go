@@ -86,6 +86,17 @@ type scenario struct {
 	// window + TTL means the queue stalled, and fails the run. A run in which no hit waiter was
 	// granted the lock while frozen or dead proves nothing, and fails too.
 	waiterFaults bool
+	// frozenWaiters: a shared row's fault freezes a process waiting for the read-write lock or
+	// semaphore (queued on the server, holding nothing) past its acceptance window while the
+	// others keep releasing, so that the server grants units to the frozen entries and the
+	// grants lapse before the process runs again (frozen.go). The run's TTL is --waiter-ttl. The
+	// believed-held check (shared.go) is what such a grant can break: a resumed waiter that made
+	// a lease of a lapsed grant believes it holds beside the units' next holders. The analysis
+	// also measures, per fault, the longest time the other processes went without an
+	// acquisition (its recovery figure): one over the acceptance window + TTL fails the run, and
+	// so does a run in which no hit waiter was granted units that lapsed while it was frozen (it
+	// proves nothing).
+	frozenWaiters bool
 	// noPoll: every goroutine waits in Lock; no worker polls with TryLock. A poller tries every
 	// 10 ms, so it finds a grant's window run out at once and passes the lock on to the queue:
 	// it would hide how long the waiters in Lock alone take.
@@ -94,7 +105,20 @@ type scenario struct {
 	// pairs of that many accounts, each transfer under a MultiMutex of its two accounts' locks,
 	// against a ledger instead of the register; fenced, the total must stay constant.
 	accounts int
+	// permits > 0: every hold of a semaphore row takes this many permits (else 1 and 2 in turn).
+	permits int
+	// goroutines > 0: each worker process runs at least this many goroutines, whatever
+	// --goroutines says (the frozen-waiters rows: many waiters queued, several of them in the
+	// frozen process).
+	goroutines int
 }
+
+// frozenGoroutines is how many goroutines each worker process of a frozen-waiters row runs: 30
+// clients of the lock, most of them queued, 6 in the frozen process, whose grants each race,
+// when it runs again, with that goroutine's next attempt (at 2 goroutines a process, the
+// library as it was before its stale-grant fix showed no over-admission in 3 runs; at 6 it did
+// in the first).
+const frozenGoroutines = 6
 
 // killRecoverySlack is how long past the TTL a dead holder's lock may stay out of reach
 // (boundedRecovery).
@@ -235,6 +259,28 @@ var scenarios = []scenario{
 	{name: "rw-sentinel-failover", help: "read-write lock: as sentinel-failover", deploy: sentinelGroup, fault: failOver, forgetsLocks: true, shared: rwLoad},
 	{name: "sem-restart", help: "semaphore: as restart (unfenced only)", deploy: standalone, fault: restartRedis, forgetsLocks: true, shared: semLoad},
 	{name: "sem-sentinel-failover", help: "semaphore: as sentinel-failover (unfenced only)", deploy: sentinelGroup, fault: failOver, forgetsLocks: true, shared: semLoad},
+	// A waiter frozen past its window while the server grants it units (frozen.go).
+	{
+		name:          "sem-frozen-waiters",
+		help:          "semaphore of 3, every hold 1 permit (unfenced only), 6 goroutines per process: a process whose goroutines all wait (queued on the server, holding nothing) is SIGSTOPped past its acceptance window (min(TTL, 1 s)), within the TTL or past it in turn, while the others keep releasing, so its entries are granted permits that lapse; then SIGCONT under load. TTL --waiter-ttl. Never more than 3 permits believed held; the others must get permits within the window + TTL",
+		deploy:        standalone,
+		fault:         freezeWaiter,
+		minFaults:     len(frozenVariants),
+		frozenWaiters: true,
+		shared:        semLoad,
+		permits:       1,
+		goroutines:    frozenGoroutines,
+	},
+	{
+		name:          "rw-frozen-waiters",
+		help:          "read-write lock (a writer in four cycles): as sem-frozen-waiters; never a writer believed held with anyone",
+		deploy:        standalone,
+		fault:         freezeWaiter,
+		minFaults:     len(frozenVariants),
+		frozenWaiters: true,
+		shared:        rwLoad,
+		goroutines:    frozenGoroutines,
+	},
 	{
 		name:         "waiter-faults",
 		help:         "grant on release: while the holder reads, the process first in the lock's server-side queue (a waiter, not the holder) is SIGSTOPped past its acceptance window (min(TTL, 1 s)) but within the TTL, or past the TTL, or SIGKILLed (a new worker process takes its place), in turn; TTL --waiter-ttl. The others must get the lock within the window + TTL of the fault",
@@ -297,11 +343,18 @@ func scenarioNames() []string {
 // ttl is the lease TTL of s's runs: --waiter-ttl where the fault hits waiters, else its
 // deployment's.
 func (s *scenario) ttl(o options) time.Duration {
-	if s.waiterFaults {
+	if s.hitsWaiters() {
 		return o.waiterTTL
 	}
 	return s.deploy.ttl(o)
 }
+
+// goroutinesPerProcess is how many goroutines each worker process of s runs: --goroutines, or
+// more where the row asks for more.
+func (s *scenario) goroutinesPerProcess(o options) int { return max(o.goroutines, s.goroutines) }
+
+// hitsWaiters reports whether s's fault hits a process waiting for the lock, not the holder.
+func (s *scenario) hitsWaiters() bool { return s.waiterFaults || s.frozenWaiters }
 
 // faults is the number of faults a run of s needs: its deployment's flag, but at least
 // s.minFaults (where the fault hits waiters, rounded up to whole rounds of its variants); none
@@ -313,6 +366,9 @@ func (s *scenario) faults(o options) int {
 	n := max(s.deploy.faults(o), s.minFaults)
 	if s.waiterFaults {
 		n = (n + len(waiterVariants) - 1) / len(waiterVariants) * len(waiterVariants) // whole rounds of the variants
+	}
+	if s.frozenWaiters {
+		n = (n + len(frozenVariants) - 1) / len(frozenVariants) * len(frozenVariants)
 	}
 	return n
 }

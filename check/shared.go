@@ -51,8 +51,9 @@ const sharedSize = 3
 const rwUnits = 1 << 20
 
 // unitsOf is how many units the hold of cycle seq of goroutine g takes: -1 for the writer of a
-// read-write lock, 1 for a reader, 1 or 2 permits of a semaphore.
-func (l sharedLoad) unitsOf(seq int64, g int) int {
+// read-write lock, 1 for a reader, 1 or 2 permits of a semaphore in turn (permits, when > 0:
+// always that many).
+func (l sharedLoad) unitsOf(seq int64, g, permits int) int {
 	switch l {
 	case rwLoad:
 		if (seq+int64(g))%4 == 0 {
@@ -60,6 +61,9 @@ func (l sharedLoad) unitsOf(seq int64, g int) int {
 		}
 		return 1
 	case semLoad:
+		if permits > 0 {
+			return permits
+		}
 		return 1 + int((seq+int64(g))%2)
 	}
 	return 0
@@ -94,7 +98,7 @@ func (w *worker) sharedCycle(ctx context.Context, rw *dlock.RWMutex, sem *dlock.
 	load := sharedLoad(w.conf.Shared)
 	w.seq++
 	seq := w.seq
-	units := load.unitsOf(seq, w.g)
+	units := load.unitsOf(seq, w.g, w.conf.Permits)
 	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
 	s := mono()
 	var l *dlock.Lease
@@ -226,6 +230,7 @@ func (a *analysis) analyzeShared(linTimeout time.Duration) *findings {
 	a.checkBelievedHeld(load, holds)
 	a.checkSharedSignals(holds)
 	a.checkRecovery()
+	a.checkFrozenWaiters(holds)
 	if load == rwLoad {
 		a.checkRegister(linTimeout)
 	} else {

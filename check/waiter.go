@@ -57,13 +57,20 @@ const waiterPauseMargin = 150 * time.Millisecond
 
 func planWaiter(p *plannedFault, rng *rand.Rand, n int, ttl time.Duration) {
 	p.variant = waiterVariants[n%len(waiterVariants)]
+	p.dur = waiterPause(p.variant, rng, ttl)
+}
+
+// waiterPause draws how long a waiter is frozen in variant: past its acceptance window but
+// within the TTL, or past the TTL; 0 for any other variant (a kill).
+func waiterPause(variant string, rng *rand.Rand, ttl time.Duration) time.Duration {
 	win := acceptWindow(ttl)
-	switch p.variant {
+	switch variant {
 	case "stop-past-window":
-		p.dur = win + waiterPauseMargin + time.Duration(rng.Int64N(int64(max(ttl-win-2*waiterPauseMargin, time.Millisecond))))
+		return win + waiterPauseMargin + time.Duration(rng.Int64N(int64(max(ttl-win-2*waiterPauseMargin, time.Millisecond))))
 	case "stop-past-ttl":
-		p.dur = ttl + 200*time.Millisecond + time.Duration(rng.Int64N(int64(400*time.Millisecond)))
+		return ttl + 200*time.Millisecond + time.Duration(rng.Int64N(int64(400*time.Millisecond)))
 	}
+	return 0
 }
 
 // waiterHit is what a waiter fault hit: a process queued for the lock on the server.

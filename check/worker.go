@@ -68,6 +68,8 @@ type workerConf struct {
 	ReadBack bool `json:"read_back"`
 	// Shared: hold a read-write lock ("rw") or a semaphore ("sem") instead (shared.go).
 	Shared string `json:"shared,omitempty"`
+	// Permits > 0: every semaphore hold takes this many permits (shared.go).
+	Permits int `json:"permits,omitempty"`
 	// Accounts > 0: a multi-lock scenario's worker (transfers.go).
 	Accounts int `json:"accounts"`
 	// AdaptiveMin > 0: lock with WithAdaptiveTTL(AdaptiveMin, TTL) (adaptive.go).
