@@ -300,6 +300,17 @@ func (sw *sharedWaits) granted(id string, token uint64, window time.Duration) {
 		// entry again. Dating a lease from that attempt would admit one hold too many.
 		return
 	}
+	from := reg.sentOn[0].Load()
+	if mono() >= from+int64(window-drift(window)) {
+		// Its window ran out before this client could act on it (paused): the grant lapsed
+		// on the server, and so did the entry it consumed. A lease of it would be lost
+		// already; the waiter queues again instead.
+		select {
+		case w.q.wake <- struct{}{}:
+		default:
+		}
+		return
+	}
 	if !reg.state.CompareAndSwap(regQueued, regDone) {
 		return // claimed by an attempt, or given up
 	}
@@ -309,7 +320,6 @@ func (sw *sharedWaits) granted(id string, token uint64, window time.Duration) {
 	}
 	sw.mu.Unlock()
 	e.renewer.removeEntry(reg)
-	from := reg.sentOn[0].Load()
 	st := newLeaseState(e, w.spec, w.ctx, reg.owner, token, from)
 	st.ttl.Store(int64(window))
 	st.deadline.Store(from + int64(window-drift(window)))

@@ -75,3 +75,45 @@ func TestSharedGrant_StaleAnnouncementAfterRequeue(t *testing.T) {
 		})
 	}
 }
+
+// A grant whose acceptance window ran out before the client could act on it (its process
+// paused past the window, the announcement still buffered) has lapsed on the server: the
+// waiter makes no lease of it — a lease already lost, returned by Acquire with a nil error —
+// but is woken to queue again.
+func TestSharedGrant_LapsedWindowQueuesAgain(t *testing.T) {
+	_, ctx, dial := privateServer(t)
+	a, b := dial(WithTTL(2*time.Second)), dial(WithTTL(2*time.Second))
+	held, err := a.Semaphore("lapsed-sem", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+	e := b.e
+	s := b.Semaphore("lapsed-sem", 1)
+	spec := s.h.spec(sharedPermits, 1, s.size)
+	w := &sharedWaiter{spec: spec, ctx: ctx, grant: make(chan *leaseState, 1),
+		q: &queue{key: spec.key, wake: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}}
+	w.reg = e.newRegistration(spec)
+	w.reg.q = w.q
+	if st, _, err := e.sharedAttempt(ctx, spec, w); err != nil || st != nil {
+		t.Fatalf("attempt beside the holder: lease %v, error %v; want queued", st, err)
+	}
+	defer e.sharedWaits.leave(w, false, false)
+	const window = time.Second
+	w.reg.sentOn[0].Store(mono() - int64(2*window)) // the entry's last refresh, before a long pause
+	e.sharedWaits.granted(w.reg.id, held.Token()+1, window)
+	select {
+	case st := <-w.grant:
+		st.end(endReleased, nil)
+		t.Fatal("a grant whose window had run out made a lease")
+	default:
+	}
+	select {
+	case <-w.q.wake:
+	default:
+		t.Error("the waiter was not woken to queue again")
+	}
+	if got := w.reg.state.Load(); got != regQueued {
+		t.Errorf("entry state %d, want still queued (to attempt again)", got)
+	}
+}
