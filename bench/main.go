@@ -80,7 +80,7 @@ func defaultConfig(quick bool) config {
 	c := config{
 		reps:                  3,
 		scenarios:             []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
-		uncontendedGoroutines: []int{1, 16, 64},
+		uncontendedGoroutines: []int{1, 4, 16, 64},
 		uncontendedDuration:   500 * time.Millisecond,
 		warmUp:                100 * time.Millisecond,
 		pairTimeout:           5 * time.Second,
@@ -154,6 +154,7 @@ func run(args []string, stdout io.Writer) int {
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
+	goroutines := fs.String("goroutines", "", "comma-separated goroutine counts for scenario 1 (default: 1,4,16,64)")
 	plotDir := fs.String("plot", "", "write a plot of scenarios 1 and 2 into this directory (as "+plotFile+")")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (client side) to this file")
 	via := fs.String("via", "", "the command that ran this one, for the docs (e.g. \"make bench\")")
@@ -191,6 +192,17 @@ func run(args []string, stdout io.Writer) int {
 	command := "`" + strings.TrimSpace("cd bench && go run . "+strings.Join(shown, " ")) + "`"
 	if *via != "" {
 		command = "`" + *via + "` (= " + command + ")"
+	}
+	if *goroutines != "" {
+		cfg.uncontendedGoroutines = nil
+		for _, f := range strings.Split(*goroutines, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 1024 {
+				fmt.Fprintf(os.Stderr, "bench: --goroutines: %q is not a count in 1..1024\n", f)
+				return 2
+			}
+			cfg.uncontendedGoroutines = append(cfg.uncontendedGoroutines, n)
+		}
 	}
 	if *leases != "" {
 		cfg.renewalLeases = nil
