@@ -25,7 +25,7 @@ func (a *adapter) CommandMasters(ctx context.Context, args ...string) []conn.Mas
 	}
 	dctx, done := noDeadline(ctx)
 	defer done()
-	slots, err := a.c.Do(dctx, a.c.B().ClusterSlots().Build()).ToArray()
+	slots, err := a.anySlots(dctx)
 	if err != nil {
 		return []conn.MasterReply{{Addr: a.addr, Err: ctxCause(ctx, err)}}
 	}
@@ -75,3 +75,37 @@ func (a *adapter) CommandMasters(ctx context.Context, args ...string) []conn.Mas
 }
 
 var errUnknownNode = errors.New("the client has no connection to this master yet")
+
+// anySlots asks every node the client knows for CLUSTER SLOTS at once and takes the first
+// answer: one frozen node (the one a routed call might pick) then costs nothing, and the
+// masters that do answer are asked in turn.
+func (a *adapter) anySlots(ctx context.Context) ([]rueidis.RedisMessage, error) {
+	nodes := a.c.Nodes()
+	if len(nodes) == 0 {
+		return a.c.Do(ctx, a.c.B().ClusterSlots().Build()).ToArray()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		slots []rueidis.RedisMessage
+		err   error
+	}
+	answers := make(chan answer, len(nodes))
+	for _, c := range nodes {
+		go func() {
+			v, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
+			answers <- answer{v, err}
+		}()
+	}
+	var first error
+	for range nodes {
+		r := <-answers
+		if r.err == nil {
+			return r.slots, nil
+		}
+		if first == nil {
+			first = r.err
+		}
+	}
+	return nil, first
+}
