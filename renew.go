@@ -25,6 +25,7 @@ type renewer struct {
 	b         backend
 	check     func(context.Context) (risk, err error) // the eviction check (evict.go)
 	entryGone func(*registration)                     // a queue entry the server no longer has (wait.go)
+	lockEnds  func(*registration, int64)              // a queue entry's lock may be free from then (mono ns; wait.go)
 	waiting   func(*registration) int                 // goroutines waiting behind a queue entry (wait.go)
 	ev        *observer                               // reports rounds (observe.go)
 
@@ -388,7 +389,7 @@ func (r *renewer) next() {
 			if reg.state.Load() == regQueued {
 				r.refresh = append(r.refresh, reg)
 				regs = append(regs, reg)
-				rd.entries = append(rd.entries, queued{key: reg.spec.key, id: reg.id, window: reg.winArg})
+				rd.entries = append(rd.entries, queued{key: reg.spec.key, id: reg.id, window: reg.winArg, watch: reg.spec.shared == nil})
 			}
 		}
 		keep := r.releases[:0]
@@ -547,7 +548,9 @@ func (r *renewer) removeEntry(reg *registration) {
 }
 
 // refreshed takes in the answers to a round's queue entry refreshes. An entry the server no
-// longer has was granted or has expired: its queue's head is woken (see entryGone).
+// longer has was granted or has expired: its queue's head is woken (see entryGone). An entry
+// refreshed tells when its lock may next be free: its head attempts then if its timer was set
+// for later (see lockEnds).
 func (r *renewer) refreshed(regs []*registration, outs []renewed, sentAt int64) {
 	for i, reg := range regs {
 		out := renewed{err: errShortReply}
@@ -569,6 +572,10 @@ func (r *renewer) refreshed(regs []*registration, outs []renewed, sentAt int64) 
 				mask = 1
 			}
 			reg.refreshedOn(mask, sentAt)
+			if out.lockLeft != lockLeftUnknown && r.lockEnds != nil {
+				// Counted from the send time: never later than the server's end of it.
+				r.lockEnds(reg, sentAt+int64(out.lockLeft))
+			}
 			r.mu.Lock()
 			if reg.idx < 0 && reg.state.Load() == regQueued {
 				reg.due = sentAt + int64(reg.window/3)

@@ -74,6 +74,7 @@ type queue struct {
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
 	rearm     chan struct{} // capacity 1: the lock was granted to another client until pokeAt
 	pokeAt    atomic.Int64  // mono ns: when that grant's first lease runs out unless renewed
+	due       atomic.Int64  // mono ns: when the head's timer fires for its next attempt (0: not set)
 
 	// sink, when set, takes the channel's announcements and wake-ups instead: the waiters of a
 	// read-write lock or semaphore (sharedwait.go).
@@ -391,6 +392,7 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 			d = spec.ttl
 		}
 		for {
+			q.due.Store(mono() + int64(d))
 			st, rearmed, err := e.pauseHead(ctx, w, q, timer, d)
 			if err == nil && st == nil {
 				err = e.notices.deniedErr()
@@ -893,6 +895,31 @@ func (qs *waitQueues) entryGone(reg *registration) {
 	s.mu.Unlock()
 	if q != nil {
 		q.wakeHead(anyToken)
+	}
+}
+
+// lockEnds is told by the renewal loop that the lock reg's entry waits for may be free at
+// mono time at (its holder's lease, or a grant to another entry, runs out then; at or before
+// now: it is free). When the head's timer is set for later, the head attempts at at instead:
+// the lock may have been granted to a client that died waiting, which renews nothing, and
+// whose grant only an attempt passes on (docs/PROTOCOL.md, "The queue"). A client that heard
+// no announcement of that grant (it is not queued right behind the grantee) would otherwise
+// wait for the last holder's lease it saw, up to the TTL.
+func (qs *waitQueues) lockEnds(reg *registration, at int64) {
+	s := qs.shard(reg.spec.key)
+	s.mu.Lock()
+	q := reg.q
+	s.mu.Unlock()
+	if q == nil || q.sink != nil {
+		return
+	}
+	if due := q.due.Load(); due == 0 || at+int64(time.Millisecond) >= due {
+		return
+	}
+	q.pokeAt.Store(at)
+	select {
+	case q.rearm <- struct{}{}:
+	default:
 	}
 }
 
