@@ -338,20 +338,29 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 		}
 	}()
 	if reg != nil {
-		if st := e.adopt(q, reg, ctx); st != nil {
+		if st := e.adopt(q, reg, ctx); st != nil && e.takeable(st) {
 			got = st
 			return e.confirmed(ctx, st)
 		}
 	}
 	if !head {
-		select {
-		case <-w.turn:
-		case got = <-w.grant:
-			return e.confirmed(ctx, got)
-		case <-ctx.Done():
-			return nil, spec.ctxErr(ctx)
-		case <-e.done:
-			return nil, ErrClosed
+	turn:
+		for {
+			select {
+			case <-w.turn:
+				break turn
+			case st := <-w.grant:
+				if e.takeable(st) {
+					got = st
+					return e.confirmed(ctx, got)
+				}
+				// It ran out before it reached this waiter, which is the head now (its turn
+				// is on its way).
+			case <-ctx.Done():
+				return nil, spec.ctxErr(ctx)
+			case <-e.done:
+				return nil, ErrClosed
+			}
 		}
 		known = w.holder // the previous head just took the lock: wait for its release
 	}
@@ -360,13 +369,17 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 	first := true // the first attempt of a new head goes at once
 	for {
 		select {
-		case got = <-w.grant: // passed on by this client's holder, or granted by the server
-			return e.confirmed(ctx, got)
+		case st := <-w.grant: // passed on by this client's holder, or granted by the server
+			if e.takeable(st) {
+				got = st
+				return e.confirmed(ctx, got)
+			}
+			known = nil // attempt again at once
 		default:
 		}
 		if j := e.traits.retryJitter; j > 0 && known == nil && !first {
 			// Every contender heard the same release at once: spread their attempts.
-			if st, err := e.pause(ctx, w, timer, nil, time.Duration(rand.Int64N(int64(j)))); st != nil || err != nil {
+			if st, err := e.pause(ctx, w, timer, nil, time.Duration(rand.Int64N(int64(j)))); err != nil || (st != nil && e.takeable(st)) {
 				got = st
 				return e.confirmedOrErr(ctx, st, err)
 			}
@@ -397,18 +410,35 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 			if err == nil && st == nil {
 				err = e.notices.deniedErr()
 			}
-			if st != nil || err != nil {
+			if err != nil || (st != nil && e.takeable(st)) {
 				got = st
 				return e.confirmedOrErr(ctx, st, err)
 			}
-			if !rearmed {
-				break
+			if st != nil || !rearmed {
+				break // woken, the timer fired, or a lease came that had run out: attempt
 			}
 			// Granted to another client: try again only if its first lease runs out (a
 			// grantee that crashed renews nothing), or when woken.
 			d = time.Duration(q.pokeAt.Load()-mono()) + time.Millisecond
 		}
 	}
+}
+
+// takeable reports whether st, a lease given to a waiter (a grant from the server, or a
+// handoff within this client), is still live, and so may be returned by Lock. A lease that
+// ran out before the waiter took it (its process was paused past the grant's acceptance
+// window: the grant lapsed on the server, which may have granted the lock to the next client
+// since) is discarded instead: ended, and released on the server in the background in case
+// the server still has it (its lease there ends about when this client's deadline passed).
+// The waiter then attempts again.
+func (e *engine) takeable(st *leaseState) bool {
+	if st.state.Load() == stateHeld && mono() < st.deadline.Load() {
+		return true
+	}
+	st.end(endReleased, nil) // never returned to anyone: no loss to report
+	now := mono()
+	e.renewer.background(release{req: st.releaseReq(true), at: now, until: now + int64(acceptWindow(st.spec.ttl))})
+	return false
 }
 
 func (e *engine) confirmedOrErr(ctx context.Context, st *leaseState, err error) (*leaseState, error) {
