@@ -465,6 +465,9 @@ func (r *renewer) apply(res sendRes) {
 		}
 		switch {
 		case st.state.Load() != stateHeld:
+			if out.ok {
+				r.renewedAfterLoss(st, max(st.currentTTL(), st.fullTTL()))
+			}
 		case !out.ok && out.err == nil && st.releasing.Load():
 			// Refused because its own Unlock released it meanwhile: the Unlock ends it.
 		case out.err != nil:
@@ -493,6 +496,21 @@ func (r *renewer) apply(res sendRes) {
 		// A server may have dropped any lease's key: none of them is safe any more.
 		r.endAll(fmt.Errorf("%w: %w", ErrLost, res.risk))
 	}
+}
+
+// renewedAfterLoss is told that a renewal of st to ttl succeeded on the server after st had
+// ended. When st was declared lost (its deadline passed while the renewal was on its way,
+// for instance), nobody holds the lock any more, yet the server now keeps it under st's owner
+// for up to ttl: it is released at once, as an orphan is, so that the next holder is not kept
+// waiting. A lease that ended otherwise needs nothing: released by its Unlock (a renewal that
+// succeeded came before the release), passed on (its owner is the next lease's), or closed
+// (Close releases it).
+func (r *renewer) renewedAfterLoss(st *leaseState, ttl time.Duration) {
+	if st.state.Load() != stateLost {
+		return
+	}
+	now := mono()
+	r.background(release{req: st.releaseReq(true), at: now, until: now + int64(ttl)})
 }
 
 // released handles the answers to the background releases of a round: a transport error is

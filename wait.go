@@ -458,7 +458,7 @@ func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, er
 	sent := mono()
 	res := e.b.renew(ctx, round{leases: []renewal{st.renewalTo(st.fullTTLArg())}})
 	out := res.leases[0]
-	if out.ok && st.renewed(sent, st.fullTTL()) {
+	if out.ok && st.state.Load() == stateHeld && st.renewed(sent, st.fullTTL()) {
 		st.confirm.Store(false)
 		e.renewer.reschedule(st)
 		return st, nil
