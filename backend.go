@@ -113,6 +113,7 @@ type queued struct {
 	id      string // the entry's (its registration's)
 	window  string // ms
 	waiting string // goroutines of the client waiting for the lock (decimal); "" when unknown
+	watch   bool   // a Mutex's entry: the refresh reports when the lock may next be free
 }
 
 // renewed is the outcome of one renewal: extended, lost (the owner no longer holds the
@@ -124,6 +125,9 @@ type renewed struct {
 	// released: not ok because the server holds the lock released (renew.lua's -1): someone
 	// other than the holder released it, an administrator's ForceUnlock.
 	released bool
+	// lockLeft, for a queue entry refreshed with watch: how long after the refresh was sent
+	// the lock may be free (0: free then; lockLeftUnknown: not told). Unset for leases.
+	lockLeft time.Duration
 }
 
 // round is one renewal round: background releases, lease renewals, queue entry refreshes.

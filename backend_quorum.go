@@ -509,19 +509,22 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 	for i := 0; i < len(rd.entries); i += renewBatch {
 		j := min(i+renewBatch, len(rd.entries))
 		keys, ids, windows, waiting := make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i)
+		watch := make([]bool, 0, j-i)
 		for _, e := range rd.entries[i:j] {
 			keys, ids, windows, waiting = append(keys, e.key), append(ids, e.id), append(windows, e.window), append(waiting, e.waiting)
+			watch = append(watch, e.watch)
 			shorter(parseMS(e.window) / 3)
 		}
-		calls, spans = append(calls, queueCall(keys, ids, windows, waiting)), append(spans, span{nRel + nLease + i, nRel + nLease + j, 2})
+		calls, spans = append(calls, queueCall(keys, ids, windows, waiting, watch)), append(spans, span{nRel + nLease + i, nRel + nLease + j, 2})
 	}
 	if limit < 0 {
 		limit = answerWait
 	}
 	yes, no := make([]int, items), make([]int, items)
 	on := make([]uint64, items)
-	freed := make([]bool, items)      // a server answered renew.lua's "released" for the lease
-	failed := make([]int, len(calls)) // servers whose answer to call c is an error
+	freed := make([]bool, items)            // a server answered renew.lua's "released" for the lease
+	lefts := make([][]time.Duration, items) // an entry's lock, by server that told: ms until it may be free
+	failed := make([]int, len(calls))       // servers whose answer to call c is an error
 	callOf := make([]int, items)
 	for c, sp := range spans {
 		for k := sp.from; k < sp.to; k++ {
@@ -565,7 +568,13 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 						}
 					}
 				default:
-					oks, err = readQueue(x.Ints, sp.to-sp.from)
+					var left []time.Duration
+					oks, left, err = readQueue(x.Ints, sp.to-sp.from)
+					for k, l := range left {
+						if l != lockLeftUnknown {
+							lefts[sp.from+k] = append(lefts[sp.from+k], l)
+						}
+					}
 				}
 			}
 			if err != nil {
@@ -603,6 +612,14 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 				out, idx = &res.entries, k-nRel-nLease
 			}
 			(*out)[idx].on = on[k]
+			if k >= nRel+nLease {
+				// A majority may have the lock free once the need-th shortest time has passed.
+				(*out)[idx].lockLeft = lockLeftUnknown
+				if l := lefts[k]; len(l) >= q.need {
+					slices.Sort(l)
+					(*out)[idx].lockLeft = l[q.need-1]
+				}
+			}
 			switch {
 			case yes[k] >= q.need:
 				(*out)[idx].ok = true

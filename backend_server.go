@@ -150,11 +150,12 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 	entryFrom := len(calls)
 	for _, ch := range entryChunks {
 		keys, ids, windows, waiting := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
+		watch := make([]bool, len(ch))
 		for k, idx := range ch {
 			e := rd.entries[idx]
-			keys[k], ids[k], windows[k], waiting[k] = e.key, e.id, e.window, e.waiting
+			keys[k], ids[k], windows[k], waiting[k], watch[k] = e.key, e.id, e.window, e.waiting, e.watch
 		}
-		calls = append(calls, queueCall(keys, ids, windows, waiting))
+		calls = append(calls, queueCall(keys, ids, windows, waiting, watch))
 	}
 	results := s.cn.EvalMulti(ctx, calls)
 	result := func(i int) conn.Result {
@@ -202,15 +203,16 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 	for c, ch := range entryChunks {
 		r := result(entryFrom + c)
 		var flags []bool
+		var left []time.Duration
 		err := r.Err
 		if err == nil {
-			flags, err = readQueue(r.Ints, len(ch))
+			flags, left, err = readQueue(r.Ints, len(ch))
 		}
 		for k, idx := range ch {
 			if err != nil {
 				res.entries[idx].err = err
 			} else {
-				res.entries[idx].ok = flags[k]
+				res.entries[idx].ok, res.entries[idx].lockLeft = flags[k], left[k]
 			}
 		}
 	}

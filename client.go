@@ -187,6 +187,7 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	e.notices.ev = e.ev
 	e.waits = newWaitQueues(e.notices)
 	e.renewer.entryGone = e.waits.entryGone
+	e.renewer.lockEnds = e.waits.lockEnds
 	e.renewer.waiting = e.waits.entryWaiters
 	e.sharedWaits = newSharedWaits(e)
 	o.ttlMS, o.ttlMSFor = ms(o.ttl), o.ttl

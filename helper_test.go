@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/goredisconn"
 )
 
 // Some tests need a lock holder in another process, to kill or pause it. The test binary
@@ -28,7 +29,11 @@ const helperEnv = "DLOCK_TEST_HELPER"
 //
 //	hold: does nothing until killed;
 //	work: appends its token to the list DLOCK_NAME:writes every 2 ms while its lease context
-//	      is live, and prints "lost <cause>" and exits once it is not.
+//	      is live, and prints "lost <cause>" and exits once it is not;
+//	check: prints "live" when the lease context was live when Lock returned, else "ended
+//	      <cause>", then does nothing until killed.
+//
+// With DLOCK_TRANSPORT=goredis it talks to Redis through go-redis (else rueidis).
 func runHelper(role string) int {
 	if f := moreHelpers[role]; f != nil { // the read-write lock's and semaphore's (shared_helper_test.go)
 		return f()
@@ -40,7 +45,20 @@ func runHelper(role string) int {
 		return 2
 	}
 	url, name := os.Getenv("DLOCK_URL"), os.Getenv("DLOCK_NAME")
-	c, err := dlock.Dial(ctx, url, dlock.WithTTL(ttl))
+	var c *dlock.Client
+	if os.Getenv("DLOCK_TRANSPORT") == "goredis" {
+		o, perr := redis.ParseURL(url)
+		if perr != nil {
+			fmt.Println("bad DLOCK_URL:", perr)
+			return 2
+		}
+		o.ContextTimeoutEnabled = true
+		rc := redis.NewClient(o)
+		defer rc.Close()
+		c, err = dlock.New(goredisconn.New(rc), dlock.WithTTL(ttl))
+	} else {
+		c, err = dlock.Dial(ctx, url, dlock.WithTTL(ttl))
+	}
 	if err != nil {
 		fmt.Println("dial:", err)
 		return 2
@@ -63,6 +81,14 @@ func runHelper(role string) int {
 	fmt.Printf("locked %d\n", l.Token())
 	switch role {
 	case "hold":
+		time.Sleep(time.Minute)
+		return 0
+	case "check":
+		if err := l.Context().Err(); err != nil {
+			fmt.Printf("ended %v\n", context.Cause(l.Context()))
+		} else {
+			fmt.Println("live")
+		}
 		time.Sleep(time.Minute)
 		return 0
 	case "work":

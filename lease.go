@@ -411,6 +411,12 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		st.end(endLost, st.lost("Extend found it no longer held by this lease"))
 		return st.endedErr()
 	}
+	if st.state.Load() != stateHeld {
+		// Declared lost while the extension was on its way: the server now keeps what nobody
+		// holds.
+		st.e.renewer.renewedAfterLoss(st, ttl)
+		return st.endedErr()
+	}
 	if st.renewed(sent, ttl) {
 		st.e.renewer.reschedule(st)
 	}

@@ -25,6 +25,7 @@ type renewer struct {
 	b         backend
 	check     func(context.Context) (risk, err error) // the eviction check (evict.go)
 	entryGone func(*registration)                     // a queue entry the server no longer has (wait.go)
+	lockEnds  func(*registration, int64)              // a queue entry's lock may be free from then (mono ns; wait.go)
 	waiting   func(*registration) int                 // goroutines waiting behind a queue entry (wait.go)
 	ev        *observer                               // reports rounds (observe.go)
 
@@ -388,7 +389,7 @@ func (r *renewer) next() {
 			if reg.state.Load() == regQueued {
 				r.refresh = append(r.refresh, reg)
 				regs = append(regs, reg)
-				rd.entries = append(rd.entries, queued{key: reg.spec.key, id: reg.id, window: reg.winArg})
+				rd.entries = append(rd.entries, queued{key: reg.spec.key, id: reg.id, window: reg.winArg, watch: reg.spec.shared == nil})
 			}
 		}
 		keep := r.releases[:0]
@@ -464,6 +465,9 @@ func (r *renewer) apply(res sendRes) {
 		}
 		switch {
 		case st.state.Load() != stateHeld:
+			if out.ok {
+				r.renewedAfterLoss(st, max(st.currentTTL(), st.fullTTL()))
+			}
 		case !out.ok && out.err == nil && st.releasing.Load():
 			// Refused because its own Unlock released it meanwhile: the Unlock ends it.
 		case out.err != nil:
@@ -492,6 +496,21 @@ func (r *renewer) apply(res sendRes) {
 		// A server may have dropped any lease's key: none of them is safe any more.
 		r.endAll(fmt.Errorf("%w: %w", ErrLost, res.risk))
 	}
+}
+
+// renewedAfterLoss is told that a renewal of st to ttl succeeded on the server after st had
+// ended. When st was declared lost (its deadline passed while the renewal was on its way,
+// for instance), nobody holds the lock any more, yet the server now keeps it under st's owner
+// for up to ttl: it is released at once, as an orphan is, so that the next holder is not kept
+// waiting. A lease that ended otherwise needs nothing: released by its Unlock (a renewal that
+// succeeded came before the release), passed on (its owner is the next lease's), or closed
+// (Close releases it).
+func (r *renewer) renewedAfterLoss(st *leaseState, ttl time.Duration) {
+	if st.state.Load() != stateLost {
+		return
+	}
+	now := mono()
+	r.background(release{req: st.releaseReq(true), at: now, until: now + int64(ttl)})
 }
 
 // released handles the answers to the background releases of a round: a transport error is
@@ -547,7 +566,9 @@ func (r *renewer) removeEntry(reg *registration) {
 }
 
 // refreshed takes in the answers to a round's queue entry refreshes. An entry the server no
-// longer has was granted or has expired: its queue's head is woken (see entryGone).
+// longer has was granted or has expired: its queue's head is woken (see entryGone). An entry
+// refreshed tells when its lock may next be free: its head attempts then if its timer was set
+// for later (see lockEnds).
 func (r *renewer) refreshed(regs []*registration, outs []renewed, sentAt int64) {
 	for i, reg := range regs {
 		out := renewed{err: errShortReply}
@@ -569,6 +590,10 @@ func (r *renewer) refreshed(regs []*registration, outs []renewed, sentAt int64) 
 				mask = 1
 			}
 			reg.refreshedOn(mask, sentAt)
+			if out.lockLeft != lockLeftUnknown && r.lockEnds != nil {
+				// Counted from the send time: never later than the server's end of it.
+				r.lockEnds(reg, sentAt+int64(out.lockLeft))
+			}
 			r.mu.Lock()
 			if reg.idx < 0 && reg.state.Load() == regQueued {
 				reg.due = sentAt + int64(reg.window/3)

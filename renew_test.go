@@ -284,3 +284,63 @@ func TestUnlock_FailedReleaseIsRetried(t *testing.T) {
 		}
 	})
 }
+
+// A renewal that succeeds on the server after the client declared the lease lost (its reply
+// came after the lease's deadline) leaves the lock held under the lost lease's owner for a
+// whole TTL from that renewal, unless the client releases it when the reply comes: it must, at
+// once (the lock is then released, not left to expire), so that the next holder is not kept
+// waiting.
+func TestRenewal_SuccessAfterLossReleases(t *testing.T) {
+	needShared(t)
+	const ttl = 3 * time.Second // renewed after 1 s; lost at its deadline, 3 s less the drift
+	// The renewal reaches the server at once and extends the lock there to about 4 s; its reply
+	// comes back at about 3.4 s, after the client's deadline (go-redis reads time out at 3 s).
+	const replyDelay = 2400 * time.Millisecond
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		proxy := redistest.NewProxy(t, shared.Addr)
+		c := tr.dial(t, proxy.URL(), dlock.WithTTL(ttl))
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// renew.lua's first use on the server costs a NOSCRIPT answer and a second call: made
+		// here, before the replies are slow, so that the renewal below is one call.
+		if err := l.Extend(ctx, ttl); err != nil {
+			t.Fatal(err)
+		}
+		proxy.SetReplyDelay(replyDelay)
+		select {
+		case <-l.Context().Done():
+		case <-time.After(2 * ttl):
+			t.Fatalf("the lease was not declared lost within %v with replies delayed by %v", 2*ttl, replyDelay)
+		}
+		lostAt := time.Now()
+		proxy.SetReplyDelay(0) // the late reply is on its way
+		if !errors.Is(context.Cause(l.Context()), dlock.ErrLost) {
+			t.Fatalf("cause %v, want ErrLost", context.Cause(l.Context()))
+		}
+		pttl := redisDo(t, shared, "PTTL", keyOf(name))
+		if v := redisDo(t, shared, "GET", keyOf(name)); !heldValue(v) {
+			t.Fatalf("at the loss the server has %q for the lock; want it held (the late renewal extended it)", v)
+		}
+		var v string
+		waitFor(t, 2*ttl, "the lock to be free on the server", func(ctx context.Context) error {
+			var err error
+			v, err = shared.Do(ctx, "GET", keyOf(name))
+			if err == nil && heldValue(v) {
+				err = fmt.Errorf("held: %q", v)
+			}
+			return err
+		})
+		took := time.Since(lostAt)
+		t.Logf("the lock was free on the server %v after the client declared the lease lost (it then had %s ms left there)", took, pttl)
+		if !strings.HasPrefix(v, "- ") {
+			t.Errorf("the lock expired on the server %v after the loss (value %q), after the late renewal's full TTL: it was not released when the renewal's success came", took, v)
+		}
+		if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrLost) {
+			t.Errorf("Unlock of the lost lease: %v, want ErrLost", err)
+		}
+	})
+}

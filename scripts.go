@@ -283,14 +283,20 @@ func pttlCall(keys []string, owner string) conn.Call {
 
 // queueCall: queue.lua keeps queue entries alive: entry ids[i] of the lock at lockKeys[i],
 // for windows[i], and, when waiting is set, records waiting[i] in it: how many goroutines of
-// the client wait for that lock. Keys must share a slot on a Cluster.
-func queueCall(lockKeys, ids, windows, waiting []string) conn.Call {
-	keys := make([]string, 0, 2*len(lockKeys))
-	args := make([]string, 0, 3*len(lockKeys))
+// the client wait for that lock. For an entry with watch[i] (a Mutex's: lockKeys[i] is a lock
+// key, not a read-write lock's or semaphore's hash), it reports when the lock may next be
+// free. Keys must share a slot on a Cluster.
+func queueCall(lockKeys, ids, windows, waiting []string, watch []bool) conn.Call {
+	keys := make([]string, 0, 3*len(lockKeys))
+	args := make([]string, 0, 4*len(lockKeys))
 	for i, k := range lockKeys {
 		q, w := queueKeys(k)
-		keys = append(keys, q, w)
-		args = append(args, ids[i], windows[i])
+		keys = append(keys, q, w, k)
+		l := ""
+		if i < len(watch) && watch[i] {
+			l = "l"
+		}
+		args = append(args, ids[i], windows[i], l)
 	}
 	if len(waiting) == len(lockKeys) {
 		args = append(args, waiting...)
@@ -298,16 +304,25 @@ func queueCall(lockKeys, ids, windows, waiting []string) conn.Call {
 	return conn.Call{Script: scriptQueue, Keys: keys, Args: args}
 }
 
-// readQueue returns, per lock of the call, whether the client's entry was kept alive.
-func readQueue(r []int64, n int) ([]bool, error) {
-	if len(r) != n {
-		return nil, fmt.Errorf("queue.lua: %d answers for %d locks", len(r), n)
+// lockLeftUnknown is readQueue's time left for a lock it was not told about.
+const lockLeftUnknown = time.Duration(-1)
+
+// readQueue returns, per lock of the call, whether the client's entry was kept alive and, for
+// an entry refreshed with watch, how long until the lock may be free (0: free now;
+// lockLeftUnknown: not told).
+func readQueue(r []int64, n int) ([]bool, []time.Duration, error) {
+	if len(r) != 2*n {
+		return nil, nil, fmt.Errorf("queue.lua: %d answers for %d locks", len(r), n)
 	}
-	out := make([]bool, n)
-	for i, v := range r {
+	out, left := make([]bool, n), make([]time.Duration, n)
+	for i, v := range r[:n] {
 		out[i] = v == 1
+		left[i] = lockLeftUnknown
+		if l := r[n+i]; out[i] && l >= 0 {
+			left[i] = time.Duration(l) * time.Millisecond
+		}
 	}
-	return out, nil
+	return out, left, nil
 }
 
 // readPTTL returns the remaining lease, and false when owner no longer holds the lock.

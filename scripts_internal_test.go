@@ -215,22 +215,24 @@ func TestPTTLCall(t *testing.T) {
 	}
 }
 
-// queue.lua: KEYS = the queue keys of each lock, in pairs; ARGV = the entry id and window ms of
-// each, in turn, then, optionally, the goroutines waiting behind each. Reply: 1 per entry kept
-// alive, 0 per entry gone.
+// queue.lua: KEYS = the queue keys of each lock and the lock key, in triples; ARGV = the
+// entry id, window ms and "l" (a Mutex's entry: report the lock) or "" of each, in turn, then,
+// optionally, the goroutines waiting behind each. Reply: 1 per entry kept alive, 0 per entry
+// gone, then per entry the lock's time left in ms (0 free, -1 not told).
 func TestQueueCall(t *testing.T) {
-	c := queueCall([]string{"dlock:{a}", "dlock:{b}"}, []string{"ida", "idb"}, []string{"900", "1200"}, nil)
-	checkCall(t, "queue", c, scriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{b}:q", "dlock:{b}:w"},
-		[]string{"ida", "900", "idb", "1200"})
-	c = queueCall([]string{"dlock:{a}", "dlock:{b}"}, []string{"ida", "idb"}, []string{"900", "1200"}, []string{"3", "1"})
-	checkCall(t, "queue", c, scriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{b}:q", "dlock:{b}:w"},
-		[]string{"ida", "900", "idb", "1200", "3", "1"})
-	got, err := readQueue([]int64{0, 1}, 2)
-	if err != nil || !slices.Equal(got, []bool{false, true}) {
-		t.Errorf("readQueue({0, 1}) = %v, %v", got, err)
+	c := queueCall([]string{"dlock:{a}", "dlock:{b}:rw"}, []string{"ida", "idb"}, []string{"900", "1200"}, nil, []bool{true, false})
+	checkCall(t, "queue", c, scriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{a}", "dlock:{b}:rw:q", "dlock:{b}:rw:w", "dlock:{b}:rw"},
+		[]string{"ida", "900", "l", "idb", "1200", ""})
+	c = queueCall([]string{"dlock:{a}", "dlock:{b}"}, []string{"ida", "idb"}, []string{"900", "1200"}, []string{"3", "1"}, nil)
+	checkCall(t, "queue", c, scriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{a}", "dlock:{b}:q", "dlock:{b}:w", "dlock:{b}"},
+		[]string{"ida", "900", "", "idb", "1200", "", "3", "1"})
+	got, left, err := readQueue([]int64{0, 1, 1, -1, 0, 350}, 3)
+	if err != nil || !slices.Equal(got, []bool{false, true, true}) ||
+		!slices.Equal(left, []time.Duration{lockLeftUnknown, 0, 350 * time.Millisecond}) {
+		t.Errorf("readQueue({0, 1, 1, -1, 0, 350}) = %v, %v, %v", got, left, err)
 	}
-	if got, err := readQueue([]int64{1, 1}, 1); err == nil {
-		t.Errorf("readQueue: two answers for one lock = %v, want an error", got)
+	if got, _, err := readQueue([]int64{1}, 1); err == nil {
+		t.Errorf("readQueue: one answer for one lock = %v, want an error (two per lock)", got)
 	}
 }
 

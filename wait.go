@@ -74,6 +74,7 @@ type queue struct {
 	blockedOn atomic.Uint64 // token of the holder the head waits for; older release notices are ignored
 	rearm     chan struct{} // capacity 1: the lock was granted to another client until pokeAt
 	pokeAt    atomic.Int64  // mono ns: when that grant's first lease runs out unless renewed
+	due       atomic.Int64  // mono ns: when the head's timer fires for its next attempt (0: not set)
 
 	// sink, when set, takes the channel's announcements and wake-ups instead: the waiters of a
 	// read-write lock or semaphore (sharedwait.go).
@@ -337,20 +338,29 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 		}
 	}()
 	if reg != nil {
-		if st := e.adopt(q, reg, ctx); st != nil {
+		if st := e.adopt(q, reg, ctx); st != nil && e.takeable(st) {
 			got = st
 			return e.confirmed(ctx, st)
 		}
 	}
 	if !head {
-		select {
-		case <-w.turn:
-		case got = <-w.grant:
-			return e.confirmed(ctx, got)
-		case <-ctx.Done():
-			return nil, spec.ctxErr(ctx)
-		case <-e.done:
-			return nil, ErrClosed
+	turn:
+		for {
+			select {
+			case <-w.turn:
+				break turn
+			case st := <-w.grant:
+				if e.takeable(st) {
+					got = st
+					return e.confirmed(ctx, got)
+				}
+				// It ran out before it reached this waiter, which is the head now (its turn
+				// is on its way).
+			case <-ctx.Done():
+				return nil, spec.ctxErr(ctx)
+			case <-e.done:
+				return nil, ErrClosed
+			}
 		}
 		known = w.holder // the previous head just took the lock: wait for its release
 	}
@@ -359,13 +369,17 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 	first := true // the first attempt of a new head goes at once
 	for {
 		select {
-		case got = <-w.grant: // passed on by this client's holder, or granted by the server
-			return e.confirmed(ctx, got)
+		case st := <-w.grant: // passed on by this client's holder, or granted by the server
+			if e.takeable(st) {
+				got = st
+				return e.confirmed(ctx, got)
+			}
+			known = nil // attempt again at once
 		default:
 		}
 		if j := e.traits.retryJitter; j > 0 && known == nil && !first {
 			// Every contender heard the same release at once: spread their attempts.
-			if st, err := e.pause(ctx, w, timer, nil, time.Duration(rand.Int64N(int64(j)))); st != nil || err != nil {
+			if st, err := e.pause(ctx, w, timer, nil, time.Duration(rand.Int64N(int64(j)))); err != nil || (st != nil && e.takeable(st)) {
 				got = st
 				return e.confirmedOrErr(ctx, st, err)
 			}
@@ -391,22 +405,40 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 			d = spec.ttl
 		}
 		for {
+			q.due.Store(mono() + int64(d))
 			st, rearmed, err := e.pauseHead(ctx, w, q, timer, d)
 			if err == nil && st == nil {
 				err = e.notices.deniedErr()
 			}
-			if st != nil || err != nil {
+			if err != nil || (st != nil && e.takeable(st)) {
 				got = st
 				return e.confirmedOrErr(ctx, st, err)
 			}
-			if !rearmed {
-				break
+			if st != nil || !rearmed {
+				break // woken, the timer fired, or a lease came that had run out: attempt
 			}
 			// Granted to another client: try again only if its first lease runs out (a
 			// grantee that crashed renews nothing), or when woken.
 			d = time.Duration(q.pokeAt.Load()-mono()) + time.Millisecond
 		}
 	}
+}
+
+// takeable reports whether st, a lease given to a waiter (a grant from the server, or a
+// handoff within this client), is still live, and so may be returned by Lock. A lease that
+// ran out before the waiter took it (its process was paused past the grant's acceptance
+// window: the grant lapsed on the server, which may have granted the lock to the next client
+// since) is discarded instead: ended, and released on the server in the background in case
+// the server still has it (its lease there ends about when this client's deadline passed).
+// The waiter then attempts again.
+func (e *engine) takeable(st *leaseState) bool {
+	if st.state.Load() == stateHeld && mono() < st.deadline.Load() {
+		return true
+	}
+	st.end(endReleased, nil) // never returned to anyone: no loss to report
+	now := mono()
+	e.renewer.background(release{req: st.releaseReq(true), at: now, until: now + int64(acceptWindow(st.spec.ttl))})
+	return false
 }
 
 func (e *engine) confirmedOrErr(ctx context.Context, st *leaseState, err error) (*leaseState, error) {
@@ -426,7 +458,7 @@ func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, er
 	sent := mono()
 	res := e.b.renew(ctx, round{leases: []renewal{st.renewalTo(st.fullTTLArg())}})
 	out := res.leases[0]
-	if out.ok && st.renewed(sent, st.fullTTL()) {
+	if out.ok && st.state.Load() == stateHeld && st.renewed(sent, st.fullTTL()) {
 		st.confirm.Store(false)
 		e.renewer.reschedule(st)
 		return st, nil
@@ -893,6 +925,31 @@ func (qs *waitQueues) entryGone(reg *registration) {
 	s.mu.Unlock()
 	if q != nil {
 		q.wakeHead(anyToken)
+	}
+}
+
+// lockEnds is told by the renewal loop that the lock reg's entry waits for may be free at
+// mono time at (its holder's lease, or a grant to another entry, runs out then; at or before
+// now: it is free). When the head's timer is set for later, the head attempts at at instead:
+// the lock may have been granted to a client that died waiting, which renews nothing, and
+// whose grant only an attempt passes on (docs/PROTOCOL.md, "The queue"). A client that heard
+// no announcement of that grant (it is not queued right behind the grantee) would otherwise
+// wait for the last holder's lease it saw, up to the TTL.
+func (qs *waitQueues) lockEnds(reg *registration, at int64) {
+	s := qs.shard(reg.spec.key)
+	s.mu.Lock()
+	q := reg.q
+	s.mu.Unlock()
+	if q == nil || q.sink != nil {
+		return
+	}
+	if due := q.due.Load(); due == 0 || at+int64(time.Millisecond) >= due {
+		return
+	}
+	q.pokeAt.Store(at)
+	select {
+	case q.rearm <- struct{}{}:
+	default:
 	}
 }
 

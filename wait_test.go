@@ -661,3 +661,128 @@ func TestRelease_PublishesOnlyToListeners(t *testing.T) {
 		}
 	})
 }
+
+// Two waiters whose processes die (SIGKILL) or freeze (SIGSTOP) at the head of the queue,
+// with a live waiter behind them and no other client coming: the release grants the lock to
+// the first dead one, whose grant lapses with its entry, and the live waiter must get the lock
+// within about one acceptance window of the release, not when the holder's lease (10 s) would
+// have run out.
+func TestGrant_DeadWaitersAtTheHeadDelayTheNextAtMostAWindow(t *testing.T) {
+	needShared(t)
+	const ttl = 10 * time.Second // every window: 1 s
+	window := time.Second
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			eachTransport(t, func(t *testing.T, tr transport) {
+				ctx := ctxT(t)
+				name := uniqueName(t)
+				holder := tr.dial(t, shared.URL())
+				live := tr.dial(t, shared.URL())
+				l, err := holder.Mutex(name, dlock.WithTTL(ttl)).Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dead := []*helperProc{spawnHelper(t, "hold", shared.URL(), name, ttl)}
+				waitQueued(t, name, 1)
+				dead = append(dead, spawnHelper(t, "hold", shared.URL(), name, ttl))
+				waitQueued(t, name, 2)
+				got := lockInBackground(t, live, name, dlock.WithTTL(ttl))
+				waitQueued(t, name, 3)
+				// Every waiting client is subscribed to its own channel of the lock: the live
+				// one's subscription confirmation (which makes it attempt again) is not what wakes
+				// it after the release.
+				waitFor(t, 10*time.Second, "the three waiting clients to subscribe", func(ctx context.Context) error {
+					v, err := shared.Do(ctx, "PUBSUB", "CHANNELS", keyOf(name)+":rel:*")
+					if err != nil {
+						return err
+					}
+					if n := len(strings.Fields(strings.Trim(v, "[]"))); n != 3 {
+						return fmt.Errorf("%d subscribed: %s", n, v)
+					}
+					return nil
+				})
+				for _, h := range dead {
+					h.signal(t, sig)
+				}
+				if sig == syscall.SIGKILL {
+					for _, h := range dead {
+						h.cmd.Wait()
+					}
+				}
+				released := time.Now()
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case ln := <-got:
+					took := time.Since(released)
+					t.Logf("the live waiter got the lock %v after the release (two dead waiters ahead of it, windows of %v, the holder's lease %v)", took, window, ttl)
+					if ln == nil {
+						t.FailNow()
+					}
+					if limit := window + time.Second; took > limit {
+						t.Errorf("the live waiter got the lock %v after the release, over %v (one window and a second of slack)", took, limit)
+					}
+					ln.Unlock(ctx)
+				case <-time.After(ttl + 5*time.Second):
+					t.Fatalf("the live waiter did not get the lock within %v of the release", ttl+5*time.Second)
+				}
+			})
+		})
+	}
+}
+
+// A waiter whose process is paused (SIGSTOP) while the lock is granted to it, and resumed
+// after the grant's acceptance window, finds the announcement waiting: the lease it would make
+// from it has run out (the grant lapsed on the server). Its Lock must not return that lease (a
+// nil error with an already cancelled context): it discards it and takes the lock afresh.
+func TestGrant_ResumedPastTheWindowGetsALiveLease(t *testing.T) {
+	needShared(t)
+	const ttl = 10 * time.Second // the waiter's window: 1 s
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		holder := tr.dial(t, shared.URL())
+		l, err := holder.Mutex(name, dlock.WithTTL(ttl)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := spawnHelper(t, "check", shared.URL(), name, ttl, "DLOCK_TRANSPORT="+tr.name)
+		waitQueued(t, name, 1)
+		waitFor(t, 10*time.Second, "the waiter to subscribe", func(ctx context.Context) error {
+			v, err := shared.Do(ctx, "PUBSUB", "CHANNELS", keyOf(name)+":rel:*")
+			if err == nil && strings.Trim(v, "[]") == "" {
+				err = errors.New("not yet")
+			}
+			return err
+		})
+		h.signal(t, syscall.SIGSTOP)
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, err := shared.Do(ctx, "GET", keyOf(name))
+		if err != nil || !heldValue(v) {
+			t.Fatalf("after the release: %q, %v; want the lock granted to the paused waiter", v, err)
+		}
+		// The grant lapses with the paused waiter's entry, a window after its last refresh.
+		waitFor(t, 5*time.Second, "the grant to the paused waiter to lapse", func(ctx context.Context) error {
+			v, err := shared.Do(ctx, "EXISTS", keyOf(name))
+			if err == nil && v != "0" {
+				err = fmt.Errorf("EXISTS %s", v)
+			}
+			return err
+		})
+		h.signal(t, syscall.SIGCONT)
+		token := h.locked(t, 10*time.Second)
+		if state := h.next(t, 5*time.Second); state != "live" {
+			t.Fatalf("the resumed waiter's Lock returned a lease (token %d) that had %s; want a live lease", token, state)
+		}
+		if token <= l.Token() {
+			t.Fatalf("the resumed waiter holds token %d, not above the previous holder's %d", token, l.Token())
+		}
+		v, err = shared.Do(ctx, "GET", keyOf(name))
+		if err != nil || !heldValue(v) || !strings.Contains(v, " "+strconv.FormatUint(token, 10)+" ") {
+			t.Fatalf("the server has %q (%v) for the lock; want it held with the resumed waiter's token %d", v, err, token)
+		}
+	})
+}

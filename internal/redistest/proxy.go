@@ -32,6 +32,7 @@ type Proxy struct {
 	cancel context.CancelFunc
 	delay  atomic.Int64 // time.Duration added to every chunk
 	jitter atomic.Int64 // time.Duration: each chunk's delay varies by up to ± this
+	reply  atomic.Int64 // time.Duration added to every chunk from Target to the client
 	wg     sync.WaitGroup
 
 	mu     sync.Mutex
@@ -135,6 +136,14 @@ func (p *Proxy) CutAll() {
 // was read (0 or less: no delay). Byte order is preserved.
 func (p *Proxy) SetDelay(d time.Duration) {
 	p.delay.Store(int64(max(d, 0)))
+}
+
+// SetReplyDelay delays every chunk from Target to the client by d more (0 or less:
+// none), in addition to SetDelay's: requests arrive at once, their replies late. A
+// chunk's delay is fixed when its turn to be written comes, so a reply already
+// waiting keeps the delay it got.
+func (p *Proxy) SetReplyDelay(d time.Duration) {
+	p.reply.Store(int64(max(d, 0)))
 }
 
 // SetJitter makes the delay of SetDelay vary per chunk, uniformly within ± j
@@ -243,9 +252,9 @@ func (p *Proxy) handle(client net.Conn) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		p.forward(pc, client, server)
+		p.forward(pc, client, server, false)
 	}()
-	p.forward(pc, server, client)
+	p.forward(pc, server, client, true)
 	<-pc.done
 	p.untrack(pc)
 }
@@ -275,7 +284,7 @@ type chunk struct {
 // forward copies src to dst until either fails or pc is torn down, then tears
 // pc down. A reader goroutine timestamps chunks; this goroutine writes them
 // in order once their delay has passed and the proxy is not blocked.
-func (p *Proxy) forward(pc *proxyConn, src, dst net.Conn) {
+func (p *Proxy) forward(pc *proxyConn, src, dst net.Conn, toClient bool) {
 	defer pc.close(false)
 	queue := make(chan chunk, proxyQueueLen)
 	p.wg.Add(1)
@@ -300,7 +309,11 @@ func (p *Proxy) forward(pc *proxyConn, src, dst net.Conn) {
 	// After src ends, the queued bytes are still delivered before the pair
 	// is closed.
 	for c := range queue {
-		if d := p.chunkDelay(); d > 0 {
+		d := p.chunkDelay()
+		if toClient {
+			d += time.Duration(p.reply.Load())
+		}
+		if d > 0 {
 			if !sleepUntil(c.readAt.Add(d), pc.done) {
 				return
 			}
