@@ -60,8 +60,9 @@
 //     latest committed row even if the transaction's snapshot was taken earlier (tested). A
 //     re-entry claim (equal token) writes no new version; claim before the first read, as InTx
 //     does, and nothing older can be in the snapshot. READ COMMITTED works as for PostgreSQL.
-//     MariaDB's innodb_snapshot_isolation (on by default from 11.6) may instead refuse a claim
-//     of a row committed after the snapshot (error 1020): retry the transaction.
+//     MariaDB's innodb_snapshot_isolation=ON (the default of recent releases; not tested here:
+//     MariaDB 10.11 has it off) may instead refuse a claim of a row committed after the
+//     snapshot (error 1020): retry the transaction.
 //   - SQLite: transactions are serializable. Open the database with BEGIN IMMEDIATE
 //     (modernc.org/sqlite: _txlock=immediate) and a busy timeout, so that a transaction takes
 //     the write lock first and waits for it; a deferred transaction that reads before it
