@@ -1,4 +1,4 @@
-# make test   — everything CI runs: installs redis-server (PostgreSQL for examples/inventory, Chromium for dlock web's browser test) when missing, vet, race tests with leak checks (the library, the dlockprom and dlockotel adapters, the example, dlock web, the bench harness, the checker).
+# make test   — everything CI runs: installs redis-server (PostgreSQL for examples/inventory and fence/fencetest, MariaDB for fence/fencetest, Chromium for dlock web's browser test) when missing, vet, race tests with leak checks (the library, the dlockprom and dlockotel adapters, the example, dlock web, the bench harness, the checker).
 # make bench  — dlock beside its peers (bench/ module, ≤ 6 min); writes docs/BENCHMARKS.md and docs/img/.
 # make bench-quick — the same scenarios, shorter (≤ 60 s), printed only.
 # make bench-go — the Go benchmarks of the library against a private redis-server.
@@ -8,13 +8,13 @@
 GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: test test-lib test-modules test-adapters deps vet fmt-check bench-go test-examples deps-examples test-web deps-chromium web-screenshot
+.PHONY: test test-lib test-modules test-adapters deps vet fmt-check bench-go test-examples deps-examples test-web deps-chromium web-screenshot test-fence deps-fence
 
 # Two lanes at once, each printed when it ends: the library's own tests, and the other modules
 # (metrics and tracing adapters, example service, browser test, bench harness, fault checker).
 # Most of their time is spent waiting (leases, timeouts, servers starting), so two lanes fit in
 # about half the time.
-test: deps deps-examples deps-chromium fmt-check vet repo-check
+test: deps deps-examples deps-fence deps-chromium fmt-check vet repo-check
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lib test-modules
 
 # -p 1: one package's tests at a time. Several tests hold 200-300 ms leases on purpose (as in
@@ -26,6 +26,7 @@ test-lib: deps
 test-modules:
 	@$(MAKE) --no-print-directory test-adapters
 	@$(MAKE) --no-print-directory test-examples
+	@$(MAKE) --no-print-directory test-fence
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory test-bench
 	@$(MAKE) --no-print-directory test-check
@@ -48,6 +49,20 @@ deps-examples:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
 		echo "PostgreSQL missing: installing the Debian package"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; \
+	}
+
+# Package fence against real databases: fence/fencetest is its own module (the pgx, SQLite and
+# MySQL drivers stay out of the library's dependencies). Its tests start a private PostgreSQL,
+# a private MariaDB (on a unix socket) and redis-server, and use SQLite files.
+test-fence: deps deps-examples deps-fence
+	cd fence/fencetest && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 4m ./...
+
+# fence/fencetest runs a private MariaDB server; install the Debian package when absent (the
+# Debian server itself is not used).
+deps-fence:
+	@command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ] || { \
+		echo "MariaDB missing: installing the Debian package"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server; \
 	}
 
 # dlock web in a real browser: cmd/dlock/webtest is its own module (chromedp stays out of the

@@ -6,6 +6,7 @@
 //	go run . --quick         # the same scenarios, shorter (at most a minute): make bench-quick
 //	go run . --write-docs    # also write the tables into ../docs/BENCHMARKS.md
 //	go run . --scenarios 1,2 --reps 5
+//	go run . --fenced-sql    # instead: fenced SQL writes beside unfenced ones (PostgreSQL, MariaDB, SQLite)
 //
 // It is its own module so that the peers never enter the library's dependencies.
 package main
@@ -158,8 +159,24 @@ func run(args []string, stdout io.Writer) int {
 	plotDir := fs.String("plot", "", "write a plot of scenarios 1 and 2 into this directory (as "+plotFile+")")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (client side) to this file")
 	via := fs.String("via", "", "the command that ran this one, for the docs (e.g. \"make bench\")")
+	fencedSQL := fs.Bool("fenced-sql", false, "instead of the scenarios: the cost of a fenced SQL write (package fence) beside the same write unfenced, "+
+		"on private PostgreSQL, MariaDB and SQLite (fenced_sql.go; a database not installed is skipped); prints the table")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *fencedSQL {
+		round, n := 3*time.Second, 5
+		if *quick {
+			round, n = 500*time.Millisecond, 1
+		}
+		if *reps > 0 {
+			n = *reps
+		}
+		if err := runFencedSQL(stdout, round, n, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: fenced SQL:", err)
+			return 1
+		}
+		return 0
 	}
 	cfg := defaultConfig(*quick)
 	if *reps < 0 || *reps > 100 {

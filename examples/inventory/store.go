@@ -5,10 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"net/url"
 	"strings"
 
+	"github.com/dlock-go/dlock/fence"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite", pure Go
 )
@@ -18,16 +18,17 @@ var (
 	errSoldOut = errors.New("sold out")
 	// errUnknownSKU: no row for the SKU.
 	errUnknownSKU = errors.New("unknown sku")
-	// errStale: the row has already been touched under a larger fencing token, so the caller's
+	// errStale: the row has already been claimed under a larger fencing token, so the caller's
 	// lock is no longer the newest one on this SKU: its read and write were refused.
-	errStale = errors.New("stale fencing token: a newer lock holder has written this row")
+	errStale = fence.ErrStale
 )
 
 // store keeps the stock rows. Every purchase runs in one transaction fenced by the token of the
 // dlock lease on the SKU.
 type store struct {
-	db   *sql.DB
-	kind string // "sqlite" or "postgres"
+	db    *sql.DB
+	kind  string      // "sqlite" or "postgres"
+	table fence.Table // the stock rows, fenced by their fence column
 }
 
 const schema = `CREATE TABLE IF NOT EXISTS stock (
@@ -58,6 +59,10 @@ func openStore(ctx context.Context, dsn string) (*store, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", s.kind, err)
+	}
+	s.table = fence.Table{Dialect: fence.SQLite, Name: "stock", KeyColumn: "sku", FenceColumn: "fence"}
+	if s.kind == "postgres" {
+		s.table.Dialect = fence.PostgreSQL
 	}
 	if err := s.db.PingContext(ctx); err != nil {
 		s.db.Close()
@@ -90,106 +95,47 @@ func sqliteDSN(path string) string {
 
 func (s *store) Close() error { return s.db.Close() }
 
-func fenceArg(token uint64) (int64, error) {
-	if token == 0 || token > math.MaxInt64 {
-		return 0, fmt.Errorf("fencing token %d out of range", token)
-	}
-	return int64(token), nil
-}
-
-// Buy takes n items of sku, as the holder of the lock whose fencing token is token.
+// Buy takes n items of sku, as the holder of the lock whose fencing token is token, in one
+// transaction that fence.InTx runs inside the lease (ctx, the lease context: when the lock is
+// lost, the transaction is rolled back):
 //
-//  1. Claim the row: UPDATE stock SET fence = token WHERE sku = $1 AND fence <= token.
-//     No row changed → either the SKU is unknown or the row was already claimed by a newer
-//     holder (errStale): nothing is read and nothing is written. (<=, not <: tokens are unique
-//     per acquisition, so an equal fence is this very lease, which may run several
-//     transactions.)
-//  2. Read qty (in the same transaction, after the claim: the read is fenced too).
-//  3. Write qty - n WHERE sku = $1 AND fence = token: the row must still be ours.
-//  4. Commit.
-//
-// ctx should be the lease context: when the lock is lost, the transaction is rolled back.
+//  1. Claim the row (fence.Table.Claim): its fence moves forward to token, and the row stays
+//     locked until the transaction ends. A newer token on the row → errStale (a
+//     *fence.StaleError naming it): nothing is read and nothing is written. An equal token is
+//     this very lease, which may run several transactions.
+//  2. Read qty: after the claim, so the read is fenced too.
+//  3. Write qty - n, or, when there are fewer than n, keep the claim (the fence only moves
+//     forward) and report the stock as it is (errSoldOut).
 func (s *store) Buy(ctx context.Context, sku string, n int, token uint64) (left int, err error) {
-	fence, err := fenceArg(token)
-	if err != nil {
-		return 0, err
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
+	soldOut := false
+	err = fence.InTx(ctx, s.db, fence.Held(ctx, token), s.table, []string{sku}, func(ctx context.Context, tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, `SELECT qty FROM stock WHERE sku = $1`, sku).Scan(&left); err != nil {
+			return fmt.Errorf("read stock: %w", err)
 		}
-	}()
-	res, err := tx.ExecContext(ctx, `UPDATE stock SET fence = $2 WHERE sku = $1 AND fence <= $2`, sku, fence)
-	if err != nil {
-		return 0, fmt.Errorf("claim row: %w", err)
-	}
-	if claimed, err := res.RowsAffected(); err != nil {
-		return 0, err
-	} else if claimed != 1 {
-		return 0, s.whyNot(ctx, tx, sku)
-	}
-	var qty int
-	if err := tx.QueryRowContext(ctx, `SELECT qty FROM stock WHERE sku = $1`, sku).Scan(&qty); err != nil {
-		return 0, fmt.Errorf("read stock: %w", err)
-	}
-	if qty < n {
-		// Keep the claim (the fence only moves forward) and report the stock as it is.
-		if err := tx.Commit(); err != nil {
-			return 0, fmt.Errorf("commit: %w", err)
+		if soldOut = left < n; soldOut {
+			return nil
 		}
-		return qty, errSoldOut
-	}
-	res, err = tx.ExecContext(ctx, `UPDATE stock SET qty = $2 WHERE sku = $1 AND fence = $3`, sku, qty-n, fence)
-	if err != nil {
-		return 0, fmt.Errorf("write stock: %w", err)
-	}
-	if written, err := res.RowsAffected(); err != nil {
-		return 0, err
-	} else if written != 1 {
-		return 0, errStale
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
-	}
-	return qty - n, nil
-}
-
-// whyNot explains a claim that changed no row: the row is missing, or fenced by a newer token.
-func (s *store) whyNot(ctx context.Context, tx *sql.Tx, sku string) error {
-	var fence int64
-	err := tx.QueryRowContext(ctx, `SELECT fence FROM stock WHERE sku = $1`, sku).Scan(&fence)
+		left -= n
+		if _, err := tx.ExecContext(ctx, `UPDATE stock SET qty = $2 WHERE sku = $1`, sku, left); err != nil {
+			return fmt.Errorf("write stock: %w", err)
+		}
+		return nil
+	})
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return errUnknownSKU
+	case errors.Is(err, fence.ErrNoRow):
+		return 0, errUnknownSKU
 	case err != nil:
-		return fmt.Errorf("read fence: %w", err)
+		return 0, err
+	case soldOut:
+		return left, errSoldOut
 	}
-	return fmt.Errorf("%w (row fenced at %d)", errStale, fence)
+	return left, nil
 }
 
 // Seed sets the stock of sku to qty, creating the row if needed, as the holder of the lock
 // with the given token; a row already fenced by a newer token is left alone (errStale).
 func (s *store) Seed(ctx context.Context, sku string, qty int, token uint64) error {
-	fence, err := fenceArg(token)
-	if err != nil {
-		return err
-	}
-	res, err := s.db.ExecContext(ctx, `INSERT INTO stock (sku, qty, fence) VALUES ($1, $2, $3)
-		ON CONFLICT (sku) DO UPDATE SET qty = excluded.qty, fence = excluded.fence
-		WHERE stock.fence <= excluded.fence`, sku, qty, fence)
-	if err != nil {
-		return fmt.Errorf("seed %s: %w", sku, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n != 1 {
-		return errStale
-	}
-	return nil
+	return s.table.Upsert(ctx, s.db, sku, token, map[string]any{"qty": qty})
 }
 
 // SeedIfAbsent creates the row for sku with qty items unless it exists; it needs no lock.
