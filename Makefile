@@ -14,7 +14,7 @@ SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 # (metrics and tracing adapters, example service, browser test, bench harness, fault checker).
 # Most of their time is spent waiting (leases, timeouts, servers starting), so two lanes fit in
 # about half the time.
-test: deps deps-examples deps-fence deps-chromium fmt-check vet repo-check
+test: deps deps-examples deps-fence deps-chromium fmt-check vet big-files
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lib test-modules
 
 # -p 1: one package's tests at a time. Several tests hold 200-300 ms leases on purpose (as in
@@ -22,6 +22,7 @@ test: deps deps-examples deps-fence deps-chromium fmt-check vet repo-check
 # under -race can starve the renewal loop longer than that.
 test-lib: deps
 	$(GO) test -race -count=1 -p 1 -timeout 8m ./...
+	@$(MAKE) --no-print-directory release-check
 
 test-modules:
 	@$(MAKE) --no-print-directory test-adapters
@@ -96,11 +97,15 @@ vet:
 # The repository stays small and its modules usable from outside: no tracked file over 1 MB
 # but an image under docs/, and every published module builds, as a consumer's build sees it
 # once tagged, without the in-repo replace directives (internal/releasecheck).
-.PHONY: repo-check release-version
-repo-check:
+# (release-check runs in the library's test lane: its first run on a machine builds every
+# published package's dependencies afresh, about two minutes.)
+.PHONY: repo-check big-files release-check release-version
+repo-check: big-files release-check
+big-files:
 	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | \
 		awk '$$1 > 1048576 && $$2 !~ /^docs\/.*\.(png|jpg|jpeg|gif|svg|webp)$$/ {print $$2 " (" $$1 " bytes)"}'); \
 	if [ -n "$$big" ]; then echo "tracked files over 1 MB (only images under docs/ may be):"; echo "$$big"; exit 1; fi
+release-check:
 	$(GO) run ./internal/releasecheck
 
 release-version:

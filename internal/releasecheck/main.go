@@ -276,9 +276,12 @@ func buildConsumer(dir, proxy, version string, imports []string) error {
 	// repository's builds have filled, and failing that from the configured proxy (an older
 	// go.mod in a dependency's graph, say).
 	goproxy := "file://" + filepath.ToSlash(proxy) + ",file://" + filepath.ToSlash(filepath.Join(cache, "cache", "download")) + "," + upstream
+	// A module cache of its own: the versions packed here are not real releases, and must
+	// neither come from nor land in the machine's cache.
+	modcache := filepath.Join(filepath.Dir(dir), "modcache")
 	cmd := exec.Command("go", "build", "-o", os.DevNull, ".")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY="+goproxy, "GOSUMDB=off", "GONOSUMDB=", "GOPRIVATE=", "GOWORK=off")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod -modcacherw -trimpath", "GOPROXY="+goproxy, "GOSUMDB=off", "GONOSUMDB=", "GOPRIVATE=", "GOWORK=off", "GOMODCACHE="+modcache)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("a consumer requiring %s %s and its submodules does not build from outside the repository:\n%s", rootPath, version, out)
