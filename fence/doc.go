@@ -34,6 +34,9 @@
 //     the same token (the lock has moved on).
 //   - Upsert is one fenced INSERT ... ON CONFLICT / ON DUPLICATE KEY UPDATE: it creates the
 //     row, or sets its columns and fence if no larger token holds it.
+//   - Update is one fenced UPDATE ... SET <yours>, fence = token WHERE key = k AND fence <=
+//     token: a write that needs no read first (qty = qty - ?) costs what the unfenced
+//     statement does. A write computed from a read needs Claim (or InTx) first.
 //   - InTx runs its function in a transaction whose context is the lease's context, claims the
 //     rows first in sorted order (no deadlock between two InTx calls on overlapping keys), and
 //     commits only if the function returned nil and the lease is live just before COMMIT.
@@ -91,7 +94,8 @@
 //
 // # Cost
 //
-// Claim is one statement per row when it moves the fence. Telling a refusal (ErrStale) from
+// Update is one statement, as the same write unfenced (docs/BENCHMARKS.md, "Fenced SQL
+// writes"). Claim is one statement per row when it moves the fence. Telling a refusal (ErrStale) from
 // a missing row (ErrNoRow) costs a second one, and so does, on MySQL, a re-entry claim or an
 // Upsert that inserts or changes no value: MySQL reports changed rows, not matched ones. InTx
 // adds the claims to the caller's transaction: one extra round trip per row.

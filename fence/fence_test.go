@@ -159,3 +159,23 @@ func TestInTxLeaseAlreadyEnded(t *testing.T) {
 		t.Fatalf("InTx on an ended lease: %v (fn called: %v), want ErrLeaseEnded and the cause, fn not called", err, called)
 	}
 }
+
+// Update's one statement: the caller's SET, then the fence moved to the token, only where the
+// row's fence is not newer; the token's placeholders follow the caller's own.
+func TestUpdateStatement(t *testing.T) {
+	for _, c := range []struct {
+		tbl  Table
+		want string
+	}{
+		{Table{Dialect: PostgreSQL, Name: "stock", KeyColumn: "sku"}, `UPDATE "stock" SET qty = qty - $1, "fence" = $2 WHERE "sku" = $3 AND "fence" <= $2`},
+		{Table{Dialect: SQLite, Name: "stock", KeyColumn: "sku"}, `UPDATE "stock" SET qty = qty - ?, "fence" = ? WHERE "sku" = ? AND "fence" <= ?`},
+		{Table{Dialect: MySQL, Name: "stock", KeyColumn: "sku", FenceColumn: "f"}, "UPDATE `stock` SET qty = qty - ?, `f` = ? WHERE `sku` = ? AND `f` <= ?"},
+	} {
+		if got := c.tbl.updateSQL("qty = qty - "+c.tbl.Dialect.ph(1), 1); got != c.want {
+			t.Errorf("%v: %s\nwant %s", c.tbl.Dialect, got, c.want)
+		}
+	}
+	if err := (Table{Dialect: SQLite, Name: "stock", KeyColumn: "sku"}).Update(context.Background(), nil, "k", 5, " "); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Update with an empty SET = %v, want ErrInvalid", err)
+	}
+}

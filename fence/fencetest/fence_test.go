@@ -551,3 +551,36 @@ func TestPostgresRepeatableRead(t *testing.T) {
 		t.Fatalf("row: %d at %d; want A's 99 at 2", qty, f)
 	}
 }
+
+// Update: a fenced write in one statement. A newer token writes and moves the fence; an older
+// one is refused naming the newer and writes nothing; the same token again passes (also when it
+// changes no value, which MySQL reports as no row changed); a missing row is ErrNoRow.
+func TestUpdate(t *testing.T) {
+	each(t, func(t *testing.T, d database, db *sql.DB, tbl fence.Table) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ph := "?"
+		if d.dialect == fence.PostgreSQL {
+			ph = "$1"
+		}
+		if err := tbl.Upsert(ctx, db, "sku-9", 10, map[string]any{"qty": 5}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tbl.Update(ctx, db, "sku-9", 11, "qty = qty - "+ph, 2); err != nil {
+			t.Fatalf("newer holder's update: %v", err)
+		}
+		if qty, _, f := row(t, db, "sku-9"); qty != 3 || f != 11 {
+			t.Fatalf("row after the update: qty %d fence %d; want 3 at 11", qty, f)
+		}
+		wantStale(t, "the older holder's late update", tbl.Update(ctx, db, "sku-9", 10, "qty = qty - "+ph, 1), 10, 11)
+		if err := tbl.Update(ctx, db, "sku-9", 11, "qty = qty - "+ph, 0); err != nil {
+			t.Fatalf("the same holder again, changing nothing: %v", err)
+		}
+		if qty, _, f := row(t, db, "sku-9"); qty != 3 || f != 11 {
+			t.Fatalf("row after the refused and the empty update: qty %d fence %d; want 3 at 11", qty, f)
+		}
+		if err := tbl.Update(ctx, db, "no-such-sku", 12, "qty = qty - "+ph, 1); !errors.Is(err, fence.ErrNoRow) {
+			t.Fatalf("update of a missing row = %v, want ErrNoRow", err)
+		}
+	})
+}
