@@ -260,6 +260,16 @@ func (a *adapter) Close() error {
 	return nil
 }
 
+// settleDeadline waits, after a call on the lone client whose context's deadline has passed,
+// until the context says so too: the connection's deadline can fire a moment before the
+// context's timer, and the caller must then find ctx.Err() set (a deadline reached, not a
+// server that failed).
+func settleDeadline(ctx context.Context) {
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		<-ctx.Done()
+	}
+}
+
 // takeLone returns the lone client for a call with ctx when it is free, marking it busy (the
 // caller frees it). A context that can be cancelled but has no deadline goes the pipelined
 // way instead: a synchronous call notices a context only through its deadline, and such a
@@ -316,6 +326,7 @@ func (a *adapter) Eval(ctx context.Context, s *conn.Script, keys, args []string)
 	dctx, done := ctx, nop
 	if lone {
 		defer a.loneBusy.Store(false)
+		defer settleDeadline(ctx)
 	} else {
 		c = a.c
 		dctx, done = noDeadline(ctx)
