@@ -13,6 +13,7 @@ import (
 // TestMain lets the test binary play the worker processes of scenarios 3 and 7 and the crash-test
 // holder of scenario 6, as the bench binary does.
 func TestMain(m *testing.M) {
+	runFloorChild()
 	if len(os.Args) > 1 && os.Args[1] == holderFlag {
 		os.Exit(runHolder(os.Args[2:]))
 	}
