@@ -13,6 +13,7 @@ import (
 // TestMain lets the test binary play the worker processes of scenarios 3 and 7 and the crash-test
 // holder of scenario 6, as the bench binary does.
 func TestMain(m *testing.M) {
+	runFloorChild()
 	if len(os.Args) > 1 && os.Args[1] == holderFlag {
 		os.Exit(runHolder(os.Args[2:]))
 	}
@@ -52,6 +53,8 @@ func TestHarness(t *testing.T) {
 	cfg.frozenTries = 1
 	cfg.readMostlyDuration = 300 * time.Millisecond
 	cfg.transfersDuration = 100 * time.Millisecond
+	cfg.floor.ringDuration = 200 * time.Millisecond
+	cfg.floor.duration = 400 * time.Millisecond
 	cfg.adaptiveNames, cfg.adaptiveRun, cfg.adaptiveCrashAfter, cfg.adaptiveWaiters = 8, 1500*time.Millisecond, 300*time.Millisecond, true
 	cfg.adaptiveWatchdog = 2 * time.Second // its waiters wait out the whole lease
 	cfg.log = io.Discard
@@ -65,8 +68,10 @@ func TestHarness(t *testing.T) {
 	if !ok {
 		t.Fatal("a dlock measurement failed or dlock broke mutual exclusion")
 	}
-	for _, want := range []string{"### 1.", "**4 goroutines**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
+	for _, want := range []string{"### 1.", "**1 goroutine, idle vCPUs**", "**4 goroutines, awake vCPUs (2 nice 19 spinners)**", "| vCPU halts/pair |", "**CPU state.**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
 		"### 7.", "| 1 server, 10 clients × 1, 1 ms held | redislock, 1–10 ms linear |", "| 5 servers, 1 client × 10, empty | dlock quorum (rueidis) |",
+		"| 1 server, 10 clients × 1, empty | minimal FIFO handoff |", "| 1 server, 10 clients × 1, 1 ms held | minimal FIFO handoff |",
+		"| raw RESP | ", "| rueidis | ", "one pub/sub message around a ring of 10 processes",
 		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |",
 		"### 8.", "**T = ", "| adaptive [100 ms, 10 s], renewed |", "(the adaptive's median recovery), renewed every ", "| watchdog: fixed 2 s, renewed every 666 ms |",
 		"| adaptive [100 ms, 10 s], WithoutRenewal |", "| fixed 50 ms = the median hold, WithoutRenewal |", "| renewal commands ≤ 0.5× the fixed lease's, at equal recovery |",

@@ -475,6 +475,11 @@ func measureClients(srv *server, cfg config) (string, bool) {
 		fmt.Fprintf(&b, "- **%s** (%d servers): %s.\n", c.name, redlockServers, c.config)
 	}
 
+	// The floors of the one-server cases (floor_clients.go, floor_ring.go).
+	fl, flOK := floorClientsSection(srv, cfg)
+	b.WriteString(fl + floorRingSection(srv, cfg))
+	ok = ok && flOK
+
 	// TryLock with a majority of the quorum frozen.
 	for _, s := range servers {
 		s.flush()

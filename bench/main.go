@@ -69,6 +69,8 @@ type config struct {
 
 	// Scenario 10 (readmostly.go).
 	readMostlyDuration time.Duration
+
+	floor floorConfig // the floors beside scenarios 1 and 7 (floor.go)
 }
 
 func (c config) logf(format string, args ...any) {
@@ -82,7 +84,7 @@ func defaultConfig(quick bool) config {
 		reps:                  3,
 		scenarios:             []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
 		uncontendedGoroutines: []int{1, 4, 16, 64},
-		uncontendedDuration:   500 * time.Millisecond,
+		uncontendedDuration:   350 * time.Millisecond, // 1 and 4 goroutines are measured twice (floor_awake.go)
 		warmUp:                100 * time.Millisecond,
 		pairTimeout:           5 * time.Second,
 		hotDuration:           time.Second,
@@ -105,6 +107,7 @@ func defaultConfig(quick bool) config {
 		adaptiveWatchdog:      30 * time.Second,
 		transfersDuration:     time.Second,
 		log:                   os.Stderr,
+		floor:                 defaultFloorConfig(quick),
 	}
 	if quick {
 		c.quick = true
@@ -132,6 +135,7 @@ func defaultConfig(quick bool) config {
 }
 
 func main() {
+	runFloorChild()
 	if len(os.Args) > 1 && os.Args[1] == holderFlag {
 		os.Exit(runHolder(os.Args[2:]))
 	}

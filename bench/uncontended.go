@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,8 @@ type uncontendedResult struct {
 	allocs      float64 // per pair
 	bytes       float64 // per pair
 	redisCPUPer time.Duration
+	halts       float64 // vCPU halts per pair, every CPU of the machine (floor.go)
+	haltsOK     bool    // the machine has cpuidle counters
 	err         error
 }
 
@@ -102,9 +105,11 @@ func runUncontended(srv *server, c *contender, g int, d, warm, pairTimeout time.
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cpu0 := srv.cpu()
+	h0, hok0 := vcpuHalts()
 	start := time.Now()
 	err = timed(d, counts)
 	elapsed := time.Since(start)
+	h1, hok1 := vcpuHalts()
 	runtime.ReadMemStats(&after)
 	cpu1 := srv.cpu()
 	if err != nil {
@@ -117,12 +122,15 @@ func runUncontended(srv *server, c *contender, g int, d, warm, pairTimeout time.
 	if pairs == 0 {
 		return uncontendedResult{err: fmt.Errorf("no pair completed")}
 	}
+	halts, haltsOK := haltsPer(h0, h1, hok0 && hok1, pairs)
 	return uncontendedResult{
 		pairs:       pairs,
 		elapsed:     elapsed,
 		allocs:      float64(after.Mallocs-before.Mallocs) / float64(pairs),
 		bytes:       float64(after.TotalAlloc-before.TotalAlloc) / float64(pairs),
 		redisCPUPer: (cpu1 - cpu0) / time.Duration(pairs),
+		halts:       halts,
+		haltsOK:     haltsOK,
 	}
 }
 
@@ -139,28 +147,55 @@ func measureUncontended(srv *server, cfg config) (string, bool) {
 	ok := true
 	for _, g := range cfg.uncontendedGoroutines {
 		res := map[*contender][]uncontendedResult{}
-		for rep := 0; rep < cfg.reps; rep++ {
+		// The goroutine counts of cfg.floor.awakeGoroutines are measured in both CPU states, each
+		// repetition idle then awake (floor_awake.go).
+		awake := slices.Contains(cfg.floor.awakeGoroutines, g)
+		resAwake := map[*contender][]uncontendedResult{}
+		pass := func(rep int, state string, res map[*contender][]uncontendedResult) {
 			for i := range contenders {
 				c := contenders[(i+rep)%len(contenders)]
 				srv.flush()
-				stop := watchdog(fmt.Sprintf("scenario 1, %d goroutines, %s", g, c.name), cfg.uncontendedDuration+cfg.warmUp+30*time.Second)
-				r := runUncontended(srv, c, g, cfg.uncontendedDuration, cfg.warmUp, cfg.pairTimeout, fmt.Sprintf("%d:%d:%d", g, rep, i))
+				stop := watchdog(fmt.Sprintf("scenario 1, %d goroutines%s, %s", g, state, c.name), cfg.uncontendedDuration+cfg.warmUp+30*time.Second)
+				r := runUncontended(srv, c, g, cfg.uncontendedDuration, cfg.warmUp, cfg.pairTimeout, fmt.Sprintf("%d:%d:%d%s", g, rep, i, state))
 				stop()
 				if r.err != nil {
 					// A peer's failure is a finding for the table; dlock's fails the run.
 					ok = ok && c.kind != kindDlock
-					cfg.logf("scenario 1, %d goroutines, rep %d, %s: %v", g, rep+1, c.name, r.err)
+					cfg.logf("scenario 1, %d goroutines%s, rep %d, %s: %v", g, state, rep+1, c.name, r.err)
 				} else {
-					cfg.logf("scenario 1, %d goroutines, rep %d, %-26s %9.0f pairs/s", g, rep+1, c.name, r.rate())
+					cfg.logf("scenario 1, %d goroutines%s, rep %d, %-26s %9.0f pairs/s, %.2f vCPU halts/pair", g, state, rep+1, c.name, r.rate(), r.halts)
 				}
 				res[c] = append(res[c], r)
+			}
+		}
+		var awakeErr error
+		for rep := 0; rep < cfg.reps; rep++ {
+			pass(rep, "", res)
+			if awake {
+				sp, err := startSpinner(cfg.floor.spinners)
+				if err != nil {
+					awakeErr = err
+					cfg.logf("scenario 1, %d goroutines, awake: %v", g, err)
+					continue
+				}
+				pass(rep, ", awake", resAwake)
+				sp.stop()
 			}
 		}
 		var fig *figures
 		if g == cfg.uncontendedGoroutines[len(cfg.uncontendedGoroutines)-1] {
 			fig = cfg.fig
 		}
-		b.WriteString(uncontendedTable(g, res, fig))
+		if !awake {
+			b.WriteString(uncontendedTable(g, "", res, fig))
+		} else {
+			b.WriteString(uncontendedTable(g, "idle vCPUs", res, fig))
+			if awakeErr != nil {
+				fmt.Fprintf(&b, "\n**%d goroutine%s, awake vCPUs**: not measured: %s.\n", g, plural(g), oneLine(awakeErr))
+			} else {
+				b.WriteString(uncontendedTable(g, fmt.Sprintf("awake vCPUs (%d nice 19 spinners)", cfg.floor.spinners), resAwake, nil))
+			}
+		}
 		if cfg.fig != nil {
 			m := map[*contender]float64{}
 			for c, rs := range res {
@@ -176,6 +211,7 @@ func measureUncontended(srv *server, cfg config) (string, bool) {
 			cfg.fig.uncontended[g] = m
 		}
 	}
+	b.WriteString(awakeNote(cfg))
 	b.WriteString("\nContenders:\n\n")
 	for _, c := range contenders {
 		fmt.Fprintf(&b, "- **%s**: %s\n", c.name, c.config)
@@ -185,18 +221,20 @@ func measureUncontended(srv *server, cfg config) (string, bool) {
 
 // uncontendedTable writes the table for g goroutines; with fig, it also records how dlock fared
 // against its performance targets.
-func uncontendedTable(g int, res map[*contender][]uncontendedResult, fig *figures) string {
+func uncontendedTable(g int, state string, res map[*contender][]uncontendedResult, fig *figures) string {
 	type row struct {
-		rate, allocs, bytes, cpu float64
-		n, failed                int
-		err                      error
+		rate, allocs, bytes, cpu, halts float64
+		n, failed                       int
+		haltsOK                         bool
+		err                             error
 	}
 	rows := map[*contender]row{}
 	var bestPeer float64
 	var bestPeerName string
 	for _, c := range contenders {
-		var rates, allocs, bytes, cpu []float64
+		var rates, allocs, bytes, cpu, halts []float64
 		var r row
+		r.haltsOK = true
 		for _, x := range res[c] {
 			if x.err != nil {
 				r.err = x.err
@@ -207,10 +245,12 @@ func uncontendedTable(g int, res map[*contender][]uncontendedResult, fig *figure
 			allocs = append(allocs, x.allocs)
 			bytes = append(bytes, x.bytes)
 			cpu = append(cpu, float64(x.redisCPUPer.Nanoseconds())/1000)
+			halts = append(halts, x.halts)
+			r.haltsOK = r.haltsOK && x.haltsOK
 		}
 		r.n = len(rates)
 		if r.n > 0 {
-			r.rate, r.allocs, r.bytes, r.cpu = median(rates), median(allocs), median(bytes), median(cpu)
+			r.rate, r.allocs, r.bytes, r.cpu, r.halts = median(rates), median(allocs), median(bytes), median(cpu), median(halts)
 		}
 		rows[c] = r
 		if c.kind == kindPeer && r.rate > bestPeer {
@@ -218,21 +258,25 @@ func uncontendedTable(g int, res map[*contender][]uncontendedResult, fig *figure
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n**%d goroutine%s**\n\n", g, plural(g))
-	b.WriteString("| contender | pairs/s (median) | × best peer | allocs/pair | B/pair | redis CPU µs/pair |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+	title := fmt.Sprintf("%d goroutine%s", g, plural(g))
+	if state != "" {
+		title += ", " + state
+	}
+	fmt.Fprintf(&b, "\n**%s**\n\n", title)
+	b.WriteString("| contender | pairs/s (median) | × best peer | allocs/pair | B/pair | redis CPU µs/pair | vCPU halts/pair |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range contenders {
 		r := rows[c]
 		if r.n == 0 {
-			fmt.Fprintf(&b, "| %s | error: %s | | | | |\n", c.name, oneLine(r.err))
+			fmt.Fprintf(&b, "| %s | error: %s | | | | | |\n", c.name, oneLine(r.err))
 			continue
 		}
 		name := c.name
 		if r.failed > 0 {
 			name += fmt.Sprintf(" (%d of %d repetitions failed)", r.failed, r.failed+r.n)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %s | %.1f |\n", name, thousands(r.rate),
-			ratio(r.rate, bestPeer), r.allocs, thousands(r.bytes), r.cpu)
+		fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %s | %.1f | %s |\n", name, thousands(r.rate),
+			ratio(r.rate, bestPeer), r.allocs, thousands(r.bytes), r.cpu, haltsCell(r.halts, r.haltsOK))
 	}
 	b.WriteString("\n")
 	for _, c := range contenders {
