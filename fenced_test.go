@@ -290,6 +290,37 @@ func TestFenced_ExpiryFollowsValue(t *testing.T) {
 			return nil
 		})
 
+		// The fence's own token creating the key again (INCRBY, HSET) makes the fence lasting
+		// again: the value has no expiry.
+		if _, err := c.FencedDel(ctx, key, t2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.FencedIncrBy(ctx, key, 1, t2); err != nil {
+			t.Fatal(err)
+		}
+		if v, f := pttl(t, shared, key), pttl(t, shared, fk); v != -1 || f != -1 {
+			t.Fatalf("INCRBY created the key: value PTTL %v, fence PTTL %v; want none for both", v, f)
+		}
+		h := stockKey(t)
+		if _, err := c.FencedDel(ctx, h, t2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.FencedHSet(ctx, h, "f", "v", t2); err != nil {
+			t.Fatal(err)
+		}
+		if v, f := pttl(t, shared, h), pttl(t, shared, fenceOf(h)); v != -1 || f != -1 {
+			t.Fatalf("HSET created the hash: value PTTL %v, fence PTTL %v; want none for both", v, f)
+		}
+		if _, err := c.FencedDel(ctx, key, t2); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the fence expires", func(ctx context.Context) error {
+			if n, _ := shared.Do(ctx, "EXISTS", fk); n != "0" {
+				return errors.New("fence still there")
+			}
+			return nil
+		})
+
 		// Expired: the same, from the value's own expiry.
 		if err := c.FencedSet(ctx, key, "1", t2, 100*time.Millisecond); err != nil {
 			t.Fatal(err)

@@ -18,7 +18,8 @@
 -- were: nothing was written before it), then F is set to the token, with an expiry that follows
 -- V's: none while V has none, else V's remaining time plus keep (the client's token retention),
 -- and keep alone once V is gone. So the fence outlives its value by keep: a holder paused past a
--- newer holder's delete (or past the value's expiry) is still refused for that long.
+-- newer holder's delete (or past the value's expiry) is still refused for that long. (With the
+-- fence's own token, an operation that neither creates V nor changes its expiry leaves F alone.)
 -- Tokens are below 2^53, so Lua's numbers (doubles) hold and compare them exactly; the values
 -- that incrby and hincrby return are exact up to 2^53 too (the stored value always is).
 local op = ARGV[1]
@@ -26,6 +27,7 @@ local token = tonumber(ARGV[2])
 local V, F = KEYS[1], KEYS[2]
 
 local fence = redis.call('GET', F)
+local same = false -- the token is the fence's: the same holder again
 if fence then
   local f = tonumber(fence)
   if not f then
@@ -34,6 +36,7 @@ if fence then
   if f > token then
     return {0, f}
   end
+  same = f == token
 end
 
 -- seal moves the fence to the token; pttl is V's remaining time after the operation (-1: no
@@ -48,13 +51,21 @@ local function seal(pttl)
   end
 end
 
+-- An operation that neither creates V nor changes its expiry leaves the fence of the same token
+-- alone: its expiry still follows V's, as the operation that last moved it set it. INCRBY's and
+-- HINCRBY's result equals n only when they may have created the key (or the field), and HSET's
+-- is 0 only when the field, so the hash, was there.
 if op == 'i' then
   local n = redis.call('INCRBY', V, ARGV[4])
-  seal(redis.call('PTTL', V))
+  if not (same and n ~= tonumber(ARGV[4])) then
+    seal(redis.call('PTTL', V))
+  end
   return {1, n}
 elseif op == 'g' then
   local v = redis.call('GET', V)
-  seal(redis.call('PTTL', V))
+  if not same then
+    seal(redis.call('PTTL', V))
+  end
   if v then
     return {1, v}
   end
@@ -75,18 +86,24 @@ elseif op == 'd' then
   return {1, n}
 elseif op == 'G' then
   local v = redis.call('HGET', V, ARGV[4])
-  seal(redis.call('PTTL', V))
+  if not same then
+    seal(redis.call('PTTL', V))
+  end
   if v then
     return {1, v}
   end
   return {1}
 elseif op == 'S' then
   local n = redis.call('HSET', V, ARGV[4], ARGV[5])
-  seal(redis.call('PTTL', V))
+  if not (same and n == 0) then
+    seal(redis.call('PTTL', V))
+  end
   return {1, n}
 elseif op == 'I' then
   local n = redis.call('HINCRBY', V, ARGV[4], ARGV[5])
-  seal(redis.call('PTTL', V))
+  if not (same and n ~= tonumber(ARGV[5])) then
+    seal(redis.call('PTTL', V))
+  end
   return {1, n}
 end
 return redis.error_reply('ERR dlock: fenced.lua: unknown operation ' .. tostring(op))
