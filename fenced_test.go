@@ -549,8 +549,27 @@ func TestFenced_Cluster(t *testing.T) {
 				if n, err := c.FencedIncrBy(ctx, key, -1, t2); err != nil || n != 4 {
 					t.Fatalf("%s: FencedIncrBy %s = %d, %v", tr, key, n, err)
 				}
-				if v, _, err := c.FencedGet(ctx, key, t2); err != nil || v != "4" {
-					t.Fatalf("%s: FencedGet %s = %q, %v", tr, key, v, err)
+				// The reads (whose replies hold strings, so they take the transport's plain
+				// command path) go straight to the key's master: no other master sees the script,
+				// not even to answer MOVED.
+				for _, o := range masters {
+					if _, err := o.Do(ctx, "CONFIG", "RESETSTAT"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range 6 {
+					if v, _, err := c.FencedGet(ctx, key, t2); err != nil || v != "4" {
+						t.Fatalf("%s: FencedGet %s = %q, %v", tr, key, v, err)
+					}
+				}
+				for _, o := range masters {
+					stats, err := o.Do(ctx, "INFO", "commandstats")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sent := strings.Contains(stats, "cmdstat_evalsha:"); sent != (o == m) {
+						t.Errorf("%s: FencedGet %s: EVALSHA on master %s = %v, want only on the key's master %s", tr, key, o.Addr, sent, m.Addr)
+					}
 				}
 				_, err := c.FencedIncrBy(ctx, key, -1, t1)
 				wantStale(t, err, t1, t2)
