@@ -48,6 +48,10 @@ var (
 	// ErrNotFound is wrapped by the error of a call on a latch that does not exist, made through
 	// a handle that cannot create it (Client.Latch with count 0).
 	ErrNotFound = errors.New("dlock: not found")
+	// ErrStale is matched by the error of a fenced operation (Client.FencedGet, FencedSet, …)
+	// refused because the key's fence is newer than the token given: a newer holder of the lock
+	// has used the key, so that token's lease was lost (a *StaleError names both tokens).
+	ErrStale = errors.New("dlock: stale token")
 	// ErrUnavailable is wrapped by the error of a call that could not reach the server, or
 	// whose connection failed (refused, reset, timed out), or that found at the server's
 	// address something other than a Redis server (an HTTP server, say: the error says so);

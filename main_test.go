@@ -48,7 +48,9 @@ func restrictShared(s *redistest.Server) error {
 		return err
 	}
 	s.SetDoUser(adminUser, adminPassword)
-	rule := append(append([]string(nil), aclRule...), testOnlyRule...)
+	// With the selector docs/SECURITY.md adds for the fenced operations on keys under stock:
+	// (fenced_test.go).
+	rule := append(append(append([]string(nil), aclRule...), fencedACL...), testOnlyRule...)
 	if err := s.SetUser(ctx, testUser, testPassword, rule...); err != nil {
 		return err
 	}

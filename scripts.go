@@ -120,7 +120,7 @@ var (
 // (SCRIPT LOAD) on servers that restrict EVAL.
 func Scripts() []*conn.Script {
 	return []*conn.Script{scriptAcquire, scriptRelease, scriptRenew, scriptPTTL, scriptHandover, scriptQueue, scriptInspect, scriptForceUnlock, scriptProbe,
-		scriptMultiAcquire, scriptMultiRelease, scriptLatch, scriptShared}
+		scriptMultiAcquire, scriptMultiRelease, scriptLatch, scriptShared, scriptFenced}
 }
 
 // ms is a duration as the scripts take it: whole milliseconds, in decimal.

@@ -71,6 +71,8 @@ type config struct {
 	readMostlyDuration time.Duration
 
 	floor floorConfig // the floors beside scenarios 1 and 7 (floor.go)
+	// Scenario 11 (fenced_redis.go); not in the default list.
+	fencedDuration time.Duration // per measurement
 }
 
 func (c config) logf(format string, args ...any) {
@@ -106,6 +108,7 @@ func defaultConfig(quick bool) config {
 		adaptiveWaiters:       true,
 		adaptiveWatchdog:      30 * time.Second,
 		transfersDuration:     time.Second,
+		fencedDuration:        time.Second,
 		log:                   os.Stderr,
 		floor:                 defaultFloorConfig(quick),
 	}
@@ -130,6 +133,7 @@ func defaultConfig(quick bool) config {
 		c.adaptiveCrashAfter = time.Second
 		c.adaptiveWaiters = false
 		c.transfersDuration = 300 * time.Millisecond
+		c.fencedDuration = 300 * time.Millisecond
 	}
 	return c
 }
@@ -155,7 +159,7 @@ func run(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
 	reps := fs.Int("reps", 0, "repetitions per measurement, the tables give medians; scenario 8: SIGKILLs per way (default: 3, or 1 with --quick)")
-	scen := fs.String("scenarios", "1,2,3,4,5,6,7,8,9,10", "comma-separated scenarios to run (1 to 10)")
+	scen := fs.String("scenarios", "1,2,3,4,5,6,7,8,9,10", "comma-separated scenarios to run (1 to 11; 11, fenced operations, only when named)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
@@ -193,8 +197,8 @@ func run(args []string, stdout io.Writer) int {
 	cfg.scenarios = nil
 	for _, f := range strings.Split(*scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 10 {
-			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 10)\n", f)
+		if err != nil || n < 1 || n > 11 {
+			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 11)\n", f)
 			return 2
 		}
 		cfg.scenarios = append(cfg.scenarios, n)
@@ -332,6 +336,8 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 			out, sok = measureTransfers(srv, cfg)
 		case 10:
 			out, sok = measureReadMostly(srv, cfg)
+		case 11:
+			out, sok = measureFenced(srv, cfg)
 		}
 		b.WriteString("\n" + out)
 		ok = ok && sok

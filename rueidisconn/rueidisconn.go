@@ -38,6 +38,7 @@ import (
 	"github.com/dlock-go/dlock/conn"
 	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/scriptcall"
+	"github.com/dlock-go/dlock/internal/slot"
 	"github.com/dlock-go/dlock/internal/waitbatch"
 )
 
@@ -294,12 +295,33 @@ func (a *adapter) Command(ctx context.Context, args ...string) (any, error) {
 	}
 	dctx, done := noDeadline(ctx)
 	defer done()
-	v, err := a.c.Do(dctx, a.c.B().Arbitrary(args[0]).Args(args[1:]...).Build()).ToAny()
+	v, err := a.c.Do(dctx, a.arbitrary(args)).ToAny()
 	err = ctxCause(ctx, err)
 	if rueidis.IsRedisNil(err) {
 		return nil, nil
 	}
 	return v, err
+}
+
+// arbitrary builds one command. A script call (EVALSHA, EVAL) whose keys share a slot names them
+// as keys, so that on a Cluster rueidis sends it to the slot's master rather than to any node
+// (which would answer MOVED, a round trip more); keys of several slots go as plain arguments, and
+// the server refuses them (CROSSSLOT) as it would.
+func (a *adapter) arbitrary(args []string) rueidis.Completed {
+	if a.cluster && len(args) > 3 && (strings.EqualFold(args[0], "EVALSHA") || strings.EqualFold(args[0], "EVAL")) {
+		if n, err := strconv.Atoi(args[2]); err == nil && n > 0 && 3+n <= len(args) {
+			keys := args[3 : 3+n]
+			first := slot.Of(keys[0])
+			same := true
+			for _, k := range keys[1:] {
+				same = same && slot.Of(k) == first
+			}
+			if same {
+				return a.c.B().Arbitrary(args[:3]...).Keys(keys...).Args(args[3+n:]...).Build()
+			}
+		}
+	}
+	return a.c.B().Arbitrary(args[0]).Args(args[1:]...).Build()
 }
 
 func (a *adapter) evalsha(s *conn.Script, keys, args []string) rueidis.Completed {

@@ -24,6 +24,7 @@ three ways, each on a fresh stock, and prints one row per way:
   naive SETNX   the hand-made lock: SET lock NX PX ttl ... DEL lock (no owner check,
                 no renewal, no fencing), retried after a sleep while busy
   dlock         c.Do with lease renewal, and fenced reads and writes of the stock
+                (c.FencedGet, c.FencedSet: the server refuses an older token)
 
 In every mode the demo freezes (SIGSTOP) the worker that is inside a purchase for longer
 than the lease, then lets it go on (SIGCONT), a few times: the fault of a long GC pause.

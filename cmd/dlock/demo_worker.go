@@ -56,7 +56,7 @@ const (
 type demoKeys struct {
 	stock  string // items left
 	stats  string // hash of the stat* counters
-	fence  string // highest fencing token that has read the stock (dlock mode)
+	fence  string // the stock's fence, which dlock's fenced operations keep (dlock mode)
 	lock   string // the hand-made lock's key (naive mode)
 	inside string // pid of a buyer in the middle of a purchase, for the pause injector
 	name   string // the dlock lock name (dlock mode)
@@ -67,7 +67,7 @@ func newDemoKeys(run, mode string) demoKeys {
 	return demoKeys{
 		stock:  ns + "stock",
 		stats:  ns + "stats",
-		fence:  ns + "fence",
+		fence:  ns + "stock:dlock-fence", // the fence of a key with a hash tag (docs/PROTOCOL.md)
 		lock:   ns + "lock",
 		inside: ns + "inside",
 		name:   "demo:" + run + ":" + mode + ":stock",
@@ -75,38 +75,6 @@ func newDemoKeys(run, mode string) demoKeys {
 }
 
 func (k demoKeys) all() []string { return []string{k.stock, k.stats, k.fence, k.lock, k.inside} }
-
-// fencedRead returns the stock to a holder of the lock, after raising the fence to its token.
-// It refuses (-1) a token older than the fence: a newer holder has read the stock since, so
-// this holder's lease has run out and anything it would do with the value is stale.
-// Tokens are below 2^53 (server microseconds), so Lua's doubles compare them exactly.
-var fencedRead = redis.NewScript(`
--- KEYS[1] stock, KEYS[2] fence, KEYS[3] stats; ARGV[1] fencing token
-local token = tonumber(ARGV[1])
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-if token < fence then
-  redis.call('HINCRBY', KEYS[3], 'rejected_reads', 1)
-  return -1
-end
-if token > fence then
-  redis.call('SET', KEYS[2], ARGV[1])
-end
-return tonumber(redis.call('GET', KEYS[1]) or '0')
-`)
-
-// fencedWrite sets the stock and records the sale, unless a holder with a newer token has
-// read the stock since this holder did: then the write is stale and refused (0).
-var fencedWrite = redis.NewScript(`
--- KEYS[1] stock, KEYS[2] fence, KEYS[3] stats; ARGV[1] fencing token, ARGV[2] new stock
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[1]) < fence then
-  redis.call('HINCRBY', KEYS[3], 'rejected_writes', 1)
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[2])
-redis.call('HINCRBY', KEYS[3], 'sold', 1)
-return 1
-`)
 
 const (
 	maxPurchaseAttempts = 1_000_000            // per buyer goroutine; the worker's --timeout bounds it too
@@ -402,17 +370,23 @@ func (b *buyer) buyNaive(sale context.Context) error {
 	return errors.Join(err, derr)
 }
 
-// buyDlock runs the purchase under c.Do, with fenced reads and writes of the stock.
+// buyDlock runs the purchase under c.Do, with fenced reads and writes of the stock: the
+// server refuses both to a holder whose token is older than the newest that used the stock.
 func (b *buyer) buyDlock(sale context.Context) error {
 	w := b.w
 	err := w.lc.Do(sale, w.keys.name, func(ctx context.Context) error {
 		start := time.Now()
-		tok, _ := dlock.TokenFromContext(ctx)
-		token := strconv.FormatUint(tok, 10)
-		keys := []string{w.keys.stock, w.keys.fence, w.keys.stats}
-		left, err := fencedRead.Run(w.ctx, w.rdb, keys, token).Int64()
+		token, _ := dlock.TokenFromContext(ctx)
+		v, ok, err := w.lc.FencedGet(w.ctx, w.keys.stock, token)
+		switch {
+		case errors.Is(err, dlock.ErrStale): // a newer holder has read the stock since
+			return w.rdb.HIncrBy(w.ctx, w.keys.stats, statRejectedReads, 1).Err()
+		case err != nil || !ok:
+			return err
+		}
+		left, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || left <= 0 {
-			return err // left < 0: refused as stale, and counted by the script
+			return err
 		}
 		if err := b.work(start); err != nil {
 			return err
@@ -420,7 +394,14 @@ func (b *buyer) buyDlock(sale context.Context) error {
 		// A careful service would check ctx.Err() here and give up if the lease was lost.
 		// The demo writes regardless, as a holder paused between that check and its write
 		// would, so that the fence has to refuse the stale write.
-		return fencedWrite.Run(w.ctx, w.rdb, keys, token, left-1).Err()
+		err = w.lc.FencedSet(w.ctx, w.keys.stock, strconv.FormatInt(left-1, 10), token, 0)
+		switch {
+		case errors.Is(err, dlock.ErrStale):
+			return w.rdb.HIncrBy(w.ctx, w.keys.stats, statRejectedWrites, 1).Err()
+		case err != nil:
+			return err
+		}
+		return w.rdb.HIncrBy(w.ctx, w.keys.stats, statSold, 1).Err()
 	})
 	switch {
 	case err == nil:
