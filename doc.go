@@ -13,6 +13,8 @@
 //	Latch       wait until N workers have counted down             Countdown latches
 //	Do helpers  fn under a hold (Do, DoRead, DoWrite, DoAcquire,   Do and outcomes
 //	            DoMulti), released when fn returns
+//	Fenced*     Redis keys and SQL rows (package fence) that       Fenced writes
+//	            refuse a holder paused past its lease
 //
 // All of them come from a Client (Dial, New; DialQuorum and NewQuorum for quorum mode, which
 // has Mutex and MultiMutex and their Do forms only); Deployments, Quorum mode and Operating a
@@ -112,6 +114,38 @@
 // a smaller one. For a read-modify-write, check the token on the read as well as on the write
 // (or make the write conditional on what was read): with a fenced write alone, an old holder's
 // late write can land between a newer holder's read and write.
+//
+// # Fenced writes
+//
+// For the two stores most services protect, the library does that checking:
+//
+//   - Redis keys of the application's own: Client.FencedGet, FencedSet, FencedIncrBy,
+//     FencedDel, FencedHGet, FencedHSet and FencedHIncrBy each run one script that refuses a
+//     token older than the key's fence (a *StaleError matching ErrStale, naming both; nothing
+//     changes), runs the command and moves the fence to the token. A read claims the key too,
+//     so a read-modify-write under one token is safe: a holder paused between its read and its
+//     write finds the write refused once a newer holder has read or written. The fence is a key
+//     beside the value (<key>:dlock-fence when the key has a hash tag, else
+//     {<key>}:dlock-fence: the key's Cluster slot either way) and outlives the value by the
+//     token retention, so a late holder cannot recreate a key deleted or expired meanwhile.
+//     Not in quorum mode (ErrInvalid: the data lives on one server); WithReplicaAck does not
+//     apply to them; the ACL rule must add the application's keys (docs/SECURITY.md).
+//   - SQL rows: package fence (database/sql, no driver) claims a row for a token in the
+//     caller's transaction (Table.Claim: the row's fence moves forward or the call fails with
+//     fence.ErrStale), writes in one fenced statement (Table.Update, Table.Upsert), and runs a
+//     function in a transaction bound to the lease's context with its rows claimed first
+//     (fence.InTx). PostgreSQL, MySQL/MariaDB and SQLite; its package documentation gives the
+//     isolation levels it was tested at and the schema.
+//
+// What a fence cannot do: it protects only what goes through it — a plain SET or UPDATE of the
+// same data, another table, a message sent, a card charged is not checked (make such side
+// effects idempotent, or key them by the token). A key or row must be fenced with the tokens
+// of one lock name (tokens of different names are not ordered). It refuses a late holder once
+// a newer holder has touched the data; until then the late holder's write lands, which is
+// correct (no newer holder has relied on the old value). It rests on the token guarantee above
+// (tokens below 2^53, increasing while the server's data and clock hold), and a fence is as
+// durable as the data beside it: a Redis failover that loses recent writes can lose a fence
+// with its value.
 //
 // # What is not guaranteed
 //
