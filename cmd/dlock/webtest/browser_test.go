@@ -416,11 +416,24 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("the page was reloaded")
 	}
 
-	// Force-unlock from the page, with its confirmation: the lock is freed.
-	run(t, tab, 10*time.Second, "open the confirmation",
-		chromedp.Click(css(row("reports:nightly")+" button.unlock")),
-		chromedp.WaitVisible(css("#confirm")),
-	)
+	// Force-unlock from the page, with its confirmation: the lock is freed. The table is drawn
+	// anew as the page's data changes, so a click can land between two drawings; a person
+	// whose click did nothing clicks again.
+	openConfirm := func(what string) {
+		t.Helper()
+		for try := 1; ; try++ {
+			ctx, cancel := context.WithTimeout(tab, 5*time.Second)
+			err := chromedp.Do(ctx, chromedp.Click(css(row("reports:nightly")+" button.unlock")), chromedp.WaitVisible(css("#confirm")))
+			cancel()
+			if err == nil {
+				return
+			}
+			if try == 3 {
+				t.Fatalf("%s: %v", what, err)
+			}
+		}
+	}
+	openConfirm("open the confirmation")
 	dialogName := text(t, tab, "#confirm-name")
 	if dialogName != "reports:nightly" {
 		t.Errorf("the confirmation names %q", dialogName)
@@ -430,14 +443,11 @@ func TestBrowser(t *testing.T) {
 	if info, err := reporter.Inspect(ctx, "reports:nightly"); err != nil || !info.Held {
 		t.Fatalf("after Cancel: %+v, %v; want still held", info, err)
 	}
-	run(t, tab, 10*time.Second, "confirm the force-unlock",
-		chromedp.Click(css(row("reports:nightly")+" button.unlock")),
-		chromedp.WaitVisible(css("#confirm")),
-		chromedp.Click(css("#confirm-ok")),
-		chromedp.WaitNotVisible(css("#confirm")),
-		chromedp.WaitNotPresent(css(row("reports:nightly"))),
-		chromedp.WaitVisible(css(`li.ev[data-kind="force-unlocked"][data-name="reports:nightly"]`)),
-	)
+	openConfirm("open the confirmation again")
+	run(t, tab, 10*time.Second, "confirm the force-unlock", chromedp.Click(css("#confirm-ok")), chromedp.WaitNotVisible(css("#confirm")))
+	run(t, tab, 10*time.Second, "the force-unlocked lock's row removed", chromedp.WaitNotPresent(css(row("reports:nightly"))))
+	run(t, tab, 10*time.Second, "a force-unlocked entry in the history",
+		chromedp.WaitVisible(css(`li.ev[data-kind="force-unlocked"][data-name="reports:nightly"]`)))
 	info, err := reporter.Inspect(ctx, "reports:nightly")
 	if err != nil || info.Held {
 		t.Fatalf("after the force-unlock: %+v, %v; want free", info, err)
