@@ -84,8 +84,9 @@ func (a *adapter) anySlots(ctx context.Context) ([]rueidis.RedisMessage, error) 
 	if len(nodes) == 0 {
 		return a.c.Do(ctx, a.c.B().ClusterSlots().Build()).ToArray()
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The calls not needed are left to finish (answers is buffered): cancelling one could end
+	// a node's first dial under it, and rueidis gives that dial's failure to every call that
+	// waits for the connection, the masters' own commands next among them.
 	type answer struct {
 		slots []rueidis.RedisMessage
 		err   error
