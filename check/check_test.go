@@ -46,7 +46,7 @@ func resCall(t *testing.T, c net.Conn, br *bufio.Reader, line string) string {
 func TestResource_FencesReadsAndWrites(t *testing.T) {
 	for _, fenced := range []bool{true, false} {
 		t.Run(fmt.Sprint("fenced=", fenced), func(t *testing.T) {
-			r, err := startResource(fenced)
+			r, err := startResource(fenced, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +100,7 @@ func TestResource_FencesReadsAndWrites(t *testing.T) {
 }
 
 func TestResource_TrapFiresOnceOnTheMatchingRequest(t *testing.T) {
-	r, err := startResource(true)
+	r, err := startResource(true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
