@@ -320,6 +320,11 @@ func guaranteesHelp() string {
 	text := "Broken guarantees: a token handed out twice, or not increasing with the order of " +
 		"grants; a lease context that said \"held\" after another holder had acquired; fenced, " +
 		"a lost update or a non-linearizable history; a fault no acquisition followed"
+	if l := list(func(s *scenario) bool { return s.store != memoryStore }); l != "" {
+		text += "; fenced, in " + l + " (the register in SQLite or Redis, fenced by package fence or the " +
+			"Client's fenced operations), a request the store's fence refused although its token was the " +
+			"highest seen, or accepted although it was below"
+	}
 	if l := list(func(s *scenario) bool { return s.mustSignal }); l != "" {
 		text += "; in " + l + ", a hit holder that never got a lost-lock signal"
 	}
