@@ -760,6 +760,9 @@ func (a *analysis) checkRegister(linTimeout time.Duration) {
 	if !a.d.conf.Fenced {
 		return
 	}
+	if n := len(a.d.fenceMismatches); n > 0 {
+		a.failIfClaimed(!a.sc.tokensUnclaimed, fmt.Sprintf("fenced: the register's store (%s) decided %d requests otherwise than a fence of the largest token accepted: %s", a.sc.store, n, joinN(a.d.fenceMismatches, 3)))
+	}
 	if f.LostUpdates != 0 {
 		a.failIfClaimed(!a.sc.tokensUnclaimed, fmt.Sprintf("fenced: %d lost updates (%d writes applied, register ends at %d)", f.LostUpdates, f.Writes, a.d.final))
 	}

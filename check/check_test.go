@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -46,7 +48,7 @@ func resCall(t *testing.T, c net.Conn, br *bufio.Reader, line string) string {
 func TestResource_FencesReadsAndWrites(t *testing.T) {
 	for _, fenced := range []bool{true, false} {
 		t.Run(fmt.Sprint("fenced=", fenced), func(t *testing.T) {
-			r, err := startResource(fenced)
+			r, err := startResource(fenced, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,8 +101,147 @@ func TestResource_FencesReadsAndWrites(t *testing.T) {
 	}
 }
 
+// The store rows keep the register in SQLite or Redis, fenced by the library's helpers: the
+// resource server answers as it does with its own register, the value and the fence are the
+// store's, and where the store's fence decides otherwise than the largest token accepted, the
+// server records it.
+func TestResource_StoresFenceThroughTheLibrary(t *testing.T) {
+	for _, kind := range []storeKind{sqliteStore, redisStore} {
+		for _, fenced := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/fenced=%v", kind, fenced), func(t *testing.T) {
+				st, err := openStore(kind, t.TempDir())
+				if errors.Is(err, redistest.ErrNotFound) {
+					t.Skip(err)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := startResource(fenced, st)
+				if err != nil {
+					_ = st.close()
+					t.Fatal(err)
+				}
+				closed := false
+				defer func() {
+					if !closed {
+						r.Close()
+					}
+				}()
+				c, err := net.Dial("tcp", r.Addr())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				br := bufio.NewReader(c)
+				want := func(line, reply string) {
+					t.Helper()
+					if got := resCall(t, c, br, line); got != reply {
+						t.Fatalf("%s: got %q, want %q", line, got, reply)
+					}
+				}
+				want("R 0 1 0 1 5", "ok 0 0")
+				want("W 0 1 0 1 5 1", "ok 1 0")
+				if fenced {
+					want("R 1 1 0 1 4", "stale 1 0") // refused by the store's fence
+					want("W 1 1 0 1 4 7", "stale 1 0")
+					want("W 0 1 1 2 5 2", "ok 2 0") // the same token is still the holder's
+				} else {
+					want("R 1 1 0 1 4", "ok 1 0")
+					want("W 1 1 0 1 4 7", "ok 7 0")
+				}
+				v, fence := peekStore(t, st)
+				if fenced && (v != 2 || fence != 5) || !fenced && (v != 7 || fence != 0) {
+					t.Fatalf("the store holds %d, fence %d", v, fence)
+				}
+				if fenced {
+					// Move the store's fence past every token the server saw: it now refuses
+					// the holder's own token, and the server records the disagreement.
+					setStoreFence(t, st, 9)
+					want("W 0 1 1 3 5 3", "stale 2 0")
+					// And back below a stale token, which it then lets through.
+					setStoreFence(t, st, 1)
+					want("W 1 1 0 2 4 8", "ok 8 0")
+				}
+				if p := r.storeProblems(); len(p) != 0 {
+					t.Fatalf("store problems: %q", p)
+				}
+				if m := r.fenceMismatches(); fenced && (len(m) != 2 || !strings.Contains(m[0], "refused a token not below the highest seen") || !strings.Contains(m[1], "accepted a token below the highest seen")) || !fenced && len(m) != 0 {
+					t.Fatalf("mismatches %q", m)
+				}
+				r.Close() // reads the final value back from the store
+				closed = true
+				final, ops := r.snapshot()
+				if fenced && final != 8 || !fenced && final != 7 {
+					t.Fatalf("final value %d", final)
+				}
+				var staleOps, refused int
+				for _, op := range ops {
+					if op.Stale {
+						staleOps++
+					}
+					if !op.Accepted {
+						refused++
+					}
+				}
+				if fenced && (staleOps != 3 || refused != 3) || !fenced && (staleOps != 2 || refused != 0) {
+					t.Fatalf("stale %d, refused %d: %+v", staleOps, refused, ops)
+				}
+			})
+		}
+	}
+}
+
+// peekStore reads the register's value and fence in the store directly (a fence never set
+// reads 0).
+func peekStore(t *testing.T, st registerStore) (v, fence int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	switch st := st.(type) {
+	case *sqliteRegister:
+		if err := st.db.QueryRowContext(ctx, `SELECT v, fence FROM register WHERE k = ?`, registerKey).Scan(&v, &fence); err != nil {
+			t.Fatal(err)
+		}
+	case *redisRegister:
+		var err error
+		if v, err = st.plain.Get(ctx, registerKey).Int64(); err != nil {
+			t.Fatal(err)
+		}
+		fence, err = st.plain.Get(ctx, "{"+registerKey+"}:dlock-fence").Int64()
+		if errors.Is(err, redis.Nil) {
+			fence, err = 0, nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatalf("store %T", st)
+	}
+	return v, fence
+}
+
+// setStoreFence sets the register's fence in the store directly, as a newer holder's write
+// would have.
+func setStoreFence(t *testing.T, st registerStore, fence int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	switch st := st.(type) {
+	case *sqliteRegister:
+		_, err = st.db.ExecContext(ctx, `UPDATE register SET fence = ? WHERE k = ?`, fence, registerKey)
+	case *redisRegister:
+		err = st.plain.Set(ctx, "{"+registerKey+"}:dlock-fence", fence, 0).Err()
+	default:
+		t.Fatalf("store %T", st)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestResource_TrapFiresOnceOnTheMatchingRequest(t *testing.T) {
-	r, err := startResource(true)
+	r, err := startResource(true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,6 +483,19 @@ func TestAnalyze_FencedLostUpdateFails(t *testing.T) {
 	f := analyze(h.d, 10*time.Second)
 	if len(f.Failures) != 2 || !strings.Contains(f.Failures[0], "1 lost updates") || !strings.Contains(f.Failures[1], "not linearizable") {
 		t.Fatalf("failures: %q", f.Failures)
+	}
+}
+
+// A store row's fence (package fence, the Client's fenced operations) must decide every request
+// as a fence of the largest token accepted would: a disagreement the resource server recorded
+// fails a fenced run, even when no update was lost.
+func TestAnalyze_StoreFenceMismatchFails(t *testing.T) {
+	h := pausedWriterHistory(true)
+	h.d.conf.Scenario = "pause-sql"
+	h.d.fenceMismatches = []string{"W by worker 1.1 g0 token 11 (highest seen 11): the store's fence refused a token not below the highest seen"}
+	f := analyze(h.d, 10*time.Second)
+	if len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "store (sqlite) decided 1 requests otherwise") || f.LostUpdates != 0 {
+		t.Fatalf("failures %q, lost %d", f.Failures, f.LostUpdates)
 	}
 }
 
@@ -982,6 +1136,37 @@ func TestRun_PauseBeforeWrite(t *testing.T) {
 				t.Fatalf("unfenced: lost %d, overlaps %d, %s", f.LostUpdates, f.Overlaps, f.Linearizable)
 			}
 		})
+	}
+}
+
+// The same pause, on the register kept in SQLite through package fence and in Redis through the
+// Client's fenced operations: fenced, the library's helpers refuse the paused holder's late
+// operation (no update lost); unfenced, the plain reads and writes lose updates.
+func TestRun_PauseOnStores(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and five worker processes")
+	}
+	for _, scen := range []string{"pause-sql", "pause-redis"} {
+		for _, fenced := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/fenced=%v", scen, fenced), func(t *testing.T) {
+				d, f := runForTest(t, runConf{
+					Scenario: scen, Fenced: fenced, Seed: 1, Workers: 5, Goroutines: defaultGoroutines, TTL: 500 * time.Millisecond,
+					Cycles: 30, MinFaults: 1, MaxRun: 30 * time.Second, Short: true,
+				})
+				if len(f.Failures) != 0 {
+					t.Fatalf("failures: %q", f.Failures)
+				}
+				if f.Faults < 1 || d.faults[0].Variant != "before-write" || f.Writes < 30 {
+					t.Fatalf("faults %+v, %d writes", d.faults, f.Writes)
+				}
+				if fenced && (f.StaleRejected < 1 || f.StaleLanded != 0 || f.LostUpdates != 0 || f.Linearizable != porcupine.Ok) {
+					t.Fatalf("fenced: stale refused %d landed %d, lost %d, %s", f.StaleRejected, f.StaleLanded, f.LostUpdates, f.Linearizable)
+				}
+				if !fenced && (f.StaleRejected != 0 || f.StaleLanded < 1 || f.LostUpdates < 1) {
+					t.Fatalf("unfenced: stale refused %d landed %d, lost %d", f.StaleRejected, f.StaleLanded, f.LostUpdates)
+				}
+			})
+		}
 	}
 }
 

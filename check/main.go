@@ -19,7 +19,9 @@
 //
 // Its files: scenario.go is the table of scenarios, one row each with everything the rest
 // reads about it; faults.go the faults the rows name; run.go one run of a scenario in one mode;
-// worker.go the worker role; resource.go the register the lock protects; memory.go the memory
+// worker.go the worker role; resource.go the register the lock protects; store.go where the
+// store rows keep it (an SQLite row fenced by package fence, a Redis key fenced by the Client's
+// fenced operations); memory.go the memory
 // limits of the scenarios that put the server under memory pressure, and the filler that loads
 // an evicting server as a cache; waiter.go the faults that hit a process queued for the lock on
 // the server rather than the holder, and the stalls they cause; adaptive.go the lease of the
@@ -73,7 +75,9 @@ Usage (from the check/ directory; it is its own Go module):
   make check-faults   full run (>= 10,000 operations per run) that writes docs/CORRECTNESS.md
 
 Each run starts its own redis-server, a resource server (one register; in fenced mode it
-refuses reads and writes whose fencing token is below the highest it has seen) and P worker
+refuses reads and writes whose fencing token is below the highest it has seen; pause-sql and
+pause-redis keep the register in SQLite or Redis, where the library's fenced writes refuse
+them: package fence, Client.FencedGet/FencedSet) and P worker
 processes (this binary again, in the worker role), each reaching Redis through its own fault
 proxy. Each worker process runs G goroutines (--goroutines) sharing its one dlock.Client and
 so the same Mutex: when a holder unlocks while a sibling waits, the lock passes to the
@@ -316,6 +320,11 @@ func guaranteesHelp() string {
 	text := "Broken guarantees: a token handed out twice, or not increasing with the order of " +
 		"grants; a lease context that said \"held\" after another holder had acquired; fenced, " +
 		"a lost update or a non-linearizable history; a fault no acquisition followed"
+	if l := list(func(s *scenario) bool { return s.store != memoryStore }); l != "" {
+		text += "; fenced, in " + l + " (the register in SQLite or Redis, fenced by package fence or the " +
+			"Client's fenced operations), a request the store's fence refused although its token was the " +
+			"highest seen, or accepted although it was below"
+	}
 	if l := list(func(s *scenario) bool { return s.mustSignal }); l != "" {
 		text += "; in " + l + ", a hit holder that never got a lost-lock signal"
 	}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +30,12 @@ import (
 // everything is applied and the record only notes which operations a fence would have
 // refused. <work-ms> tells the worker how long to "work" between its read and its write: the
 // fault schedule uses it to keep a holder inside its critical section while a fault plays out.
+//
+// The register lives in the server's memory, or in a store (store.go): an SQLite row fenced
+// by package fence, or a Redis key fenced by the Client's fenced operations. With a store, the
+// server applies each request through it, still one at a time under its mutex, and the store's
+// fence, not the server's comparison, decides what is refused: the server only records where
+// the two disagree (fenceMismatches), and the final value is read back from the store.
 
 // opRecord is one operation as the resource saw it.
 type opRecord struct {
@@ -56,6 +64,7 @@ func (op opRecord) who() who { return who{op.Slot, op.Inc, op.G} }
 
 type resource struct {
 	fenced bool
+	store  registerStore // nil: the register is value, fenced by maxToken
 	ln     net.Listener
 	wg     sync.WaitGroup
 
@@ -67,14 +76,20 @@ type resource struct {
 	conns    map[net.Conn]struct{}
 	closed   bool
 	writes   int // accepted writes
+	// With a store: requests it failed (the harness's problems), and those its fence decided
+	// otherwise than the server's comparison of tokens would have (fenced mode).
+	storeErrs  []string
+	mismatches []string
 }
 
-func startResource(fenced bool) (*resource, error) {
+// startResource starts the resource server on loopback; store nil keeps the register in its
+// memory. Close closes the store.
+func startResource(fenced bool, store registerStore) (*resource, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("resource server: %w", err)
 	}
-	r := &resource{fenced: fenced, ln: ln, conns: make(map[net.Conn]struct{})}
+	r := &resource{fenced: fenced, store: store, ln: ln, conns: make(map[net.Conn]struct{})}
 	r.wg.Add(1)
 	go r.serve()
 	return r, nil
@@ -105,11 +120,30 @@ func (r *resource) acceptedWrites() int {
 	return r.writes
 }
 
-// snapshot returns the final register value and a copy of the record.
+// snapshot returns the final register value and a copy of the record. With a store, the
+// value is the store's, read back when the server closed.
 func (r *resource) snapshot() (int64, []opRecord) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.value, append([]opRecord(nil), r.log...)
+}
+
+// storeProblems returns the requests the store failed, and the store's own failures to read
+// the final value or close: problems of the harness, not of the lock.
+func (r *resource) storeProblems() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.storeErrs)
+}
+
+// fenceMismatches returns, in fenced mode with a store, the requests whose outcome the store's
+// fence decided otherwise than the server's comparison of tokens (applied one at a time, the
+// store's fence is the largest token it accepted, so the two must agree): a stale token
+// accepted, or the holder's own refused.
+func (r *resource) fenceMismatches() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.mismatches)
 }
 
 // Close stops the server and returns once every connection goroutine has exited. A request
@@ -124,6 +158,23 @@ func (r *resource) Close() {
 	r.mu.Unlock()
 	_ = r.ln.Close()
 	r.wg.Wait()
+	if r.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeOpTimeout)
+	defer cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, err := r.store.final(ctx)
+	if err != nil {
+		r.storeErrs = append(r.storeErrs, fmt.Sprintf("read the register's final value from its store: %v", err))
+	} else {
+		r.value = v
+	}
+	if err := r.store.close(); err != nil {
+		r.storeErrs = append(r.storeErrs, fmt.Sprintf("close the register's store: %v", err))
+	}
+	r.store = nil
 }
 
 func (r *resource) serve() {
@@ -231,6 +282,9 @@ func (r *resource) do(req request) (string, bool) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.store != nil {
+		return r.doStore(req, work)
+	}
 	rec := opRecord{T: mono(), Op: req.op, Slot: req.w.Slot, Inc: req.w.Inc, G: req.w.G, Seq: req.seq, Token: req.token}
 	rec.Stale = req.token < r.maxToken
 	rec.Accepted = !(r.fenced && rec.Stale)
@@ -251,4 +305,51 @@ func (r *resource) do(req request) (string, bool) {
 		return fmt.Sprintf("stale %d 0\n", r.value), true
 	}
 	return fmt.Sprintf("ok %d %d\n", r.value, work.Milliseconds()), true
+}
+
+// doStore applies req through the store, under r.mu: the store's fence decides, fenced, whether
+// it is refused. The record is stamped once the store has answered (the operation took effect,
+// or was refused, by then, and no other request ran meanwhile). A request the store failed is
+// not recorded and gets no answer (ok false): the worker's connection closes, and the run's
+// report names the failure as the harness's.
+func (r *resource) doStore(req request, work time.Duration) (string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeOpTimeout)
+	defer cancel()
+	var accepted bool
+	var err error
+	v := req.value
+	if req.op == 'W' {
+		accepted, err = r.store.write(ctx, r.fenced, req.token, req.value)
+	} else {
+		v, accepted, err = r.store.read(ctx, r.fenced, req.token)
+	}
+	if err != nil {
+		r.storeErrs = append(r.storeErrs, fmt.Sprintf("%c by %s token %d: the store failed: %v", req.op, req.w, req.token, err))
+		return "", false
+	}
+	rec := opRecord{T: mono(), Op: req.op, Slot: req.w.Slot, Inc: req.w.Inc, G: req.w.G, Seq: req.seq, Token: req.token, Accepted: accepted}
+	rec.Stale = req.token < r.maxToken
+	if r.fenced && accepted == rec.Stale {
+		what := "accepted a token below the highest seen"
+		if !accepted {
+			what = "refused a token not below the highest seen"
+		}
+		r.mismatches = append(r.mismatches, fmt.Sprintf("%c by %s token %d (highest seen %d): the store's fence %s", req.op, req.w, req.token, r.maxToken, what))
+	}
+	if accepted {
+		r.maxToken = max(r.maxToken, req.token)
+		r.value = v // the register as this request left or found it
+		if req.op == 'W' {
+			r.writes++
+		}
+	}
+	rec.Value = v
+	if req.op == 'R' && !accepted {
+		rec.Value = r.value // a refused read returned nothing: note the register as last seen
+	}
+	r.log = append(r.log, rec)
+	if !accepted {
+		return fmt.Sprintf("stale %d 0\n", r.value), true
+	}
+	return fmt.Sprintf("ok %d %d\n", v, work.Milliseconds()), true
 }

@@ -91,6 +91,9 @@ type runData struct {
 	announcements []announcement
 	waiterMisses  int64         // waiter-fault traps that found no other process queued, and waited for the next read
 	transfers     *transferData // a multi-lock scenario's ledger (transfers.go)
+	// fenceMismatches: a store row, fenced: requests the store's fence decided otherwise than
+	// the resource server's comparison of tokens (resource.fenceMismatches).
+	fenceMismatches []string
 }
 
 // slot is one worker position: its own fault proxies, one in front of each Redis server, and
@@ -172,8 +175,15 @@ func run(conf runConf) (*runData, error) {
 		defer srv.Close()
 		r.srvs = append(r.srvs, srv)
 	}
-	r.res, err = startResource(conf.Fenced)
+	st, err := openStore(sc.store, conf.Dir) // the register's store (store.go): nil keeps it in the resource server
 	if err != nil {
+		return nil, err
+	}
+	r.res, err = startResource(conf.Fenced, st)
+	if err != nil {
+		if st != nil {
+			_ = st.close()
+		}
 		return nil, err
 	}
 	resClosed := false
@@ -333,6 +343,8 @@ func run(conf runConf) (*runData, error) {
 	resClosed = true
 
 	data.final, data.ops = r.res.snapshot()
+	data.infra = append(data.infra, r.res.storeProblems()...)
+	data.fenceMismatches = r.res.fenceMismatches()
 	r.mu.Lock()
 	data.faults = append([]faultRec(nil), r.faults...)
 	data.infra = append(data.infra, r.infra...)

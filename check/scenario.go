@@ -107,6 +107,12 @@ type scenario struct {
 	accounts int
 	// permits > 0: every hold of a semaphore row takes this many permits (else 1 and 2 in turn).
 	permits int
+	// store: where the resource server keeps the register (store.go): in its memory (the zero
+	// value), fenced by its own comparison of tokens, or in an SQLite row fenced by package
+	// fence, or a Redis key fenced by the Client's fenced operations. Fenced, the lost updates
+	// and the linearizability of such a row are then the library helpers' own figures, and a
+	// request the store's fence decides otherwise than the largest token accepted fails the run.
+	store storeKind
 	// goroutines > 0: each worker process runs at least this many goroutines, whatever
 	// --goroutines says (the frozen-waiters rows: many waiters queued, several of them in the
 	// frozen process).
@@ -136,6 +142,26 @@ var scenarios = []scenario{
 		fault:      pauseHolder,
 		minFaults:  2,
 		mustSignal: true,
+	},
+	// The pause fault on a register kept where an application keeps its data, fenced by the
+	// library's helpers instead of the resource server's own comparison (store.go).
+	{
+		name:       "pause-sql",
+		help:       "as pause, the register kept in a row of an SQLite file: fenced, a read is fence.Table.Claim then SELECT in one transaction and a write fence.Table.Update; unfenced, plain SELECT and UPDATE",
+		deploy:     standalone,
+		fault:      pauseHolder,
+		minFaults:  2,
+		mustSignal: true,
+		store:      sqliteStore,
+	},
+	{
+		name:       "pause-redis",
+		help:       "as pause, the register kept in a key of a redis-server of its own: fenced, read with Client.FencedGet and written with Client.FencedSet; unfenced, plain GET and SET",
+		deploy:     standalone,
+		fault:      pauseHolder,
+		minFaults:  2,
+		mustSignal: true,
+		store:      redisStore,
 	},
 	{
 		name:            "kill",
