@@ -420,7 +420,9 @@
       ok.disabled = false;
     }
   });
-  dialog.addEventListener("close", () => { pending = null; });
+  // The close event comes a moment after close(): by then the dialog may be open again for
+  // another click (a quick Cancel, then Force unlock again), whose lock must stay pending.
+  dialog.addEventListener("close", () => { if (!dialog.open) pending = null; });
 
   // --- the stream --------------------------------------------------------------------------
 

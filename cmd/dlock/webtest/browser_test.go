@@ -444,7 +444,14 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("after Cancel: %+v, %v; want still held", info, err)
 	}
 	openConfirm("open the confirmation again")
-	run(t, tab, 10*time.Second, "confirm the force-unlock", chromedp.Click(css("#confirm-ok")), chromedp.WaitNotVisible(css("#confirm")))
+	{
+		ctx, cancel := context.WithTimeout(tab, 10*time.Second)
+		err := chromedp.Do(ctx, chromedp.Click(css("#confirm-ok")), chromedp.WaitNotVisible(css("#confirm")))
+		cancel()
+		if err != nil {
+			t.Fatalf("confirm the force-unlock: %v; the dialog says %q", err, text(t, tab, "#confirm-error"))
+		}
+	}
 	run(t, tab, 10*time.Second, "the force-unlocked lock's row removed", chromedp.WaitNotPresent(css(row("reports:nightly"))))
 	run(t, tab, 10*time.Second, "a force-unlocked entry in the history",
 		chromedp.WaitVisible(css(`li.ev[data-kind="force-unlocked"][data-name="reports:nightly"]`)))
