@@ -234,19 +234,32 @@ func (t Table) Claim(ctx context.Context, tx *sql.Tx, key any, token uint64) err
 		} else if n > 0 {
 			return nil
 		}
-		held, err := t.rowFence(ctx, tx, s, key)
-		switch {
-		case err != nil:
-			return err
-		case held > tok:
-			return &StaleError{Table: t.Name, Key: key, Token: token, Held: uint64(held)}
-		case held == tok && t.Dialect == MySQL:
-			return nil // a re-entry: the row matched and is locked, but no value changed
-		case attempt < 2:
+		held, done, err := t.whyUnchanged(ctx, tx, s, key, token)
+		if err != nil || done {
+			return err // refused, or a re-entry on MySQL (the row matched and is locked)
+		}
+		if attempt < 2 {
 			continue // the row appeared between the two statements: claim it
 		}
 		return fmt.Errorf("fence: claim row %v of %s: the row's fence is %d, below token %d, but the update changed nothing", key, t.Name, held, token)
 	}
+}
+
+// whyUnchanged tells why a fenced statement on the row changed nothing: a newer token holds it
+// (a *StaleError), there is no row (ErrNoRow), or, on MySQL, the same token wrote no new value
+// (done: MySQL counts changed rows, not matched ones). Else the row's fence, below the token,
+// is returned for the caller to decide.
+func (t Table) whyUnchanged(ctx context.Context, q Querier, s *statements, key any, token uint64) (held int64, done bool, err error) {
+	held, err = t.rowFence(ctx, q, s, key)
+	switch {
+	case err != nil:
+		return held, false, err
+	case uint64(held) > token:
+		return held, false, &StaleError{Table: t.Name, Key: key, Token: token, Held: uint64(held)}
+	case uint64(held) == token && t.Dialect == MySQL:
+		return held, true, nil
+	}
+	return held, false, nil
 }
 
 // rowFence reads the row's fence; ErrNoRow when it is missing.
@@ -421,14 +434,9 @@ func (t Table) Update(ctx context.Context, q Querier, key any, token uint64, set
 	} else if changed > 0 {
 		return nil
 	}
-	held, err := t.rowFence(ctx, q, s, key)
-	switch {
-	case err != nil:
-		return err
-	case held > tok:
-		return &StaleError{Table: t.Name, Key: key, Token: token, Held: uint64(held)}
-	case held == tok && d == MySQL:
-		return nil // the row matched, and the write changed no value
+	held, done, err := t.whyUnchanged(ctx, q, s, key, token)
+	if err != nil || done {
+		return err // refused, or on MySQL the row matched and the write changed no value
 	}
 	return fmt.Errorf("fence: update row %v of %s: the row's fence is %d, not above token %d, but the update changed nothing", key, t.Name, held, token)
 }
