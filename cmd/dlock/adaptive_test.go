@@ -53,7 +53,8 @@ func TestRun_Adaptive(t *testing.T) {
 		t.Fatalf("high-water mark %vms: lease %v", h.HighMS, lease)
 	}
 	out, _, code = dlockCmd(t, "status", "--redis", s.URL(), name)
-	if code != 0 || !strings.Contains(out, "holds measured: 3") || !strings.Contains(out, "adaptive lease:") {
+	if code != 0 || !strings.Contains(out, "holds measured: 3") || !strings.Contains(out, "adaptive lease:") ||
+		!strings.Contains(out, "kept within the lock's min and max") || strings.Contains(out, "before its bounds") {
 		t.Errorf("status: exit %d, want the holds measured and the adaptive lease:\n%s", code, out)
 	}
 
