@@ -56,8 +56,14 @@ type fencedClient struct {
 	c     *dlock.Client
 	incr  func(ctx context.Context, key string) error
 	get   func(ctx context.Context, key string) error
+	floor func(ctx context.Context, key string) error // floorScript on key, through the same client
 	close func()
 }
+
+// floorScript is the least a check on the server costs: a script of two commands (a read of a
+// second key of the same slot, then the increment), with no fencing logic: what any fenced
+// operation through a script pays at least.
+const floorScript = "redis.call('GET', KEYS[2]) return redis.call('INCRBY', KEYS[1], 1)"
 
 func fencedClients(srv *server) ([]fencedClient, error) {
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
@@ -77,6 +83,7 @@ func fencedClients(srv *server) ([]fencedClient, error) {
 		gc.Close()
 		return nil, err
 	}
+	rfloor, gfloor := rueidis.NewLuaScript(floorScript), redis.NewScript(floorScript)
 	return []fencedClient{
 		{"rueidis", rd,
 			func(ctx context.Context, key string) error {
@@ -89,6 +96,9 @@ func fencedClients(srv *server) ([]fencedClient, error) {
 				}
 				return err
 			},
+			func(ctx context.Context, key string) error {
+				return rfloor.Exec(ctx, rc, []string{key, key + ":x"}, nil).Error()
+			},
 			func() { rd.Close(); rc.Close() }},
 		{"go-redis", gd,
 			func(ctx context.Context, key string) error { return gc.IncrBy(ctx, key, 1).Err() },
@@ -97,6 +107,9 @@ func fencedClients(srv *server) ([]fencedClient, error) {
 					return err
 				}
 				return nil
+			},
+			func(ctx context.Context, key string) error {
+				return gfloor.Run(ctx, gc, []string{key, key + ":x"}).Err()
 			},
 			func() { gd.Close(); gc.Close() }},
 	}, nil
@@ -219,6 +232,10 @@ func measureFenced(srv *server, cfg config) (string, bool) {
 				fencedKey},
 			{"get", func(ctx context.Context) error { return fc.get(ctx, plainKey) },
 				func(ctx context.Context) error { _, _, err := fc.c.FencedGet(ctx, fencedKey, token); return err },
+				""},
+			// The floor: in the fenced column, a bare two-command script in place of the fenced call.
+			{"incr by 1: a bare two-command script (the floor)", func(ctx context.Context) error { return fc.incr(ctx, plainKey) },
+				func(ctx context.Context) error { return fc.floor(ctx, "bench:{floor}:stock") },
 				""},
 		}
 		for _, goroutines := range fencedShapes {
