@@ -246,7 +246,9 @@ func (e *engine) releaseAll() error {
 // master the slot map names: each holds some locks) and returns nil when every one answered.
 // A server that refused the connection, did not answer within ctx, or is not a Redis server
 // gives an error naming it that wraps ErrUnavailable and the cause (ErrDenied when it refused
-// this user); several such errors are joined on one line.
+// this user); several such errors are joined on one line. Through the go-redis transport a
+// Cluster's Ping first has go-redis reload the slot map from one node: when that node does not
+// answer, every master may be reported (each error names it), not only the one that is down.
 //
 // In quorum mode Ping returns nil as soon as a majority of the servers answered, as a lock
 // needs no more: with a minority down it passes, and so do locks (each server's error goes to

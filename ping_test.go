@@ -165,8 +165,11 @@ func TestPing_Cluster(t *testing.T) {
 			cancel()
 			frozen.Resume()
 			checkPingDown(t, "one master frozen", err, frozen.Addr)
+			// go-redis reloads the slot map from one node before it asks the masters: when it
+			// picks the frozen one, the deadline passes for every master (documented on Ping).
+			reloadStalled := tr == "goredis" && strings.Count(err.Error(), "context deadline exceeded") == len(g.Masters())
 			for _, m := range g.Masters() {
-				if m != frozen && strings.Contains(err.Error(), m.Addr) {
+				if m != frozen && strings.Contains(err.Error(), m.Addr) && !reloadStalled {
 					t.Errorf("Ping = %q names %s, a master that answered", err, m.Addr)
 				}
 			}
