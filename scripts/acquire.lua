@@ -1,3 +1,4 @@
+-- uses: publish, grantNotice
 -- acquire: take the lock, re-enter it as the same owner, or queue for it, in one atomic step;
 -- for one lock, or for several at once (a batch, below).
 -- KEYS[1]  lock key: <prefix>{<name>}
@@ -120,26 +121,10 @@ local function listened(pub, rel)
   end
   return (listeners[rel] or 1) > 0
 end
-local function publish(pub, channel, payload)
-  local cmd = 'PUBLISH'
-  if pub == 's' then
-    cmd = 'S' .. cmd -- built at run time: some embedded test servers refuse unknown names at compile time
-  end
-  redis.call(cmd, channel, payload)
-end
--- client returns the channel of the client whose entry id ("<client id>.<sequence>") is id.
-local function client(rel, id)
-  return rel .. ':' .. (string.match(id, '^([^.]*)%.') or id)
-end
 -- grant announces a grant to entry id as release.lua does: to its client, to the client
 -- queued next (queue q), and on the release channel rel if anyone listens there.
 local function grant(q, rel, pub, id, msg)
-  local to = client(rel, id)
-  publish(pub, to, msg)
-  local nxt = redis.call('ZRANGE', q, 0, 0)[1]
-  if nxt and client(rel, nxt) ~= to then
-    publish(pub, client(rel, nxt), msg)
-  end
+  grantNotice(pub, q, rel, id, msg)
   if listened(pub, rel) then
     publish(pub, rel, msg)
   end

@@ -1,3 +1,4 @@
+-- uses: publish, grantNotice
 -- release: give up one hold, or all of them, if and only if the caller owns the lock; a final
 -- release grants the lock to the first live client in the queue, if any. For one lock, or for
 -- several at once (a batch, below).
@@ -136,13 +137,6 @@ local function set(key, pexpire, ...)
   end
   wrote = true
 end
-local function publish(pub, channel, payload)
-  local cmd = 'PUBLISH'
-  if pub == 's' then
-    cmd = 'S' .. cmd -- built at run time: some embedded test servers refuse unknown names at compile time
-  end
-  redis.call(cmd, channel, payload)
-end
 -- announce sends payload to the release channel rel if anyone may listen there.
 local function announce(pub, rel, payload)
   if listened(pub, rel) then
@@ -155,10 +149,6 @@ local function leave(q, w, id)
     redis.call('ZREM', q, id)
     redis.call('HDEL', w, id)
   end
-end
--- client returns the channel of the client whose entry id ("<client id>.<sequence>") is id.
-local function client(rel, id)
-  return rel .. ':' .. (string.match(id, '^([^.]*)%.') or id)
 end
 -- record adds a hold that began at start (µs, the server's clock) to the hold record h, kept
 -- for keep ms. Its write comes after the release's and is skipped on a server out of memory.
@@ -249,12 +239,7 @@ local function release(v, key, q, w, h, o, ret, retms, rel, all, pub, floor, id,
         redis.call('HDEL', w, first)
         local msg = 'g ' .. string.format('%d', token) .. ' ' .. first .. ' ' .. win
         rel = rel or key .. ':rel'
-        local to = client(rel, first)
-        publish(pub, to, msg)
-        local nxt = redis.call('ZRANGE', q, 0, 0)[1]
-        if nxt and client(rel, nxt) ~= to then
-          publish(pub, client(rel, nxt), msg)
-        end
+        grantNotice(pub, q, rel, first, msg)
         announce(pub, rel, msg)
         return 0
       end
