@@ -428,16 +428,17 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 // handoff within this client), is still live, and so may be returned by Lock. A lease that
 // ran out before the waiter took it (its process was paused past the grant's acceptance
 // window: the grant lapsed on the server, which may have granted the lock to the next client
-// since) is discarded instead: ended, and released on the server in the background in case
-// the server still has it (its lease there ends about when this client's deadline passed).
-// The waiter then attempts again.
+// since) is discarded instead: ended here, left to run out on the server. The waiter then
+// attempts again.
 func (e *engine) takeable(st *leaseState) bool {
 	if st.state.Load() == stateHeld && mono() < st.deadline.Load() {
 		return true
 	}
-	st.end(endReleased, nil) // never returned to anyone: no loss to report
-	now := mono()
-	e.renewer.background(release{req: st.releaseReq(true), at: now, until: now + int64(acceptWindow(st.spec.ttl))})
+	// Never returned to anyone: no loss to report. Nothing is released on the server: the
+	// grant's lease there ends by itself about when this deadline passed, and a release by its
+	// owner could instead end a newer lease of the same owner (an attempt under the same
+	// registration that was on its way when the stale grant's announcement was read).
+	st.end(endReleased, nil)
 	return false
 }
 
