@@ -99,9 +99,17 @@ func assemble(lib, src string) (string, error) {
 			out.WriteString("\n")
 		}
 	}
+	if before, after, ok := strings.Cut(src, "\n"+libraryMark+"\n"); ok {
+		// The script's fast path comes before the library: a return there builds none of it.
+		return before + "\n" + out.String() + after, nil
+	}
 	out.WriteString(src)
 	return out.String(), nil
 }
+
+// libraryMark, a line of its own in a script, is where assemble puts the library's blocks
+// (instead of before the script's text): what comes before it runs without them.
+const libraryMark = "-- (library)"
 
 var (
 	scriptAcquire     = mustScript("acquire.lua")

@@ -786,3 +786,54 @@ func TestGrant_ResumedPastTheWindowGetsALiveLease(t *testing.T) {
 		}
 	})
 }
+
+// An uncontended Lock and Unlock do the least server work a fenced, queued lock can: two script
+// calls whose commands are, all told, GET, EXISTS, TIME, SET (the acquisition: the lock is free
+// and nobody queues) and GET, EXISTS, SET, PUBSUB NUMPAT, PUBSUB NUMSUB (the release: no queue
+// to grant from, nobody listening), counted by the server's INFO commandstats. No queue entry,
+// no hold record, no renewal, no message.
+func TestUncontendedPair_ServerWork(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		s := redistest.Start(t)
+		ctx := ctxT(t)
+		c := tr.dial(t, s.URL())
+		const pairs = 50
+		cycle := func(i int) {
+			l, err := c.Mutex("fast:" + strconv.Itoa(i%5)).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cycle(0) // scripts loaded, the client's subscription made
+		redisDo(t, s, "CONFIG", "RESETSTAT")
+		for i := range pairs {
+			cycle(i)
+		}
+		got := map[string]int{}
+		for _, line := range strings.Split(redisDo(t, s, "INFO", "commandstats"), "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+			if !ok {
+				continue
+			}
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			got[strings.TrimPrefix(name, "cmdstat_")] = n
+		}
+		delete(got, "info")
+		delete(got, "config|resetstat")
+		want := map[string]int{"evalsha": 2 * pairs, "get": 2 * pairs, "exists": 2 * pairs, "time": pairs, "set": 2 * pairs,
+			"pubsub|numpat": pairs, "pubsub|numsub": pairs}
+		for cmd, n := range want {
+			if got[cmd] != n {
+				t.Errorf("%s ran %d times for %d pairs, want %d", cmd, got[cmd], pairs, n)
+			}
+		}
+		for cmd, n := range got {
+			if _, ok := want[cmd]; !ok {
+				t.Errorf("%s ran %d times for %d uncontended pairs, want none", cmd, n, pairs)
+			}
+		}
+	})
+}

@@ -58,6 +58,41 @@
 -- time (TIME), whether any of their queues exists (one EXISTS of them all: while
 -- none does, no lock asks again; a release never makes a queue), and who may listen on their
 -- release channels (PUBSUB NUMPAT, then one PUBSUB NUMSUB of all the channels).
+--
+-- The fast path comes first, before any function is built: the final release of one lock (not
+-- a batch) by its owner, with no queue, no entry to drop and no hold record, is GET, EXISTS,
+-- SET and the release channel's listener check. Anything else, or a SET refused (out of
+-- memory), goes the full way below, which has written nothing yet then.
+local v0
+if ARGV[1] ~= '' then
+  local o = ARGV[1]
+  v0 = redis.call('GET', KEYS[1])
+  if v0 and string.byte(v0, #o + 1) == 32 and string.find(v0, o, 1, true) == 1 and (ARGV[7] or '') == ''
+    and (ARGV[8] or '') == '' then
+    local s2 = string.find(v0, ' ', #o + 2, true)
+    local s3 = s2 and string.find(v0, ' ', s2 + 1, true)
+    if s2 and (ARGV[4] == '1' or string.sub(v0, s2 + 1, (s3 or 0) - 1) == '1') and redis.call('EXISTS', KEYS[2]) == 0 then
+      local t, floor = string.sub(v0, #o + 2, s2 - 1), ARGV[6]
+      if floor and floor ~= '' and floor ~= t and tonumber(floor) > tonumber(t) then
+        t = string.format('%d', tonumber(floor))
+      end
+      local r = redis.pcall('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[2])
+      if type(r) ~= 'table' or not r.err then
+        local heard
+        if ARGV[5] == 's' then
+          heard = redis.call('PUBSUB', 'SHARDNUMSUB', ARGV[3])[2] > 0
+        else
+          heard = redis.call('PUBSUB', 'NUMPAT') > 0 or redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2] > 0
+        end
+        if heard then
+          redis.call(ARGV[5] == 's' and 'SPUBLISH' or 'PUBLISH', ARGV[3], t)
+        end
+        return 0
+      end
+    end
+  end
+end
+-- (library)
 local batch = ARGV[1] == ''
 -- The server's time, read once per call when first needed: µs, ms.
 local now, nowms
@@ -258,7 +293,7 @@ local function read(key, q, o, ret, retms, rel, all, pub, floor, id, keep)
 end
 
 if not batch then
-  return release(redis.call('GET', KEYS[1]), KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2],
+  return release(v0, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2],
     tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
 end
 local out, ret, retms, i, g = {}, ARGV[2], tonumber(ARGV[2]), 0, 3
