@@ -65,8 +65,11 @@ type engine struct {
 	ownerID  string // 128 random bits; each lease's secret is ownerID + a sequence number
 	clientID string // 64 random bits, public: names this client's queue entries
 	seq      atomic.Uint64
-	closed   atomic.Bool
-	done     chan struct{} // closed by Close: waiters stop waiting
+	// spareRegs: registrations of first attempts that took the lock at once, for the next
+	// first attempt (firstRegistration)
+	spareRegs sync.Pool
+	closed    atomic.Bool
+	done      chan struct{} // closed by Close: waiters stop waiting
 }
 
 // Dial connects to Redis at url through rueidis and returns a Client that owns the connection.

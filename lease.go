@@ -68,6 +68,13 @@ type leaseState struct {
 
 	// releasing: its last Unlock is under way; a renewal's refusal is then not a loss.
 	releasing atomic.Bool
+
+	// first is the Lease of the hold that made this state (leaseOf): one allocation less per
+	// acquisition. Re-entries get Leases of their own.
+	first Lease
+	// exact: token is the one the server stored (one server, taken by an attempt): its release
+	// needs no token floor (releaseReq).
+	exact bool
 }
 
 func newLeaseState(e *engine, spec *lockSpec, parent context.Context, owner string, token uint64, sent int64) *leaseState {
@@ -227,7 +234,11 @@ func (st *leaseState) lostAtUnlock() error {
 // releaseReq releases one hold of this lease, or all. The floor is the lease's token: after
 // local handoffs it is above the stored one, and in quorum mode each server's may be below it.
 func (st *leaseState) releaseReq(all bool) releaseReq {
-	return releaseReq{keys: st.spec.keys, channel: st.spec.channel, owner: st.owner, all: all, floor: st.token, shared: st.spec.shared}
+	floor := st.token
+	if st.exact && st.spec.adapt == nil && st.spec.shared == nil {
+		floor = 0 // the stored token is this one (an adaptive lease's record still needs it)
+	}
+	return releaseReq{keys: st.spec.keys, channel: st.spec.channel, owner: st.owner, all: all, floor: floor, shared: st.spec.shared}
 }
 
 // renewal is st's renewal to ttl in a round.
@@ -259,10 +270,18 @@ type leaseCtx struct {
 	cancel context.CancelCauseFunc // cancels the embedded Context
 }
 
-// leaseKey finds a client's lease on one lock key in a context, for re-entry.
-type leaseKey struct {
-	e   *engine
-	key string
+// A lease's context answers Value(e), e its client's engine (a pointer: looking it up costs no
+// allocation), with itself, a leaseFinder: heldIn then asks it for the lease on one lock key,
+// and it looks in its own lease(s), then further out.
+type leaseFinder interface {
+	leaseOn(e *engine, key string) *leaseState
+}
+
+func (x *leaseCtx) leaseOn(e *engine, key string) *leaseState {
+	if x.st.spec.key == key {
+		return x.st
+	}
+	return heldIn(x.Context, e, key)
 }
 
 func (x *leaseCtx) Err() error {
@@ -272,9 +291,9 @@ func (x *leaseCtx) Err() error {
 
 func (x *leaseCtx) Value(k any) any {
 	switch k := k.(type) {
-	case leaseKey:
-		if k.e == x.st.e && k.key == x.st.spec.key {
-			return x.st
+	case *engine:
+		if k == x.st.e {
+			return x
 		}
 	case tokenKey:
 		return x.st.token
@@ -321,8 +340,11 @@ func TokenFromContext(ctx context.Context) (token uint64, ok bool) {
 
 // heldIn returns the lease on key of engine e carried by ctx, or nil.
 func heldIn(ctx context.Context, e *engine, key string) *leaseState {
-	st, _ := ctx.Value(leaseKey{e, key}).(*leaseState)
-	return st
+	f, _ := ctx.Value(e).(leaseFinder)
+	if f == nil {
+		return nil
+	}
+	return f.leaseOn(e, key)
 }
 
 // Token returns the fencing token: larger than the token of every earlier acquisition of this

@@ -81,13 +81,21 @@ func (x *multiCtx) Err() error {
 	return x.Context.Err()
 }
 
+// leaseOn finds the member lease on key, else looks further out (see leaseFinder).
+func (x *multiCtx) leaseOn(e *engine, key string) *leaseState {
+	for _, l := range x.m.members {
+		if l.st.spec.key == key {
+			return l.st
+		}
+	}
+	return heldIn(x.Context, e, key)
+}
+
 func (x *multiCtx) Value(k any) any {
 	switch k := k.(type) {
-	case leaseKey:
-		for _, l := range x.m.members {
-			if k.e == l.st.e && k.key == l.st.spec.key {
-				return l.st
-			}
+	case *engine:
+		if len(x.m.members) > 0 && k == x.m.members[0].st.e {
+			return x
 		}
 	case tokenKey:
 		return x.m.token

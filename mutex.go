@@ -296,7 +296,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		}
 		return nil, holder{pttl: res.pttl, token: res.token}, nil
 	}
-	if reg != nil && !e.claimed(reg) {
+	if reg != nil && !(reg.fresh && reg.state.CompareAndSwap(regNew, regDone)) && !e.claimed(reg) {
 		// Granted to reg, and the announcement got there first: the lease is on its way to
 		// the head. Wait for it.
 		return nil, holder{pttl: -1, token: res.token}, nil
@@ -316,6 +316,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, err
 	}
 	st := newLeaseState(e, spec, ctx, owner, res.token, sent)
+	st.exact = e.traits.servers == 1
 	if res.ttl > 0 {
 		st.adaptTo(res.ttl, sent)
 	}
@@ -372,11 +373,13 @@ func (e *engine) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 	return &Lease{st: st}, nil
 }
 
+// leaseOf returns the Lease of st's first hold (a lease state just made for its caller).
 func leaseOf(st *leaseState) *Lease {
 	if st == nil {
 		return nil
 	}
-	return &Lease{st: st}
+	st.first.st = st
+	return &st.first
 }
 
 func (spec *lockSpec) ctxErr(ctx context.Context) error {

@@ -124,6 +124,13 @@ type registration struct {
 	// owned by the renewer, under renewer.mu
 	idx int
 	due int64
+
+	// fresh: made for a waiting caller's first attempt (firstRegistration), and known to
+	// nobody else until the server queues it.
+	fresh bool
+	// sentOn1, seenOn1: sentOn and seenOn with one server, without allocations of their own.
+	sentOn1 [1]atomic.Int64
+	seenOn1 [1]atomic.Uint64
 }
 
 const (
@@ -193,8 +200,12 @@ func (e *engine) newRegistration(spec *lockSpec) *registration {
 	w := acceptWindow(spec.leastTTL())
 	reg := &registration{
 		id: e.clientID + "." + strconv.FormatUint(e.seq.Add(1), 10), owner: e.newOwner(),
-		spec: spec, window: w, winArg: ms(w), idx: -1, sentOn: make([]atomic.Int64, e.traits.servers),
-		seenOn: make([]atomic.Uint64, e.traits.servers),
+		spec: spec, window: w, winArg: spec.winArg(w), idx: -1,
+	}
+	if n := e.traits.servers; n == 1 {
+		reg.sentOn, reg.seenOn = reg.sentOn1[:], reg.seenOn1[:]
+	} else {
+		reg.sentOn, reg.seenOn = make([]atomic.Int64, n), make([]atomic.Uint64, n)
 	}
 	if e.traits.majority > 1 {
 		// The same place on every server: clients registered on them all are ordered the same
@@ -213,13 +224,50 @@ func (e *engine) acquireWaiting(ctx context.Context, spec *lockSpec, attempt att
 	}
 	var reg *registration
 	if e.traits.queue {
-		reg = e.newRegistration(spec)
+		reg = e.firstRegistration(spec)
 	}
 	st, h, err := attempt(ctx, reg)
+	if st != nil && reg != nil && reg.fresh && reg.state.Load() == regDone {
+		e.spareRegs.Put(reg) // taken at once: the entry was never queued
+	}
 	if h, err = waitThrough(h, err); err != nil || st != nil {
 		return st, err
 	}
+	if reg != nil {
+		reg.fresh = false // the waiters' queue adopts it: others may use it from now on
+	}
 	return e.waitInQueue(ctx, spec, &h, reg, attempt)
+}
+
+// winArg is the acceptance window w in ms, as the scripts take it: without formatting the usual
+// one (a second) again for every registration.
+func (spec *lockSpec) winArg(w time.Duration) string {
+	if w == time.Second {
+		return "1000"
+	}
+	return ms(w)
+}
+
+// firstRegistration is the registration of a waiting caller's first attempt, which nobody else
+// knows of until the server queues it. With one server, one that an earlier first attempt used
+// without being queued (it took the lock) serves again, with a new owner secret: its id never
+// reached a queue, so no grant or entry can name it. Most Locks find the lock free, and an
+// uncontended Lock then builds no registration.
+func (e *engine) firstRegistration(spec *lockSpec) *registration {
+	if e.traits.servers != 1 {
+		return e.newRegistration(spec)
+	}
+	reg, _ := e.spareRegs.Get().(*registration)
+	if reg == nil {
+		reg = e.newRegistration(spec)
+		reg.fresh = true
+		return reg
+	}
+	w := acceptWindow(spec.leastTTL())
+	id := reg.id
+	*reg = registration{id: id, owner: e.newOwner(), spec: spec, window: w, winArg: spec.winArg(w), idx: -1, fresh: true}
+	reg.sentOn, reg.seenOn = reg.sentOn1[:], reg.seenOn1[:]
+	return reg
 }
 
 // noQuorumRetry is how long a waiting Lock in quorum mode waits before trying again when too
