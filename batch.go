@@ -16,16 +16,24 @@ import (
 // batch form, docs/PROTOCOL.md), so that the server pays a script call, and its reads of the
 // time, of the queues and of the listeners, once per batch instead of once per lock.
 //
-// A call leaves at once, alone and in the one-lock form, while fewer than batchOut calls or
-// batches are on their way and none waits: a lone caller's latency is that of a plain call.
-// Otherwise it waits for the next batch, which the first call or batch to come back sends with
-// everything that queued meanwhile (from a goroutine that keeps sending what queues meanwhile);
-// no goroutine runs while nothing waits. A batch holds calls that were all outstanding at
+// A call leaves at once, alone and in the one-lock form, while fewer than loneMax calls or
+// batches are on their way and none waits: a lone caller's latency is that of a plain call, and
+// a few concurrent callers are not held back for one another. Otherwise it waits for the next
+// batch, which starts at once when fewer than batchOut batches are on their way, else when the
+// first call or batch comes back, with everything that queued meanwhile (from a goroutine that
+// keeps sending what queues meanwhile); no goroutine runs while nothing waits. A batch holds calls that were all outstanding at
 // once, so any order among them is one they could have had; each lock in it is done exactly
 // as its own call would do it, with its own reply.
 
-// batchOut is how many calls or batches may be on their way at once. Two keeps a second batch
-// gathering while one is on the wire; more would only cut the batches thinner.
+// loneMax is how many calls (and batches) may be on their way before a call waits for a batch.
+// Measured on 2 vCPUs, Lock+Unlock on distinct names, one client (docs/BENCHMARKS.md): batching
+// from the third call on cost 20-30 % of the pairs/s at 4 and 16 goroutines, since a batch runs
+// the scripts' slow path and its callers wait for a slot; at 64 goroutines a batch saves the
+// server a third of its CPU per pair and wins. 16 keeps the gain at 64 and loses nothing below.
+const loneMax = 16
+
+// batchOut is how many batches may be on their way at once. Two keeps a second batch gathering
+// while one is on the wire; more would only cut the batches thinner.
 const batchOut = 2
 
 // batchMax is the most locks one script call of a batch carries (more go as further calls in
@@ -44,11 +52,14 @@ type batcher struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the goroutines sending batches
 
-	mu     sync.Mutex
-	out    int // calls and batches on their way, guarded by mu
-	acqs   []*batchedAcquire
-	rels   []*batchedRelease
-	closed bool
+	mu      sync.Mutex
+	out     int // calls and batches on their way, guarded by mu
+	batches int // of which batches
+	// loneMax and batchOut, as the constants (tests of batching lower them)
+	loneMax, batchOut int
+	acqs    []*batchedAcquire
+	rels    []*batchedRelease
+	closed  bool
 }
 
 // A call waiting in a batch. state: queued, then sent or abandoned (the caller gave up before
@@ -80,7 +91,7 @@ type batchedRelease struct {
 
 func newBatcher(cn conn.Conn, retention string) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &batcher{cn: cn, retention: retention, ctx: ctx, cancel: cancel}
+	return &batcher{cn: cn, retention: retention, ctx: ctx, cancel: cancel, loneMax: loneMax, batchOut: batchOut}
 }
 
 // batchable reports whether a can go in a batch: the batch form takes the server's time as a
@@ -93,7 +104,7 @@ func (b *batcher) acquire(ctx context.Context, a acquireArgs) (acquired, error) 
 		return acquired{}, err
 	}
 	b.mu.Lock()
-	if b.closed || (b.out < batchOut && len(b.acqs)+len(b.rels) == 0) {
+	if b.closed || (b.out < b.loneMax && len(b.acqs)+len(b.rels) == 0) {
 		b.out++
 		b.mu.Unlock()
 		res, err := b.acquireAlone(ctx, a)
@@ -121,7 +132,7 @@ func (b *batcher) release(ctx context.Context, r releaseReq) (released, error) {
 		return released{}, err
 	}
 	b.mu.Lock()
-	if b.closed || (b.out < batchOut && len(b.acqs)+len(b.rels) == 0) {
+	if b.closed || (b.out < b.loneMax && len(b.acqs)+len(b.rels) == 0) {
 		b.out++
 		b.mu.Unlock()
 		res, err := b.releaseAlone(ctx, r)
@@ -143,11 +154,12 @@ func (b *batcher) release(ctx context.Context, r releaseReq) (released, error) {
 
 // startLocked starts sending the queue if a batch may go now, and unlocks b.mu.
 func (b *batcher) startLocked() {
-	if b.out >= batchOut {
+	if b.batches >= b.batchOut {
 		b.mu.Unlock()
 		return
 	}
 	b.out++
+	b.batches++
 	acqs, rels := b.takeLocked()
 	b.wg.Add(1)
 	b.mu.Unlock()
@@ -158,11 +170,12 @@ func (b *batcher) startLocked() {
 // meanwhile.
 func (b *batcher) finish() {
 	b.mu.Lock()
-	if len(b.acqs)+len(b.rels) == 0 || b.closed {
+	if len(b.acqs)+len(b.rels) == 0 || b.closed || b.batches >= b.batchOut {
 		b.out--
 		b.mu.Unlock()
 		return
 	}
+	b.batches++
 	acqs, rels := b.takeLocked()
 	b.wg.Add(1)
 	b.mu.Unlock()
@@ -183,6 +196,7 @@ func (b *batcher) run(acqs []*batchedAcquire, rels []*batchedRelease) {
 		b.mu.Lock()
 		if len(b.acqs)+len(b.rels) == 0 || b.closed {
 			b.out--
+			b.batches--
 			b.mu.Unlock()
 			return
 		}

@@ -103,17 +103,22 @@ func inBatchWith(t *testing.T, s *redistest.Server, c *Client, blockers, calls, 
 		wg.Add(1)
 		go func() { defer wg.Done(); f() }()
 	}
-	for _, f := range blockers {
+	// One call alone and one batch may be on their way (the limits lowered to make the slots
+	// few), taken by the blockers one after the other.
+	b.mu.Lock()
+	b.loneMax, b.batchOut = 1, 1
+	b.mu.Unlock()
+	for i, f := range blockers {
 		run(f)
+		poll(t, 10*time.Second, "the blockers on their way", func() error {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.out < i+1 || len(b.acqs)+len(b.rels) > 0 {
+				return fmt.Errorf("%d calls on their way, %d waiting", b.out, len(b.acqs)+len(b.rels))
+			}
+			return nil
+		})
 	}
-	poll(t, 10*time.Second, "the blockers on their way", func() error {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.out < batchOut {
-			return fmt.Errorf("%d calls on their way", b.out)
-		}
-		return nil
-	})
 	for _, f := range calls {
 		run(f)
 	}
@@ -161,6 +166,7 @@ func loadScripts(t *testing.T, s *redistest.Server) {
 // and one EXISTS for them all), and so do their releases; each lock gets its own lease and
 // token.
 func TestBatch_ConcurrentCallsInOneScriptCall(t *testing.T) {
+	const blockersN = 2 // one call alone and one batch (inBatchWith)
 	s := redistest.Start(t)
 	loadScripts(t, s)
 	for tr, c := range batchClients(t, s) {
@@ -168,16 +174,16 @@ func TestBatch_ConcurrentCallsInOneScriptCall(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			const n = 30
-			leases := make([]*Lease, n+batchOut)
-			errs := make([]error, n+batchOut)
+			leases := make([]*Lease, n+blockersN)
+			errs := make([]error, n+blockersN)
 			lock := func(i int) func() {
 				return func() { leases[i], errs[i] = c.Mutex(fmt.Sprintf("%s-%d", t.Name(), i)).Lock(ctx) }
 			}
 			var blockers, calls []func()
-			for i := range batchOut {
+			for i := range blockersN {
 				blockers = append(blockers, lock(i))
 			}
-			for i := batchOut; i < n+batchOut; i++ {
+			for i := blockersN; i < n+blockersN; i++ {
 				calls = append(calls, lock(i))
 			}
 			doT(t, s, "CONFIG", "RESETSTAT")
@@ -188,9 +194,9 @@ func TestBatch_ConcurrentCallsInOneScriptCall(t *testing.T) {
 					t.Fatalf("Lock %d: %v", i, err)
 				}
 			}
-			if got["evalsha"] != batchOut+1 || got["time"] != batchOut+1 || got["exists"] != batchOut+1 || got["set"] != n+batchOut {
+			if got["evalsha"] != blockersN+1 || got["time"] != blockersN+1 || got["exists"] != blockersN+1 || got["set"] != n+blockersN {
 				t.Fatalf("%d acquisitions: %d EVALSHA, %d TIME, %d EXISTS, %d SET; want %d, %d, %d, %d (the blockers alone, the rest in one call)",
-					n+batchOut, got["evalsha"], got["time"], got["exists"], got["set"], batchOut+1, batchOut+1, batchOut+1, n+batchOut)
+					n+blockersN, got["evalsha"], got["time"], got["exists"], got["set"], blockersN+1, blockersN+1, blockersN+1, n+blockersN)
 			}
 			owners := map[string]bool{}
 			for i, l := range leases {
@@ -206,7 +212,7 @@ func TestBatch_ConcurrentCallsInOneScriptCall(t *testing.T) {
 			unlock := func(i int) func() { return func() { uerrs[i] = leases[i].Unlock(ctx) } }
 			blockers, calls = nil, nil
 			for i := range leases {
-				if i < batchOut {
+				if i < blockersN {
 					blockers = append(blockers, unlock(i))
 				} else {
 					calls = append(calls, unlock(i))
@@ -219,9 +225,9 @@ func TestBatch_ConcurrentCallsInOneScriptCall(t *testing.T) {
 					t.Fatalf("Unlock %d: %v", i, err)
 				}
 			}
-			if got["evalsha"] != batchOut+1 || got["exists"] != batchOut+1 || got["pubsub|numsub"] != batchOut+1 || got["pubsub|numpat"] != batchOut+1 {
+			if got["evalsha"] != blockersN+1 || got["exists"] != blockersN+1 || got["pubsub|numsub"] != blockersN+1 || got["pubsub|numpat"] != blockersN+1 {
 				t.Fatalf("%d releases: %d EVALSHA, %d EXISTS, %d NUMSUB, %d NUMPAT; want %d of each", len(leases),
-					got["evalsha"], got["exists"], got["pubsub|numsub"], got["pubsub|numpat"], batchOut+1)
+					got["evalsha"], got["exists"], got["pubsub|numsub"], got["pubsub|numpat"], blockersN+1)
 			}
 			for i, l := range leases {
 				v := doT(t, s, "GET", l.st.spec.key)
