@@ -57,9 +57,9 @@ type batcher struct {
 	batches int // of which batches
 	// loneMax and batchOut, as the constants (tests of batching lower them)
 	loneMax, batchOut int
-	acqs    []*batchedAcquire
-	rels    []*batchedRelease
-	closed  bool
+	acqs              []*batchedAcquire
+	rels              []*batchedRelease
+	closed            bool
 }
 
 // A call waiting in a batch. state: queued, then sent or abandoned (the caller gave up before
