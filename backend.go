@@ -67,9 +67,6 @@ type traits struct {
 	handover bool
 	// replicaAck: WithReplicaAck can be honoured.
 	replicaAck bool
-	// retryJitter: a head woken by a release waits a random pause up to this long before its
-	// attempt, so that contenders who all heard the same release do not collide again.
-	retryJitter time.Duration
 	// queue: waiting clients queue on the server, and a release grants the lock to the first
 	// of them (docs/PROTOCOL.md, "The queue").
 	queue bool

@@ -226,36 +226,23 @@ func (b *batcher) stop() {
 // send sends the calls of one batch in one pipeline: acquisitions in acquire.lua calls of up
 // to batchMax locks, releases in release.lua calls likewise (a lone one in its one-lock form).
 func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
-	acqs = live(acqs)
-	rels = live(rels)
+	acqChunks, relChunks := chunked(live(acqs)), chunked(live(rels))
 	var calls []conn.Call
-	var acqChunks [][]*batchedAcquire
-	for len(acqs) > 0 {
-		n := min(len(acqs), batchMax)
-		acqChunks = append(acqChunks, acqs[:n])
-		calls = append(calls, acquireBatchCall(acqs[:n]))
-		acqs = acqs[n:]
-	}
-	var relChunks [][]*batchedRelease
-	for len(rels) > 0 {
-		n := min(len(rels), batchMax)
-		relChunks = append(relChunks, rels[:n])
-		calls = append(calls, b.releaseBatchCall(rels[:n]))
-		rels = rels[n:]
-	}
-	if len(calls) == 0 {
-		return
-	}
 	var callers []context.Context
 	for _, ch := range acqChunks {
+		calls = append(calls, acquireBatchCall(ch))
 		for _, p := range ch {
 			callers = append(callers, p.ctx)
 		}
 	}
 	for _, ch := range relChunks {
+		calls = append(calls, b.releaseBatchCall(ch))
 		for _, p := range ch {
 			callers = append(callers, p.ctx)
 		}
+	}
+	if len(calls) == 0 {
+		return
 	}
 	results := b.cn.EvalMulti(b.callersCtx(callers), calls)
 	result := func(i int) conn.Result {
@@ -266,47 +253,69 @@ func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
 	}
 	var alone []func()
 	for c, ch := range acqChunks {
-		r := result(c)
-		outs, err := readAcquireBatch(r, len(ch))
-		for i, p := range ch {
-			switch {
-			case err != nil:
-				p.err = err
-			case outs[i].failed:
-				// That lock raised an error: send it alone, to learn the error (or succeed).
-				alone = append(alone, func() {
-					p.res, p.err = b.acquireAlone(b.callersCtx([]context.Context{p.ctx}), p.a)
-					close(p.done)
-				})
-				continue
-			default:
-				p.res, p.err = outs[i].res, outs[i].err
-			}
-			close(p.done)
-		}
+		alone = b.settleAcquires(ch, result(c), alone)
 	}
 	for c, ch := range relChunks {
-		r := result(len(acqChunks) + c)
-		outs, err := readReleaseBatch(r, len(ch))
-		for i, p := range ch {
-			switch {
-			case err != nil:
-				p.err = err
-			case outs[i].failed:
-				alone = append(alone, func() {
-					p.res, p.err = b.releaseAlone(b.callersCtx([]context.Context{p.ctx}), p.r)
-					close(p.done)
-				})
-				continue
-			default:
-				p.res, p.err = outs[i].res, outs[i].err
-			}
-			close(p.done)
-		}
+		alone = b.settleReleases(ch, result(len(acqChunks)+c), alone)
 	}
 	for _, f := range alone {
 		f()
 	}
+}
+
+// chunked cuts a batch's calls of one script into script calls of up to batchMax locks.
+func chunked[P any](ps []P) [][]P {
+	var out [][]P
+	for len(ps) > 0 {
+		n := min(len(ps), batchMax)
+		out = append(out, ps[:n])
+		ps = ps[n:]
+	}
+	return out
+}
+
+// settleAcquires gives each acquisition of one acquire.lua batch call its answer from r, the
+// call's result. A lock that raised an error is to be sent alone, to learn the error (or
+// succeed): its call is appended to alone, which is returned.
+func (b *batcher) settleAcquires(ch []*batchedAcquire, r conn.Result, alone []func()) []func() {
+	outs, err := readAcquireBatch(r, len(ch))
+	for i, p := range ch {
+		switch {
+		case err != nil:
+			p.err = err
+		case outs[i].failed:
+			alone = append(alone, func() {
+				p.res, p.err = b.acquireAlone(b.callersCtx([]context.Context{p.ctx}), p.a)
+				close(p.done)
+			})
+			continue
+		default:
+			p.res, p.err = outs[i].res, outs[i].err
+		}
+		close(p.done)
+	}
+	return alone
+}
+
+// settleReleases is settleAcquires for one release.lua batch call.
+func (b *batcher) settleReleases(ch []*batchedRelease, r conn.Result, alone []func()) []func() {
+	outs, err := readReleaseBatch(r, len(ch))
+	for i, p := range ch {
+		switch {
+		case err != nil:
+			p.err = err
+		case outs[i].failed:
+			alone = append(alone, func() {
+				p.res, p.err = b.releaseAlone(b.callersCtx([]context.Context{p.ctx}), p.r)
+				close(p.done)
+			})
+			continue
+		default:
+			p.res, p.err = outs[i].res, outs[i].err
+		}
+		close(p.done)
+	}
+	return alone
 }
 
 // callersCtx is the context of a batch's call: cancelled when the batcher stops (b.ctx: no

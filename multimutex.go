@@ -391,22 +391,7 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 	}
 	mb, ok := e.b.(multiBackend)
 	if !ok || len(idx) == 1 {
-		// One name: the plain acquisition (acquire.lua), with every rule of Mutex's attempt.
-		i := idx[0]
-		if reg != nil && at < 0 {
-			reg.spec = specs[i]
-		}
-		st, h, err := e.attempt(ctx, specs[i], reg)
-		switch {
-		case err != nil:
-			return res, err
-		case st != nil:
-			a.held[i] = &Lease{st: st}
-			return res, nil
-		}
-		res.busy, res.h, res.queued = i, h, reg != nil
-		res.pending = reg != nil && h.pttl < 0 && h.token != 0
-		return res, nil
+		return a.tryOne(ctx, idx[0], at, reg)
 	}
 	if err := e.guard.refusal(ctx); err != nil {
 		return res, fmt.Errorf("dlock: locks %s: %w", quoteNames(a.mm.names), err)
@@ -431,27 +416,7 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 	sent := mono()
 	r, acked, err := mb.acquireMulti(ctx, args, spec0.ack)
 	if err != nil {
-		// The script may have run all the same: release every name under this attempt's owner
-		// secret, and withdraw the registration wherever it may have been queued.
-		for k, i := range idx {
-			if k != atPos {
-				e.renewer.orphan(specs[i].releaseReq(owner), specs[i].ttl)
-			}
-		}
-		if reg != nil && args.entry != "" {
-			if atPos >= 0 {
-				if !e.unregister(reg) {
-					e.renewer.orphan(specs[at].releaseReq(reg.owner), specs[at].ttl)
-				}
-			} else {
-				reg.state.Store(regDone)
-				for _, i := range idx {
-					req := specs[i].releaseReq(reg.owner)
-					req.leave = reg.id
-					e.renewer.orphan(req, specs[i].ttl)
-				}
-			}
-		}
+		a.abandon(idx, atPos, at, owner, reg, args.entry != "")
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("dlock: locks %s: %w", quoteNames(a.mm.names), ctx.Err())
 		}
@@ -492,17 +457,73 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 		}
 	}
 	if spec0.ack.n > 0 && acked < spec0.ack.n && len(taken) > 0 {
-		// Roll back: a failover now could hand the locks to a replica that never saw them.
-		for _, i := range idx {
-			if l := a.held[i]; l != nil && slices.Contains(taken, l.st) {
-				a.held[i] = nil
-				l.Unlock(context.WithoutCancel(ctx))
-			}
-		}
-		return res, fmt.Errorf("%w: locks %s: %d of %d replicas acknowledged within %v; released again",
-			ErrReplicaAck, quoteNames(a.mm.names), max(acked, 0), spec0.ack.n, spec0.ack.wait)
+		return res, a.rollBack(ctx, idx, taken, acked)
 	}
 	return res, nil
+}
+
+// tryOne is try for a group of one name left (or a backend without multi-lock calls): the
+// plain acquisition (acquire.lua), with every rule of Mutex's attempt.
+func (a *multiAcq) tryOne(ctx context.Context, i, at int, reg *registration) (tryResult, error) {
+	res := tryResult{busy: -1}
+	spec := a.mm.specs[i]
+	if reg != nil && at < 0 {
+		reg.spec = spec
+	}
+	st, h, err := a.e.attempt(ctx, spec, reg)
+	switch {
+	case err != nil:
+		return res, err
+	case st != nil:
+		a.held[i] = &Lease{st: st}
+		return res, nil
+	}
+	res.busy, res.h, res.queued = i, h, reg != nil
+	res.pending = reg != nil && h.pttl < 0 && h.token != 0
+	return res, nil
+}
+
+// abandon undoes what a multi-lock attempt on the names idx may have done on the server when
+// its reply was lost (the script may have run all the same): it releases every name under the
+// attempt's owner secret, and withdraws the registration (queued with the attempt when queued
+// is set) wherever it may have been queued: at the attempt's name atPos (spec at), or at any.
+func (a *multiAcq) abandon(idx []int, atPos, at int, owner string, reg *registration, queued bool) {
+	e, specs := a.e, a.mm.specs
+	for k, i := range idx {
+		if k != atPos {
+			e.renewer.orphan(specs[i].releaseReq(owner), specs[i].ttl)
+		}
+	}
+	if reg == nil || !queued {
+		return
+	}
+	if atPos >= 0 {
+		if !e.unregister(reg) {
+			e.renewer.orphan(specs[at].releaseReq(reg.owner), specs[at].ttl)
+		}
+		return
+	}
+	reg.state.Store(regDone)
+	for _, i := range idx {
+		req := specs[i].releaseReq(reg.owner)
+		req.leave = reg.id
+		e.renewer.orphan(req, specs[i].ttl)
+	}
+}
+
+// rollBack releases the names an attempt just took (taken, among idx), which too few replicas
+// acknowledged (a failover now could hand them to a replica that never saw them), and returns
+// the ErrReplicaAck error that says so.
+func (a *multiAcq) rollBack(ctx context.Context, idx []int, taken []*leaseState, acked int) error {
+	for _, i := range idx {
+		if l := a.held[i]; l != nil && slices.Contains(taken, l.st) {
+			a.held[i] = nil
+			l.Unlock(context.WithoutCancel(ctx))
+		}
+	}
+	ack := a.mm.specs[idx[0]].ack
+	return fmt.Errorf("%w: locks %s: %d of %d replicas acknowledged within %v; released again",
+		ErrReplicaAck, quoteNames(a.mm.names), max(acked, 0), ack.n, ack.wait)
 }
 
 // giveBackAbove releases every name held (but the re-entered ones) that comes after spec b in

@@ -302,18 +302,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{pttl: -1, token: res.token}, nil
 	}
 	if spec.ack.n > 0 && acked < spec.ack.n {
-		// Roll back: a failover now could hand the lock to a replica that never saw it.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-		defer cancel()
-		if _, rerr := e.b.release(rctx, spec.releaseReq(owner)); rerr != nil {
-			e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
-		}
-		err := fmt.Errorf("%w: lock %q: %d of %d replicas acknowledged within %v; released again",
-			ErrReplicaAck, spec.name, max(acked, 0), spec.ack.n, spec.ack.wait)
-		if short := replicasShort(rctx, e.b, spec.ack.n); short != nil {
-			err = fmt.Errorf("%w (%v)", err, short)
-		}
-		return nil, holder{}, err
+		return nil, holder{}, e.rollBack(ctx, spec, owner, acked)
 	}
 	st := newLeaseState(e, spec, ctx, owner, res.token, sent)
 	st.exact = e.traits.servers == 1
@@ -328,6 +317,23 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		return nil, holder{}, ErrClosed
 	}
 	return st, holder{}, nil
+}
+
+// rollBack releases the lock just taken under owner, which too few replicas acknowledged (a
+// failover now could hand it to a replica that never saw it), and returns the ErrReplicaAck
+// error that says so.
+func (e *engine) rollBack(ctx context.Context, spec *lockSpec, owner string, acked int) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+	defer cancel()
+	if _, rerr := e.b.release(rctx, spec.releaseReq(owner)); rerr != nil {
+		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
+	}
+	err := fmt.Errorf("%w: lock %q: %d of %d replicas acknowledged within %v; released again",
+		ErrReplicaAck, spec.name, max(acked, 0), spec.ack.n, spec.ack.wait)
+	if short := replicasShort(rctx, e.b, spec.ack.n); short != nil {
+		err = fmt.Errorf("%w (%v)", err, short)
+	}
+	return err
 }
 
 // dropRegistration gives back what an attempt under reg may have left on the servers (the lock

@@ -384,45 +384,8 @@ func (r *renewer) next() {
 	var regs []*registration // of rd.entries
 	send := false
 	if !r.inFlight {
-		for len(r.entries) > 0 && r.entries[0].due-int64(r.entries[0].window/6) <= now {
-			reg := heap.Pop(&r.entries).(*registration)
-			if reg.state.Load() == regQueued {
-				r.refresh = append(r.refresh, reg)
-				regs = append(regs, reg)
-				rd.entries = append(rd.entries, queued{key: reg.spec.key, id: reg.id, window: reg.winArg, watch: reg.spec.shared == nil})
-			}
-		}
-		keep := r.releases[:0]
-		for _, rel := range r.releases {
-			if rel.at <= now {
-				r.sending = append(r.sending, rel)
-				rd.releases = append(rd.releases, rel.req)
-			} else {
-				keep = append(keep, rel)
-			}
-		}
-		clear(r.releases[len(keep):])
-		r.releases = keep
-		// The check goes in a round of its own, so that its reply never delays a renewal's:
-		// a renewal answered late can count as lost.
-		rd.check = r.holding() && now >= r.checkDue && len(r.pending) == 0
-		if rd.check {
-			r.checkDue = now + int64(evictionCheckEvery)
-		}
-		if len(r.pending) > 0 || len(rd.releases) > 0 || len(rd.entries) > 0 || rd.check {
-			send = true
-			r.inFlight = true
-			r.flying, r.pending = r.pending, nil
-			rd.leases = make([]renewal, len(r.flying))
-			for i, st := range r.flying {
-				ttl := st.currentTTL()
-				if st.confirm.Load() {
-					ttl = st.fullTTL()
-				}
-				rd.leases[i] = st.renewal(ttl)
-			}
-			r.sentAt = mono()
-		}
+		rd, regs = r.roundLocked(now)
+		send = r.inFlight
 	}
 	r.mu.Unlock()
 	for _, st := range lost {
@@ -436,6 +399,52 @@ func (r *renewer) next() {
 	if send {
 		r.rounds <- rd // capacity 1 and at most one round in flight: never blocks
 	}
+}
+
+// roundLocked gathers the next round at now, with r.mu held: the queue entries due for a
+// refresh (and their registrations), the background releases due, the eviction check when due,
+// and, when any of that or a renewal is due, the pending leases' renewals, marking the round in
+// flight.
+func (r *renewer) roundLocked(now int64) (rd sendReq, regs []*registration) {
+	for len(r.entries) > 0 && r.entries[0].due-int64(r.entries[0].window/6) <= now {
+		reg := heap.Pop(&r.entries).(*registration)
+		if reg.state.Load() == regQueued {
+			r.refresh = append(r.refresh, reg)
+			regs = append(regs, reg)
+			rd.entries = append(rd.entries, queued{key: reg.spec.key, id: reg.id, window: reg.winArg, watch: reg.spec.shared == nil})
+		}
+	}
+	keep := r.releases[:0]
+	for _, rel := range r.releases {
+		if rel.at <= now {
+			r.sending = append(r.sending, rel)
+			rd.releases = append(rd.releases, rel.req)
+		} else {
+			keep = append(keep, rel)
+		}
+	}
+	clear(r.releases[len(keep):])
+	r.releases = keep
+	// The check goes in a round of its own, so that its reply never delays a renewal's:
+	// a renewal answered late can count as lost.
+	rd.check = r.holding() && now >= r.checkDue && len(r.pending) == 0
+	if rd.check {
+		r.checkDue = now + int64(evictionCheckEvery)
+	}
+	if len(r.pending) > 0 || len(rd.releases) > 0 || len(rd.entries) > 0 || rd.check {
+		r.inFlight = true
+		r.flying, r.pending = r.pending, nil
+		rd.leases = make([]renewal, len(r.flying))
+		for i, st := range r.flying {
+			ttl := st.currentTTL()
+			if st.confirm.Load() {
+				ttl = st.fullTTL()
+			}
+			rd.leases[i] = st.renewal(ttl)
+		}
+		r.sentAt = mono()
+	}
+	return rd, regs
 }
 
 // apply takes in the answers to the round in flight.

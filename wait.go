@@ -7,7 +7,6 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -368,23 +367,7 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 		o.waiting(ctx, spec, true, qs.localWaiters(spec.key))
 	}
 	var got *leaseState // when set, the next head waits for this lease to end
-	defer func() {
-		stray, left := qs.leave(q, w, got)
-		if o := e.obs; o != nil {
-			o.waiting(ctx, spec, false, qs.localWaiters(spec.key))
-		}
-		if stray != nil {
-			(&Lease{st: stray}).Unlock(context.WithoutCancel(ctx))
-		}
-		if left != nil {
-			// The last waiter: its client no longer wants the lock once this lease ends. Its
-			// entry goes with the lease's release (before the release grants the lock), or
-			// now when it did not get the lock.
-			if got == nil || !got.keepQueued(left) {
-				e.unregister(left)
-			}
-		}
-	}()
+	defer func() { e.leaveQueue(ctx, spec, q, w, got) }()
 	if reg != nil {
 		if st := e.adopt(q, reg, ctx); st != nil && e.takeable(st) {
 			got = st
@@ -392,29 +375,15 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 		}
 	}
 	if !head {
-	turn:
-		for {
-			select {
-			case <-w.turn:
-				break turn
-			case st := <-w.grant:
-				if e.takeable(st) {
-					got = st
-					return e.confirmed(ctx, got)
-				}
-				// It ran out before it reached this waiter, which is the head now (its turn
-				// is on its way).
-			case <-ctx.Done():
-				return nil, spec.ctxErr(ctx)
-			case <-e.done:
-				return nil, ErrClosed
-			}
+		st, err := e.awaitTurn(ctx, spec, w)
+		if st != nil || err != nil {
+			got = st
+			return e.confirmedOrErr(ctx, st, err)
 		}
 		known = w.holder // the previous head just took the lock: wait for its release
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	first := true // the first attempt of a new head goes at once
 	for {
 		select {
 		case st := <-w.grant: // passed on by this client's holder, or granted by the server
@@ -425,14 +394,6 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 			known = nil // attempt again at once
 		default:
 		}
-		if j := e.traits.retryJitter; j > 0 && known == nil && !first {
-			// Every contender heard the same release at once: spread their attempts.
-			if st, err := e.pause(ctx, w, timer, nil, time.Duration(rand.Int64N(int64(j)))); err != nil || (st != nil && e.takeable(st)) {
-				got = st
-				return e.confirmedOrErr(ctx, st, err)
-			}
-		}
-		first = false
 		var h holder
 		if known != nil {
 			h, known = *known, nil
@@ -468,6 +429,46 @@ func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder,
 			// Granted to another client: try again only if its first lease runs out (a
 			// grantee that crashed renews nothing), or when woken.
 			d = time.Duration(q.pokeAt.Load()-mono()) + time.Millisecond
+		}
+	}
+}
+
+// leaveQueue takes waiter w out of this client's queue q for spec's lock when its wait ends,
+// with got the lease it got (nil: none). A lease handed to it meanwhile is given back; when it
+// was the last waiter, its client no longer wants the lock once this lease ends, and its entry
+// on the server goes with the lease's release (before the release grants the lock), or now when
+// it did not get the lock.
+func (e *engine) leaveQueue(ctx context.Context, spec *lockSpec, q *queue, w *waiter, got *leaseState) {
+	qs := e.waits
+	stray, left := qs.leave(q, w, got)
+	if o := e.obs; o != nil {
+		o.waiting(ctx, spec, false, qs.localWaiters(spec.key))
+	}
+	if stray != nil {
+		(&Lease{st: stray}).Unlock(context.WithoutCancel(ctx))
+	}
+	if left != nil && (got == nil || !got.keepQueued(left)) {
+		e.unregister(left)
+	}
+}
+
+// awaitTurn waits until waiter w, queued behind other callers of this client, becomes the head
+// (nil, nil), or is handed a live lease, or its wait ends (the error).
+func (e *engine) awaitTurn(ctx context.Context, spec *lockSpec, w *waiter) (*leaseState, error) {
+	for {
+		select {
+		case <-w.turn:
+			return nil, nil
+		case st := <-w.grant:
+			if e.takeable(st) {
+				return st, nil
+			}
+			// It ran out before it reached this waiter, which is the head now (its turn is on
+			// its way).
+		case <-ctx.Done():
+			return nil, spec.ctxErr(ctx)
+		case <-e.done:
+			return nil, ErrClosed
 		}
 	}
 }
@@ -837,27 +838,7 @@ func (q *queue) drain() {
 // and does no I/O.
 func (e *engine) granted(id string, token uint64, server int) {
 	qs := e.waits
-	qs.regMu.Lock()
-	reg := qs.regs[id]
-	if reg == nil && server < e.traits.servers && strings.HasPrefix(id, e.clientID+".") {
-		// This client's, and the reply to the attempt that registered it is still on its way:
-		// registered takes it from here. Entries older than a few windows are stale.
-		now := mono()
-		if len(qs.early) >= 64 {
-			for k, g := range qs.early {
-				if now-g.at > int64(10*time.Second) {
-					delete(qs.early, k)
-				}
-			}
-		}
-		g, ok := qs.early[id]
-		if !ok {
-			g = earlyGrant{tokens: make([]uint64, e.traits.servers), at: now}
-		}
-		g.tokens[server] = max(g.tokens[server], token)
-		qs.early[id] = g
-	}
-	qs.regMu.Unlock()
+	reg := e.grantee(id, token, server)
 	if reg == nil || server >= len(reg.sentOn) {
 		return // not this client's, or done with already
 	}
@@ -886,19 +867,7 @@ func (e *engine) granted(id string, token uint64, server int) {
 	delete(qs.regs, id)
 	qs.regMu.Unlock()
 	e.renewer.removeEntry(reg)
-	// The renewal loop renews the lease to its TTL before a third of the window has passed (at
-	// once for a fixed lease, which is not renewed later).
-	st := newLeaseState(e, reg.spec, context.Background(), reg.owner, reg.token.Load(), from)
-	if l := reg.lease.Load(); l > 0 {
-		st.adaptMS = int32(time.Duration(l) / time.Millisecond)
-	}
-	if e.traits.servers > 1 {
-		// The servers that did not grant it (yet) still queue the entry: its release drops it.
-		st.leave = id
-	}
-	st.ttl.Store(int64(reg.window))
-	st.deadline.Store(from + int64(reg.window-drift(reg.window)))
-	st.confirm.Store(true)
+	st := e.grantLease(reg, from)
 	s := qs.shard(reg.spec.key)
 	s.mu.Lock()
 	q := reg.q
@@ -932,6 +901,53 @@ func (e *engine) granted(id string, token uint64, server int) {
 		st.end(endReleased, nil)
 		e.renewer.background(release{req: st.releaseReq(true), at: mono(), until: mono() + int64(reg.window)})
 	}
+}
+
+// grantee returns this client's registration that the grant announced to entry id (by server,
+// with token) is for, or nil. A grant to an entry of this client not known yet (the reply to
+// the attempt that registered it is still on its way) is kept for registered to take from
+// there; kept grants older than a few windows are stale.
+func (e *engine) grantee(id string, token uint64, server int) *registration {
+	qs := e.waits
+	qs.regMu.Lock()
+	defer qs.regMu.Unlock()
+	reg := qs.regs[id]
+	if reg != nil || server >= e.traits.servers || !strings.HasPrefix(id, e.clientID+".") {
+		return reg
+	}
+	now := mono()
+	if len(qs.early) >= 64 {
+		for k, g := range qs.early {
+			if now-g.at > int64(10*time.Second) {
+				delete(qs.early, k)
+			}
+		}
+	}
+	g, ok := qs.early[id]
+	if !ok {
+		g = earlyGrant{tokens: make([]uint64, e.traits.servers), at: now}
+	}
+	g.tokens[server] = max(g.tokens[server], token)
+	qs.early[id] = g
+	return nil
+}
+
+// grantLease makes the lease a grant to reg gives, valid from from: for the acceptance window,
+// which the renewal loop renews to the lease's TTL before a third of it has passed (at once for
+// a fixed lease, which is not renewed later).
+func (e *engine) grantLease(reg *registration, from int64) *leaseState {
+	st := newLeaseState(e, reg.spec, context.Background(), reg.owner, reg.token.Load(), from)
+	if l := reg.lease.Load(); l > 0 {
+		st.adaptMS = int32(time.Duration(l) / time.Millisecond)
+	}
+	if e.traits.servers > 1 {
+		// The servers that did not grant it (yet) still queue the entry: its release drops it.
+		st.leave = reg.id
+	}
+	st.ttl.Store(int64(reg.window))
+	st.deadline.Store(from + int64(reg.window-drift(reg.window)))
+	st.confirm.Store(true)
+	return st
 }
 
 // atomicMax raises v to t if t is larger.
