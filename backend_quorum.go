@@ -111,42 +111,90 @@ func afterOf(p *pendingAcquire) []*pendingAcquire {
 
 // fanOutAdapt is fanOut; with adapt, the limit grows to four times the time the first answer
 // took, so that a machine or network slow for everyone (not a few servers frozen) does not
-// fail every call.
+// fail every call. Once decided (or given up), the answers still to come go to late, when set.
 func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.Duration, adapt, detach bool, owner string, after []*pendingAcquire, decide func(reply) bool, late func(reply)) bool {
 	start := time.Now()
-	var mine *pendingAcquire
-	if owner != "" {
-		mine = &pendingAcquire{done: make([]chan struct{}, len(q.nodes))}
-		for i := range mine.done {
-			mine.done[i] = make(chan struct{})
-		}
-		q.pmu.Lock()
-		if q.pending == nil {
-			q.pending = make(map[string]*pendingAcquire)
-		}
-		q.pending[owner] = mine
-		q.pmu.Unlock()
-	}
-	ch := make(chan reply, len(q.nodes))
-	// Once decided (or given up), the answers still to come go to late, when set.
-	var lateMu sync.Mutex
-	decided := false
+	mine := q.register(owner)
+	out := &fanAnswers{ch: make(chan reply, len(q.nodes)), late: late}
 	if late != nil {
-		defer func() {
-			lateMu.Lock()
-			decided = true
-			var rest []reply
-			for len(ch) > 0 {
-				rest = append(rest, <-ch)
-			}
-			lateMu.Unlock()
-			for _, r := range rest {
-				late(r)
-			}
-		}()
+		defer out.settle()
 	}
-	// The calls outlive this one when a decision comes first: they end with ctx (with detach, at
-	// answerWait) or at close.
+	q.launch(ctx, calls, detach, after, owner, mine, out)
+	return q.collect(ctx, out.ch, start, limit, adapt, decide)
+}
+
+// fanAnswers carries the servers' answers of one fan-out to its caller and, once the caller
+// has decided, to late instead.
+type fanAnswers struct {
+	ch      chan reply // buffered for every server: put never blocks
+	late    func(reply)
+	mu      sync.Mutex
+	decided bool // set by settle, only when late is set
+}
+
+// put hands one server's answer to the caller, or to late once the caller has decided.
+func (a *fanAnswers) put(r reply) {
+	a.mu.Lock()
+	if a.decided {
+		a.mu.Unlock()
+		a.late(r)
+		return
+	}
+	a.ch <- r
+	a.mu.Unlock()
+}
+
+// settle marks the fan-out decided and passes to late the answers that came but were not read.
+func (a *fanAnswers) settle() {
+	a.mu.Lock()
+	a.decided = true
+	var rest []reply
+	for len(a.ch) > 0 {
+		rest = append(rest, <-a.ch)
+	}
+	a.mu.Unlock()
+	for _, r := range rest {
+		a.late(r)
+	}
+}
+
+// register records the acquisition of owner about to run on every server, so that releases of
+// owner wait for it (pendingOf); nil when owner is empty (not an acquisition).
+func (q *quorum) register(owner string) *pendingAcquire {
+	if owner == "" {
+		return nil
+	}
+	mine := &pendingAcquire{done: make([]chan struct{}, len(q.nodes))}
+	for i := range mine.done {
+		mine.done[i] = make(chan struct{})
+	}
+	q.pmu.Lock()
+	if q.pending == nil {
+		q.pending = make(map[string]*pendingAcquire)
+	}
+	q.pending[owner] = mine
+	q.pmu.Unlock()
+	return mine
+}
+
+// unregister forgets mine, whose calls have all ended, unless a newer acquisition of owner
+// took its place.
+func (q *quorum) unregister(owner string, mine *pendingAcquire) {
+	if mine == nil {
+		return
+	}
+	q.pmu.Lock()
+	if q.pending[owner] == mine {
+		delete(q.pending, owner)
+	}
+	q.pmu.Unlock()
+}
+
+// launch starts calls on every server, one goroutine each, and gives each answer to out. The
+// calls outlive the fan-out when a decision comes first: they end with ctx (with detach, at
+// answerWait whatever becomes of ctx) or at close; once every server answered, a background
+// goroutine (which close waits for) releases their context and unregisters mine.
+func (q *quorum) launch(ctx context.Context, calls []conn.Call, detach bool, after []*pendingAcquire, owner string, mine *pendingAcquire, out *fanAnswers) {
 	var cctx context.Context
 	var cancel context.CancelFunc
 	if detach {
@@ -163,44 +211,45 @@ func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.
 		left.Wait()
 		stop()
 		cancel()
-		if mine != nil {
-			q.pmu.Lock()
-			if q.pending[owner] == mine {
-				delete(q.pending, owner)
-			}
-			q.pmu.Unlock()
-		}
+		q.unregister(owner, mine)
 	}()
 	for i, n := range q.nodes {
 		go func() {
 			defer left.Done()
-			for _, p := range after {
-				select {
-				case <-p.done[i]:
-				case <-cctx.Done():
-				}
-			}
-			sent := time.Now()
-			r := reply{i, n.EvalMulti(cctx, calls)}
-			if mine != nil {
-				close(mine.done[i])
-			}
-			if r.res[0].Err == nil {
-				q.observe(time.Since(sent))
-			}
-			if q.ev != nil && cctx.Err() == nil {
-				q.nodeErrors(n.Addr(), calls, r.res)
-			}
-			lateMu.Lock()
-			if decided {
-				lateMu.Unlock()
-				late(r)
-				return
-			}
-			ch <- r
-			lateMu.Unlock()
+			out.put(q.callOne(cctx, i, n, calls, after, mine))
 		}()
 	}
+}
+
+// callOne runs calls on server i, n, once its answers to the acquisitions in after came; then
+// it marks mine's call on that server done, takes the answer time into the moving average and
+// reports the server's errors (unless ctx ended).
+func (q *quorum) callOne(ctx context.Context, i int, n conn.Conn, calls []conn.Call, after []*pendingAcquire, mine *pendingAcquire) reply {
+	for _, p := range after {
+		select {
+		case <-p.done[i]:
+		case <-ctx.Done():
+		}
+	}
+	sent := time.Now()
+	r := reply{i, n.EvalMulti(ctx, calls)}
+	if mine != nil {
+		close(mine.done[i])
+	}
+	if r.res[0].Err == nil {
+		q.observe(time.Since(sent))
+	}
+	if q.ev != nil && ctx.Err() == nil {
+		q.nodeErrors(n.Addr(), calls, r.res)
+	}
+	return r
+}
+
+// collect feeds the answers from ch to decide, one at a time in the caller's goroutine, until
+// decide reports true or every server answered (true), or limit (when > 0) passes or ctx ends
+// first (false). With adapt, a first answer that took more than a quarter of limit stretches
+// the limit to four times that answer's time, counted from start.
+func (q *quorum) collect(ctx context.Context, ch <-chan reply, start time.Time, limit time.Duration, adapt bool, decide func(reply) bool) bool {
 	var expire <-chan time.Time
 	var timer *time.Timer
 	if limit > 0 {

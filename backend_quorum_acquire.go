@@ -24,105 +24,29 @@ func quorumTimeout(ttl time.Duration) time.Duration {
 // so that the contenders stop colliding; else when enough holders' leases run out for a
 // majority. When fewer than a majority answered at all, the error is a *QuorumError.
 func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acquired, int, error) {
-	n := len(q.nodes)
 	sent := mono()
-	var (
-		yes, no, failed int
-		token           uint64
-		holds           int
-		pttls           []time.Duration
-		res             acquired
-		err             error
-		queuedOn        uint64
-		tokensOn        = make([]uint64, n)
-		leases, offers  []time.Duration // adaptive lease: the granting servers' and the others' choices
-	)
-	states := make([]ServerState, n)
-	for i, node := range q.nodes {
-		states[i] = ServerState{Addr: node.Addr(), State: "no answer"}
-	}
+	t := q.newAcquireTally()
 	ttl := parseMS(a.ttl)
 	// On a machine or network slow for every server, wait longer: eight times the recent
 	// answer time, up to a third of the lease.
 	wait := max(quorumTimeout(ttl), min(8*time.Duration(q.latency.Load()), ttl/3))
+	var (
+		res acquired
+		err error
+	)
 	// decide runs in this goroutine, one answer at a time, until it returns true.
 	decided := q.fanOutAdapt(ctx, []conn.Call{a.call()}, wait, true, false, a.owner, afterOf(q.pendingOf(a.owner)), func(r reply) bool {
-		x, rerr := readAcquire(r.res[0].Ints)
-		if r.res[0].Err != nil {
-			rerr = r.res[0].Err
-		}
-		switch {
-		case rerr != nil:
-			failed++
-			states[r.node].State, states[r.node].Err = "error", rerr
-		case x.ok:
-			yes++
-			token = max(token, x.token)
-			holds = max(holds, x.holds)
-			states[r.node].State = "granted"
-			if x.ttl > 0 {
-				leases = append(leases, x.ttl)
-			}
-		default:
-			no++
-			if x.ttl > 0 {
-				offers = append(offers, x.ttl)
-			}
-			states[r.node].State = "held by another owner"
-			tokensOn[r.node] = x.token
-			if a.queue {
-				queuedOn |= 1 << r.node
-			}
-			if x.pttl >= 0 && !x.notMine {
-				pttls = append(pttls, x.pttl)
-			}
-		}
-		switch {
-		case yes >= q.need:
-			res = acquired{ok: true, token: token, holds: holds}
-		case n-no-failed >= q.need:
-			return false // a majority can still grant it
-		case a.reenterOnly:
-			res = acquired{notMine: true, pttl: -1}
-		case yes+no < q.need: // not because of a holder: servers are down
-			err = q.noQuorum("lock", states, 0)
-		case yes > 0:
-			res = acquired{pttl: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
-		default:
-			res = acquired{pttl: q.freeIn(pttls)}
-		}
-		return true
+		t.add(r, a.queue)
+		var done bool
+		res, done, err = q.decideAcquire(t, a)
+		return done
 	}, a.lateReply())
 	if !decided { // no decision within the timeout, or the caller gave up
-		switch {
-		case ctx.Err() != nil:
-			res, err = acquired{}, ctx.Err()
-		case a.reenterOnly:
-			res, err = acquired{notMine: true, pttl: -1}, nil
-		case yes+no < q.need:
-			res, err = acquired{}, q.noQuorum("lock", states, wait)
-		case yes > 0:
-			res = acquired{pttl: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
-		default:
-			res = acquired{pttl: q.freeIn(pttls)}
-		}
+		res, err = q.undecidedAcquire(ctx, t, a, wait)
 	}
-	if res.ok {
-		// Each server chose its own adaptive lease: the lock is held on a majority for the
-		// need-th longest (renewals then give every server the same).
-		if res.ttl = majorityLease(leases, q.need); res.ttl > 0 {
-			ttl = res.ttl
-		}
-	} else {
-		res.ttl = majorityLease(offers, q.need)
-	}
-	if res.ok && !a.reenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
-		// Redlock: the majority took longer than the validity time (TTL - drift) to answer,
-		// so the lease has no time left. Give it back and count the attempt as failed.
-		res = acquired{}
-	}
-	res.queuedOn, res.tokensOn = queuedOn, tokensOn
-	if !a.reenterOnly && (err != nil || (!res.ok && (yes > 0 || !decided))) {
+	res = q.acquiredLease(res, t, a, ttl, sent)
+	res.queuedOn, res.tokensOn = t.queuedOn, t.tokensOn
+	if !a.reenterOnly && (err != nil || (!res.ok && (t.yes > 0 || !decided))) {
 		// Some servers may hold it for owner: give it back everywhere. (When every server
 		// refused there is nothing to give back, and owner, a queue entry's, stays usable.) A
 		// queue entry's owner is given back by the caller, unless a grant to the entry reached
@@ -133,6 +57,120 @@ func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acqu
 		res.dirty = true
 	}
 	return res, -1, err
+}
+
+// acquireTally counts the servers' answers to one acquisition, as they come.
+type acquireTally struct {
+	yes, no, failed int             // servers that granted it, refused it, answered with an error
+	token           uint64          // the largest token among the granting servers
+	holds           int             // the most holds among them
+	pttls           []time.Duration // the refusing servers' holders' remaining leases, when known
+	queuedOn        uint64          // bit i: server i queued the caller
+	tokensOn        []uint64        // per server that refused: its current token
+	leases, offers  []time.Duration // adaptive lease: the granting servers' and the others' choices
+	states          []ServerState   // what each server did, for a *QuorumError
+}
+
+// newAcquireTally returns the tally of an acquisition no server has answered yet.
+func (q *quorum) newAcquireTally() *acquireTally {
+	t := &acquireTally{tokensOn: make([]uint64, len(q.nodes)), states: make([]ServerState, len(q.nodes))}
+	for i, node := range q.nodes {
+		t.states[i] = ServerState{Addr: node.Addr(), State: "no answer"}
+	}
+	return t
+}
+
+// add counts server r.node's answer; queue says whether a refusal queued the caller.
+func (t *acquireTally) add(r reply, queue bool) {
+	x, rerr := readAcquire(r.res[0].Ints)
+	if r.res[0].Err != nil {
+		rerr = r.res[0].Err
+	}
+	switch {
+	case rerr != nil:
+		t.failed++
+		t.states[r.node].State, t.states[r.node].Err = "error", rerr
+	case x.ok:
+		t.yes++
+		t.token = max(t.token, x.token)
+		t.holds = max(t.holds, x.holds)
+		t.states[r.node].State = "granted"
+		if x.ttl > 0 {
+			t.leases = append(t.leases, x.ttl)
+		}
+	default:
+		t.no++
+		if x.ttl > 0 {
+			t.offers = append(t.offers, x.ttl)
+		}
+		t.states[r.node].State = "held by another owner"
+		t.tokensOn[r.node] = x.token
+		if queue {
+			t.queuedOn |= 1 << r.node
+		}
+		if x.pttl >= 0 && !x.notMine {
+			t.pttls = append(t.pttls, x.pttl)
+		}
+	}
+}
+
+// decideAcquire reports whether the answers so far decide a's acquisition (false while a
+// majority can still grant it) and, when they do, its outcome.
+func (q *quorum) decideAcquire(t *acquireTally, a acquireArgs) (acquired, bool, error) {
+	switch {
+	case t.yes >= q.need:
+		return acquired{ok: true, token: t.token, holds: t.holds}, true, nil
+	case len(q.nodes)-t.no-t.failed >= q.need:
+		return acquired{}, false, nil // a majority can still grant it
+	case a.reenterOnly:
+		return acquired{notMine: true, pttl: -1}, true, nil
+	case t.yes+t.no < q.need: // not because of a holder: servers are down
+		return acquired{}, true, q.noQuorum("lock", t.states, 0)
+	}
+	return q.refused(t), true, nil
+}
+
+// undecidedAcquire is the outcome of an acquisition that no decision came for within wait, or
+// whose caller gave up (ctx).
+func (q *quorum) undecidedAcquire(ctx context.Context, t *acquireTally, a acquireArgs, wait time.Duration) (acquired, error) {
+	switch {
+	case ctx.Err() != nil:
+		return acquired{}, ctx.Err()
+	case a.reenterOnly:
+		return acquired{notMine: true, pttl: -1}, nil
+	case t.yes+t.no < q.need:
+		return acquired{}, q.noQuorum("lock", t.states, wait)
+	}
+	return q.refused(t), nil
+}
+
+// refused is a refusal's answer of when to try again: after a split vote (some servers granted
+// it) a random 1-8 ms; else when a majority could grant it (freeIn).
+func (q *quorum) refused(t *acquireTally) acquired {
+	if t.yes > 0 {
+		return acquired{pttl: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
+	}
+	return acquired{pttl: q.freeIn(t.pttls)}
+}
+
+// acquiredLease sets res's adaptive lease from the servers' choices and, as Redlock asks,
+// turns a grant into a failure when the majority took longer than the validity time (TTL -
+// drift, counted from sent) to answer.
+func (q *quorum) acquiredLease(res acquired, t *acquireTally, a acquireArgs, ttl time.Duration, sent int64) acquired {
+	if res.ok {
+		// Each server chose its own adaptive lease: the lock is held on a majority for the
+		// need-th longest (renewals then give every server the same).
+		if res.ttl = majorityLease(t.leases, q.need); res.ttl > 0 {
+			ttl = res.ttl
+		}
+	} else {
+		res.ttl = majorityLease(t.offers, q.need)
+	}
+	if res.ok && !a.reenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
+		// The lease has no time left. Give it back and count the attempt as failed.
+		return acquired{}
+	}
+	return res
 }
 
 // freeIn estimates when a majority could grant the lock: the servers that refused free up as
