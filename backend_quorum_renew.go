@@ -24,13 +24,39 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 	if items == 0 {
 		return res
 	}
-	n := len(q.nodes)
-	type span struct {
-		from, to int
-		kind     int // 0 release, 1 lease, 2 entry
-	}
+	calls, spans, after, limit := q.roundCalls(rd)
+	t := q.newRoundTally(spans, items, nRel, len(calls))
+	q.fanOutAdapt(ctx, calls, limit, false, true, "", after, func(r reply) bool {
+		t.add(r)
+		return t.decided()
+	}, nil)
+	t.fill(&res, nLease)
+	return res
+}
+
+// The kinds of item a call of a quorum round carries.
+const (
+	spanRelease = iota
+	spanLease
+	spanEntry
+)
+
+// roundSpan is the items one call of a quorum round carries: from up to to, in the round's
+// order of items (its releases, then its leases, then its entries), all of one kind.
+type roundSpan struct {
+	from, to int
+	kind     int // spanRelease, spanLease or spanEntry
+}
+
+// roundCalls builds a round's pipeline, the same for every server: a release.lua call per
+// release, renew.lua calls of up to renewBatch leases, queue.lua calls of up to renewBatch
+// entries. With them it returns the span of items each call carries, the acquisitions of the
+// released owners still running (which the pipeline waits for), and how long the round may
+// wait: a third of its shortest lease or window, or answerWait when it has none.
+func (q *quorum) roundCalls(rd round) ([]conn.Call, []roundSpan, []*pendingAcquire, time.Duration) {
+	nRel, nLease := len(rd.releases), len(rd.leases)
 	var calls []conn.Call
-	var spans []span
+	var spans []roundSpan
 	var after []*pendingAcquire
 	limit := time.Duration(-1)
 	shorter := func(d time.Duration) {
@@ -41,7 +67,7 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 	for i, r := range rd.releases {
 		calls = append(calls, releaseArgs{keys: r.keys, owner: r.owner, retention: q.retention, channel: r.channel,
 			all: r.all, floor: r.floor, leave: r.leave, record: r.record}.call())
-		spans = append(spans, span{i, i + 1, 0})
+		spans = append(spans, roundSpan{i, i + 1, spanRelease})
 		if p := q.pendingOf(r.owner); p != nil {
 			after = append(after, p)
 		}
@@ -53,7 +79,7 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 			keys, owners, ttls = append(keys, l.key), append(owners, l.owner), append(ttls, l.ttl)
 			shorter(parseMS(l.ttl) / 3)
 		}
-		calls, spans = append(calls, renewCall(keys, owners, ttls)), append(spans, span{nRel + i, nRel + j, 1})
+		calls, spans = append(calls, renewCall(keys, owners, ttls)), append(spans, roundSpan{nRel + i, nRel + j, spanLease})
 	}
 	for i := 0; i < len(rd.entries); i += renewBatch {
 		j := min(i+renewBatch, len(rd.entries))
@@ -64,122 +90,162 @@ func (q *quorum) renew(ctx context.Context, rd round) roundResult {
 			watch = append(watch, e.watch)
 			shorter(parseMS(e.window) / 3)
 		}
-		calls, spans = append(calls, queueCall(keys, ids, windows, waiting, watch)), append(spans, span{nRel + nLease + i, nRel + nLease + j, 2})
+		calls, spans = append(calls, queueCall(keys, ids, windows, waiting, watch)), append(spans, roundSpan{nRel + nLease + i, nRel + nLease + j, spanEntry})
 	}
 	if limit < 0 {
 		limit = answerWait
 	}
-	yes, no := make([]int, items), make([]int, items)
-	on := make([]uint64, items)
-	freed := make([]bool, items)            // a server answered renew.lua's "released" for the lease
-	lefts := make([][]time.Duration, items) // an entry's lock, by server that told: ms until it may be free
-	failed := make([]int, len(calls))       // servers whose answer to call c is an error
-	callOf := make([]int, items)
+	return calls, spans, after, limit
+}
+
+// roundTally counts the servers' answers to a quorum round, per item (in the round's order of
+// items) and per call.
+type roundTally struct {
+	q       *quorum
+	nRel    int // the round's releases: items 0 up to nRel
+	spans   []roundSpan
+	yes, no []int             // per item: servers that renewed (or released) it, and that refused
+	on      []uint64          // per item: bit i, server i renewed it
+	freed   []bool            // per item: a server answered renew.lua's "released" for the lease
+	lefts   [][]time.Duration // an entry's lock, by server that told: ms until it may be free
+	failed  []int             // per call: servers whose answer to it is an error
+	callOf  []int             // per item: the call that carries it
+	answers int               // servers that answered
+	errs    []error
+}
+
+// newRoundTally returns the tally of a round of items items (nRel of them releases) in calls
+// calls, cut as spans says, that no server has answered yet.
+func (q *quorum) newRoundTally(spans []roundSpan, items, nRel, calls int) *roundTally {
+	t := &roundTally{q: q, nRel: nRel, spans: spans,
+		yes: make([]int, items), no: make([]int, items), on: make([]uint64, items), freed: make([]bool, items),
+		lefts: make([][]time.Duration, items), failed: make([]int, calls), callOf: make([]int, items)}
 	for c, sp := range spans {
 		for k := sp.from; k < sp.to; k++ {
-			callOf[k] = c
+			t.callOf[k] = c
 		}
 	}
-	var answers int
-	var errs []error
-	decided := func() bool {
-		for k := range items {
-			pending := n - yes[k] - no[k] - failed[callOf[k]]
-			if k < nRel { // a release is decided once a majority answered it either way
-				if yes[k]+no[k] < q.need && pending > 0 {
-					return false
-				}
-				continue
+	return t
+}
+
+// add counts server r.node's answers to every call of the round.
+func (t *roundTally) add(r reply) {
+	t.answers++
+	for c, x := range r.res {
+		sp := t.spans[c]
+		oks, err := t.read(sp, x)
+		if err != nil {
+			t.failed[c]++
+			t.errs = append(t.errs, t.q.nodeErr(r.node, err))
+			continue
+		}
+		for k, ok := range oks {
+			if ok {
+				t.yes[sp.from+k]++
+				t.on[sp.from+k] |= 1 << r.node
+			} else {
+				t.no[sp.from+k]++
 			}
-			if yes[k] < q.need && yes[k]+pending >= q.need {
+		}
+	}
+}
+
+// read reads one server's answer x to the call of span sp: whether it renewed (or released)
+// each item. On the way it notes the leases the server says were released and the times until
+// the entries' locks may be free.
+func (t *roundTally) read(sp roundSpan, x conn.Result) ([]bool, error) {
+	if x.Err != nil {
+		return nil, x.Err
+	}
+	switch sp.kind {
+	case spanRelease:
+		rel, err := readRelease(x.Ints)
+		return []bool{rel.owned}, err
+	case spanLease:
+		oks, err := readRenew(x.Ints, sp.to-sp.from)
+		for k, v := range x.Ints {
+			if err == nil && v == renewReleased {
+				t.freed[sp.from+k] = true
+			}
+		}
+		return oks, err
+	}
+	oks, left, err := readQueue(x.Ints, sp.to-sp.from)
+	for k, l := range left {
+		if l != lockLeftUnknown {
+			t.lefts[sp.from+k] = append(t.lefts[sp.from+k], l)
+		}
+	}
+	return oks, err
+}
+
+// decided reports whether the answers so far decide every item: a release once a majority
+// answered it either way, a lease or an entry once a majority renewed it or can no longer.
+func (t *roundTally) decided() bool {
+	n, need := len(t.q.nodes), t.q.need
+	for k := range t.yes {
+		pending := n - t.yes[k] - t.no[k] - t.failed[t.callOf[k]]
+		if k < t.nRel {
+			if t.yes[k]+t.no[k] < need && pending > 0 {
 				return false
 			}
+			continue
 		}
-		return true
+		if t.yes[k] < need && t.yes[k]+pending >= need {
+			return false
+		}
 	}
-	q.fanOutAdapt(ctx, calls, limit, false, true, "", after, func(r reply) bool {
-		answers++
-		for c, x := range r.res {
-			sp := spans[c]
-			var oks []bool
-			err := x.Err
-			if err == nil {
-				switch sp.kind {
-				case 0:
-					var rel released
-					rel, err = readRelease(x.Ints)
-					oks = []bool{rel.owned}
-				case 1:
-					oks, err = readRenew(x.Ints, sp.to-sp.from)
-					for k, v := range x.Ints {
-						if err == nil && v == renewReleased {
-							freed[sp.from+k] = true
-						}
-					}
-				default:
-					var left []time.Duration
-					oks, left, err = readQueue(x.Ints, sp.to-sp.from)
-					for k, l := range left {
-						if l != lockLeftUnknown {
-							lefts[sp.from+k] = append(lefts[sp.from+k], l)
-						}
-					}
-				}
-			}
-			if err != nil {
-				failed[c]++
-				errs = append(errs, q.nodeErr(r.node, err))
-				continue
-			}
-			for k, ok := range oks {
-				if ok {
-					yes[sp.from+k]++
-					on[sp.from+k] |= 1 << r.node
-				} else {
-					no[sp.from+k]++
-				}
-			}
-		}
-		return decided()
-	}, nil)
-	undecided := func() error {
-		if err := joinErrors(errs...); err != nil {
-			return fmt.Errorf("undecided, %d of %d servers answered: %w", answers, n, err)
-		}
-		return fmt.Errorf("undecided, %d of %d servers answered in time", answers, n)
-	}
-	for k := range items {
+	return true
+}
+
+// fill writes the round's outcome into res: an error for each release a majority did not
+// answer, and each lease's and entry's outcome (nLease leases, then the entries).
+func (t *roundTally) fill(res *roundResult, nLease int) {
+	for k := range t.yes {
 		switch {
-		case k < nRel:
-			if yes[k]+no[k] < q.need {
-				res.relErrs[k] = undecided()
+		case k < t.nRel:
+			if t.yes[k]+t.no[k] < t.q.need {
+				res.relErrs[k] = t.undecided()
 			}
+		case k < t.nRel+nLease:
+			res.leases[k-t.nRel] = t.outcome(k, false)
 		default:
-			out := &res.leases
-			idx := k - nRel
-			if k >= nRel+nLease {
-				out, idx = &res.entries, k-nRel-nLease
-			}
-			(*out)[idx].on = on[k]
-			if k >= nRel+nLease {
-				// A majority may have the lock free once the need-th shortest time has passed.
-				(*out)[idx].lockLeft = lockLeftUnknown
-				if l := lefts[k]; len(l) >= q.need {
-					slices.Sort(l)
-					(*out)[idx].lockLeft = l[q.need-1]
-				}
-			}
-			switch {
-			case yes[k] >= q.need:
-				(*out)[idx].ok = true
-			case no[k] >= n-q.need+1: // a majority refused: lost, or gone
-				(*out)[idx].released = freed[k]
-			default:
-				(*out)[idx].err = undecided()
-			}
+			res.entries[k-t.nRel-nLease] = t.outcome(k, true)
 		}
 	}
-	return res
+}
+
+// outcome is item k's outcome, a lease's or (entry) a queue entry's: renewed when a majority
+// renewed it, lost or gone when a majority refused, else an error; an entry also says when a
+// majority may have its lock free, once the need-th shortest time told has passed.
+func (t *roundTally) outcome(k int, entry bool) renewed {
+	need := t.q.need
+	o := renewed{on: t.on[k]}
+	if entry {
+		o.lockLeft = lockLeftUnknown
+		if l := t.lefts[k]; len(l) >= need {
+			slices.Sort(l)
+			o.lockLeft = l[need-1]
+		}
+	}
+	switch {
+	case t.yes[k] >= need:
+		o.ok = true
+	case t.no[k] >= len(t.q.nodes)-need+1: // a majority refused: lost, or gone
+		o.released = t.freed[k]
+	default:
+		o.err = t.undecided()
+	}
+	return o
+}
+
+// undecided is the error of an item the answers did not decide.
+func (t *roundTally) undecided() error {
+	n := len(t.q.nodes)
+	if err := joinErrors(t.errs...); err != nil {
+		return fmt.Errorf("undecided, %d of %d servers answered: %w", t.answers, n, err)
+	}
+	return fmt.Errorf("undecided, %d of %d servers answered in time", t.answers, n)
 }
 
 // pttl: the lease is held on a majority for at least the majority-th longest remaining lease;
