@@ -111,11 +111,11 @@ type roundTally struct {
 	failed  []int             // per call: servers whose answer to it is an error
 	callOf  []int             // per item: the call that carries it
 	answers int               // servers that answered
-	errs    []error
+	errs    []error           // the servers' errors, which undecided reports
 }
 
-// newRoundTally returns the tally of a round of items items (nRel of them releases) in calls
-// calls, cut as spans says, that no server has answered yet.
+// newRoundTally returns the tally, before any server answered, of a round that has this many
+// items (the first nRel of them releases) in this many calls, cut as spans says.
 func (q *quorum) newRoundTally(spans []roundSpan, items, nRel, calls int) *roundTally {
 	t := &roundTally{q: q, nRel: nRel, spans: spans,
 		yes: make([]int, items), no: make([]int, items), on: make([]uint64, items), freed: make([]bool, items),
