@@ -117,57 +117,22 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 	for _, r := range rd.releases {
 		calls = append(calls, s.releaseCall(r))
 	}
-	leaseKeys := make([]string, len(rd.leases))
-	for i, l := range rd.leases {
-		leaseKeys[i] = l.key
-	}
-	leaseChunks := s.chunks(leaseKeys, func(i int) bool { return rd.leases[i].shared })
-	for _, ch := range leaseChunks {
-		keys, owners, ttls := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
-		for k, idx := range ch {
-			keys[k], owners[k], ttls[k] = rd.leases[idx].key, rd.leases[idx].owner, rd.leases[idx].ttl
-		}
-		if rd.leases[ch[0]].shared {
-			calls = append(calls, sharedRenewCall(keys, owners, ttls))
-		} else {
-			calls = append(calls, renewCall(keys, owners, ttls))
-		}
-	}
-	var ack replicaAck
-	for _, l := range rd.leases {
-		ack.n, ack.wait = max(ack.n, l.ack.n), max(ack.wait, l.ack.wait)
-	}
+	leaseCalls, leaseChunks := s.leaseCalls(rd.leases)
+	calls = append(calls, leaseCalls...)
+	ack := roundAck(rd.leases)
 	waitAt := -1
 	if ack.n > 0 {
 		waitAt = len(calls)
 		calls = append(calls, conn.Call{WaitReplicas: ack.n, WaitTimeout: ack.wait})
 	}
-	entryKeys := make([]string, len(rd.entries))
-	for i, q := range rd.entries {
-		entryKeys[i] = q.key
-	}
-	entryChunks := s.chunks(entryKeys, nil)
 	entryFrom := len(calls)
-	for _, ch := range entryChunks {
-		keys, ids, windows, waiting := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
-		watch := make([]bool, len(ch))
-		for k, idx := range ch {
-			e := rd.entries[idx]
-			keys[k], ids[k], windows[k], waiting[k], watch[k] = e.key, e.id, e.window, e.waiting, e.watch
-		}
-		calls = append(calls, queueCall(keys, ids, windows, waiting, watch))
-	}
-	results := s.cn.EvalMulti(ctx, calls)
-	result := func(i int) conn.Result {
-		if i < len(results) {
-			return results[i]
-		}
-		return conn.Result{Err: errShortReply}
-	}
+	entryCalls, entryChunks := s.entryCalls(rd.entries)
+	calls = append(calls, entryCalls...)
+	results := roundReplies(s.cn.EvalMulti(ctx, calls))
 	var res roundResult
 	res.relErrs = make([]error, len(rd.releases))
 	for i := range rd.releases {
-		if r := result(i); r.Err != nil {
+		if r := results.at(i); r.Err != nil {
 			res.relErrs[i] = r.Err
 		} else if _, err := readRelease(r.Ints); err != nil {
 			res.relErrs[i] = err
@@ -175,13 +140,88 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 	}
 	acked := -1
 	if waitAt >= 0 {
-		if w := result(waitAt); w.Err == nil && len(w.Ints) == 1 {
+		if w := results.at(waitAt); w.Err == nil && len(w.Ints) == 1 {
 			acked = int(w.Ints[0])
 		}
 	}
-	res.leases = make([]renewed, len(rd.leases))
-	for c, ch := range leaseChunks {
-		r := result(len(rd.releases) + c)
+	res.leases = readLeases(rd.leases, leaseChunks, results, len(rd.releases), acked)
+	res.entries = readEntries(len(rd.entries), entryChunks, results, entryFrom)
+	return res
+}
+
+// roundAck is the replica acknowledgement a round's WAIT asks for: the most replicas and the
+// longest wait any of its leases asks for.
+func roundAck(leases []renewal) replicaAck {
+	var ack replicaAck
+	for _, l := range leases {
+		ack.n, ack.wait = max(ack.n, l.ack.n), max(ack.wait, l.ack.wait)
+	}
+	return ack
+}
+
+// leaseCalls cuts a round's leases into renew.lua calls (shared.lua's for the shared holds)
+// and returns them with, for each, the indexes into leases it renews.
+func (s *oneServer) leaseCalls(leases []renewal) ([]conn.Call, [][]int) {
+	leaseKeys := make([]string, len(leases))
+	for i, l := range leases {
+		leaseKeys[i] = l.key
+	}
+	chunks := s.chunks(leaseKeys, func(i int) bool { return leases[i].shared })
+	calls := make([]conn.Call, 0, len(chunks))
+	for _, ch := range chunks {
+		keys, owners, ttls := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
+		for k, idx := range ch {
+			keys[k], owners[k], ttls[k] = leases[idx].key, leases[idx].owner, leases[idx].ttl
+		}
+		if leases[ch[0]].shared {
+			calls = append(calls, sharedRenewCall(keys, owners, ttls))
+		} else {
+			calls = append(calls, renewCall(keys, owners, ttls))
+		}
+	}
+	return calls, chunks
+}
+
+// entryCalls cuts a round's queue entries into queue.lua calls and returns them with, for
+// each, the indexes into entries it refreshes.
+func (s *oneServer) entryCalls(entries []queued) ([]conn.Call, [][]int) {
+	entryKeys := make([]string, len(entries))
+	for i, q := range entries {
+		entryKeys[i] = q.key
+	}
+	chunks := s.chunks(entryKeys, nil)
+	calls := make([]conn.Call, 0, len(chunks))
+	for _, ch := range chunks {
+		keys, ids, windows, waiting := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
+		watch := make([]bool, len(ch))
+		for k, idx := range ch {
+			e := entries[idx]
+			keys[k], ids[k], windows[k], waiting[k], watch[k] = e.key, e.id, e.window, e.waiting, e.watch
+		}
+		calls = append(calls, queueCall(keys, ids, windows, waiting, watch))
+	}
+	return calls, chunks
+}
+
+// roundReplies is the answer to a round's pipeline, one result per call.
+type roundReplies []conn.Result
+
+// at is call i's result; errShortReply when the answer stops before it.
+func (rs roundReplies) at(i int) conn.Result {
+	if i < len(rs) {
+		return rs[i]
+	}
+	return conn.Result{Err: errShortReply}
+}
+
+// readLeases reads the renew.lua answers of a round, whose calls (one per chunk of leases)
+// start at from: each lease renewed, refused (and whether it was released), or an error, which
+// is also what a renewal fewer replicas acknowledged than its lease asks for gets (acked: the
+// WAIT's count, -1 when unknown), so that it is tried again.
+func readLeases(leases []renewal, chunks [][]int, results roundReplies, from, acked int) []renewed {
+	out := make([]renewed, len(leases))
+	for c, ch := range chunks {
+		r := results.at(from + c)
 		oks, err := r.Ints, r.Err
 		var flags []bool
 		if err == nil {
@@ -190,18 +230,24 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 		for k, idx := range ch {
 			switch {
 			case err != nil:
-				res.leases[idx].err = err
-			case flags[k] && rd.leases[idx].ack.n > 0 && rd.leases[idx].ack.n > acked:
-				res.leases[idx].err = errNotAcked // renewed on the master only: try again
+				out[idx].err = err
+			case flags[k] && leases[idx].ack.n > 0 && leases[idx].ack.n > acked:
+				out[idx].err = errNotAcked // renewed on the master only: try again
 			default:
-				res.leases[idx].ok = flags[k]
-				res.leases[idx].released = oks[k] == renewReleased
+				out[idx].ok = flags[k]
+				out[idx].released = oks[k] == renewReleased
 			}
 		}
 	}
-	res.entries = make([]renewed, len(rd.entries))
-	for c, ch := range entryChunks {
-		r := result(entryFrom + c)
+	return out
+}
+
+// readEntries reads the queue.lua answers of a round's n entries, whose calls (one per chunk)
+// start at from: each entry refreshed or gone, and when its lock may be free; or an error.
+func readEntries(n int, chunks [][]int, results roundReplies, from int) []renewed {
+	out := make([]renewed, n)
+	for c, ch := range chunks {
+		r := results.at(from + c)
 		var flags []bool
 		var left []time.Duration
 		err := r.Err
@@ -210,13 +256,13 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 		}
 		for k, idx := range ch {
 			if err != nil {
-				res.entries[idx].err = err
+				out[idx].err = err
 			} else {
-				res.entries[idx].ok, res.entries[idx].lockLeft = flags[k], left[k]
+				out[idx].ok, out[idx].lockLeft = flags[k], left[k]
 			}
 		}
 	}
-	return res
+	return out
 }
 
 // chunks cuts keys into the calls of a round: up to renewBatch each, on a Cluster of one

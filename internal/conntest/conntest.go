@@ -139,17 +139,7 @@ func Wait(t *testing.T, dial func(t *testing.T, url string) conn.Conn) {
 // master, and a slot migration or a shard failover never leaving a listener silently dead.
 func Cluster(t *testing.T, ctx context.Context, g *redistest.ClusterGroup, c conn.Conn) {
 	masters := g.Masters()
-	// One channel (and key) per master.
-	names := make([]string, len(masters))
-	for i, m := range masters {
-		for n := 0; ; n++ {
-			name := fmt.Sprintf("dlock:{n%d}:rel", n)
-			if owner, err := g.MasterOfSlot(ctx, redistest.SlotOf(name)); err == nil && owner == m {
-				names[i] = name
-				break
-			}
-		}
-	}
+	names := channelPerMaster(t, ctx, g, masters)
 	var calls []conn.Call
 	for _, n := range names {
 		calls = append(calls, conn.Call{Script: SetScript, Keys: []string{n + ":key"}, Args: []string{"v"}})
@@ -161,34 +151,84 @@ func Cluster(t *testing.T, ctx context.Context, g *redistest.ClusterGroup, c con
 			t.Fatalf("result %d = %+v, want {1}", i, r)
 		}
 	}
+	ln := clusterPubSub(t, ctx, c, masters, names)
+	defer ln.Close()
+	clusterSlotMove(t, ctx, g, c, ln, masters, names)
+	ln.Close()
+	clusterFailover(t, ctx, g, c, names[1])
+}
 
-	var mu sync.Mutex
-	subscribed := make(map[string]int)
-	got := make(map[string]string)
-	ln, err := c.Listen(ctx, conn.Handler{
+// channelPerMaster returns one release channel (and key prefix) per master of g, in the order
+// of masters: a name whose slot that master owns.
+func channelPerMaster(t *testing.T, ctx context.Context, g *redistest.ClusterGroup, masters []*redistest.Server) []string {
+	names := make([]string, len(masters))
+	for i, m := range masters {
+		for n := 0; ; n++ {
+			name := fmt.Sprintf("dlock:{n%d}:rel", n)
+			if owner, err := g.MasterOfSlot(ctx, redistest.SlotOf(name)); err == nil && owner == m {
+				names[i] = name
+				break
+			}
+		}
+	}
+	return names
+}
+
+// recorder is a listener's handler that keeps the last message and the count of
+// subscription confirmations per channel.
+type recorder struct {
+	mu         sync.Mutex
+	subscribed map[string]int
+	got        map[string]string
+}
+
+func newRecorder() *recorder {
+	return &recorder{subscribed: make(map[string]int), got: make(map[string]string)}
+}
+
+func (r *recorder) handler() conn.Handler {
+	return conn.Handler{
 		Message: func(ch, msg string) {
-			mu.Lock()
-			got[ch] = msg
-			mu.Unlock()
+			r.mu.Lock()
+			r.got[ch] = msg
+			r.mu.Unlock()
 		},
 		Subscribed: func(ch string) {
-			mu.Lock()
-			subscribed[ch]++
-			mu.Unlock()
+			r.mu.Lock()
+			r.subscribed[ch]++
+			r.mu.Unlock()
 		},
-	})
+	}
+}
+
+// counts returns how many channels were confirmed subscribed and how many got a message.
+func (r *recorder) counts() (subscribed, got int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.subscribed), len(r.got)
+}
+
+// on returns the confirmations and the last message of channel ch.
+func (r *recorder) on(ch string) (int, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.subscribed[ch], r.got[ch]
+}
+
+// clusterPubSub checks that one listener subscribes to names, one channel per master (masters,
+// in the same order), over one connection per node, gets what each master SPUBLISHes, and is
+// not ended by its own SUNSUBSCRIBE. It returns the listener, still open.
+func clusterPubSub(t *testing.T, ctx context.Context, c conn.Conn, masters []*redistest.Server, names []string) conn.Listener {
+	rec := newRecorder()
+	ln, err := c.Listen(ctx, rec.handler())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
 	if err := ln.Subscribe(ctx, names...); err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
-	WaitFor(t, "ssubscribe confirmations", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(subscribed) == len(names)
-	})
+	WaitFor(t, "ssubscribe confirmations", func() bool { s, _ := rec.counts(); return s == len(names) })
 	for i, m := range masters {
 		if n := MustDo(t, m, "SPUBLISH", names[i], "tok"+strconv.Itoa(i)); n != "1" {
 			t.Errorf("SPUBLISH %s on %s reached %s subscribers, want 1", names[i], m.Addr, n)
@@ -198,28 +238,31 @@ func Cluster(t *testing.T, ctx context.Context, g *redistest.ClusterGroup, c con
 			t.Errorf("SHARDNUMSUB on %s = %q", m.Addr, n)
 		}
 	}
-	WaitFor(t, "smessages", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) == len(names)
-	})
+	WaitFor(t, "smessages", func() bool { _, g := rec.counts(); return g == len(names) })
 	for i, n := range names {
-		if got[n] != "tok"+strconv.Itoa(i) {
-			t.Errorf("message on %s = %q", n, got[n])
+		if _, msg := rec.on(n); msg != "tok"+strconv.Itoa(i) {
+			t.Errorf("message on %s = %q", n, msg)
 		}
 	}
 	// Our own SUNSUBSCRIBE does not end the listener.
 	if err := ln.Unsubscribe(ctx, names[2]); err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
 	WaitFor(t, "unsubscribed", func() bool { return strings.HasSuffix(MustDo(t, masters[2], "PUBSUB", "SHARDNUMSUB", names[2]), "\n0") })
 	select {
 	case err := <-ln.Done():
+		ln.Close()
 		t.Fatalf("listener ended after our own unsubscribe: %v", err)
 	default:
 	}
-	// Moving a subscribed channel's slot ends the listener with an error. A listener opened
-	// before the move that subscribes to the channel afterwards (on the old owner) fails too.
+	return ln
+}
+
+// clusterSlotMove checks that moving the slot of names[0], which ln is subscribed to, from its
+// master to masters[1] ends ln with an error, and that a listener opened before the move that
+// subscribes to the channel afterwards (on the old owner) fails too.
+func clusterSlotMove(t *testing.T, ctx context.Context, g *redistest.ClusterGroup, c conn.Conn, ln conn.Listener, masters []*redistest.Server, names []string) {
 	early, err := c.Listen(ctx, conn.Handler{Message: func(string, string) {}, Subscribed: func(string) {}})
 	if err != nil {
 		t.Fatal(err)
@@ -248,52 +291,33 @@ func Cluster(t *testing.T, ctx context.Context, g *redistest.ClusterGroup, c con
 	case <-time.After(20 * time.Second):
 		t.Fatal("listener still open 20 s after its channel's slot moved")
 	}
-	ln.Close()
+}
 
-	// After a manual failover of a shard, a subscription made on its old master either still
-	// gets the shard's messages (Redis forwards SPUBLISH to every node of the shard) or ends the
-	// listener: it is never silently dead.
-	mu.Lock()
-	clear(subscribed)
-	clear(got)
-	mu.Unlock()
-	ln, err = c.Listen(ctx, conn.Handler{
-		Message: func(ch, msg string) {
-			mu.Lock()
-			got[ch] = msg
-			mu.Unlock()
-		},
-		Subscribed: func(ch string) {
-			mu.Lock()
-			subscribed[ch]++
-			mu.Unlock()
-		},
-	})
+// clusterFailover checks that after a manual failover of the shard of channel name (shard 1),
+// a subscription made on its old master either still gets the shard's messages (Redis
+// forwards SPUBLISH to every node of the shard) or ends the listener: it is never silently
+// dead.
+func clusterFailover(t *testing.T, ctx context.Context, g *redistest.ClusterGroup, c conn.Conn, name string) {
+	rec := newRecorder()
+	ln, err := c.Listen(ctx, rec.handler())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if err := ln.Subscribe(ctx, names[1]); err != nil {
+	if err := ln.Subscribe(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	WaitFor(t, "ssubscribe confirmation", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return subscribed[names[1]] == 1
-	})
+	WaitFor(t, "ssubscribe confirmation", func() bool { s, _ := rec.on(name); return s == 1 })
 	_, promoted, err := g.FailoverShard(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	MustDo(t, promoted, "SPUBLISH", names[1], "after-failover")
+	MustDo(t, promoted, "SPUBLISH", name, "after-failover")
 	deadline := time.After(20 * time.Second)
 	for {
-		mu.Lock()
-		msg := got[names[1]]
-		mu.Unlock()
-		if msg == "after-failover" {
+		if _, msg := rec.on(name); msg == "after-failover" {
 			t.Log("after a failover: the subscription still gets the shard's messages")
-			break
+			return
 		}
 		select {
 		case err := <-ln.Done():

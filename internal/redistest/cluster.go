@@ -116,10 +116,18 @@ func StartCluster(opts ...Option) (g *ClusterGroup, err error) {
 	if err := g.waitAgreed(ctx, nil); err != nil {
 		return nil, err
 	}
-	// Shards by first slot, from the now agreed view.
+	if err := g.orderShards(ctx); err != nil {
+		return nil, err
+	}
+	return g, g.waitAgreed(ctx, nil)
+}
+
+// orderShards fills g.shards from the now agreed view of the slots: each master with slots and
+// its replica, ordered by the master's first slot.
+func (g *ClusterGroup) orderShards(ctx context.Context) error {
 	view, err := g.view(ctx, g.nodes[0])
 	if err != nil {
-		return nil, err
+		return err
 	}
 	type shard struct {
 		first int
@@ -138,18 +146,18 @@ func StartCluster(opts ...Option) (g *ClusterGroup, err error) {
 			}
 		}
 		if r == nil {
-			return nil, fmt.Errorf("redistest: master %s has no replica", m.Addr)
+			return fmt.Errorf("redistest: master %s has no replica", m.Addr)
 		}
 		shards = append(shards, shard{first, [2]*Server{m, r}})
 	}
 	if len(shards) != 3 {
-		return nil, fmt.Errorf("redistest: cluster has %d masters with slots, want 3", len(shards))
+		return fmt.Errorf("redistest: cluster has %d masters with slots, want 3", len(shards))
 	}
 	slices.SortFunc(shards, func(a, b shard) int { return a.first - b.first })
 	for _, s := range shards {
 		g.shards = append(g.shards, s.pair)
 	}
-	return g, g.waitAgreed(ctx, nil)
+	return nil
 }
 
 // Addrs returns every node's "127.0.0.1:PORT", usable as seed addresses.
@@ -306,23 +314,8 @@ func (g *ClusterGroup) MigrateSlot(ctx context.Context, slot int, to *Server) er
 			return fmt.Errorf("redistest: %v on %s: %w", st.args, st.s.Addr, err)
 		}
 	}
-	for {
-		keys, err := from.Do(ctx, "CLUSTER", "GETKEYSINSLOT", sl, "100")
-		if err != nil {
-			return fmt.Errorf("redistest: GETKEYSINSLOT: %w", err)
-		}
-		if keys == "" {
-			break
-		}
-		args := []string{"MIGRATE", "127.0.0.1", strconv.Itoa(to.Port), "", "0", "10000"}
-		if to.password != "" {
-			args = append(args, "AUTH", to.password)
-		}
-		args = append(args, "KEYS")
-		args = append(args, strings.Split(keys, "\n")...)
-		if _, err := from.Do(ctx, args...); err != nil {
-			return fmt.Errorf("redistest: MIGRATE: %w", err)
-		}
+	if err := migrateKeys(ctx, from, to, sl); err != nil {
+		return err
 	}
 	// The new owner first, then the old one, then every other master.
 	order := []*Server{to, from}
@@ -342,6 +335,29 @@ func (g *ClusterGroup) MigrateSlot(ctx context.Context, slot int, to *Server) er
 		}
 		return nil
 	})
+}
+
+// migrateKeys moves every key of slot sl (a decimal string) from from to to with MIGRATE, 100
+// at a time, until from has none left in it.
+func migrateKeys(ctx context.Context, from, to *Server, sl string) error {
+	for {
+		keys, err := from.Do(ctx, "CLUSTER", "GETKEYSINSLOT", sl, "100")
+		if err != nil {
+			return fmt.Errorf("redistest: GETKEYSINSLOT: %w", err)
+		}
+		if keys == "" {
+			return nil
+		}
+		args := []string{"MIGRATE", "127.0.0.1", strconv.Itoa(to.Port), "", "0", "10000"}
+		if to.password != "" {
+			args = append(args, "AUTH", to.password)
+		}
+		args = append(args, "KEYS")
+		args = append(args, strings.Split(keys, "\n")...)
+		if _, err := from.Do(ctx, args...); err != nil {
+			return fmt.Errorf("redistest: MIGRATE: %w", err)
+		}
+	}
 }
 
 // clusterView is one node's CLUSTER NODES, parsed.

@@ -1,0 +1,223 @@
+package dlock
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/dlock-go/dlock/conn"
+)
+
+// quorumTimeout is how long an acquisition waits for the servers' answers: small against the
+// lease, as the Redlock algorithm asks ("5-50 ms for a 10 s auto-release time"), so that a
+// majority of frozen or unreachable servers fails an attempt fast: 50 ms, or a third of a TTL
+// shorter than 150 ms.
+func quorumTimeout(ttl time.Duration) time.Duration {
+	return min(50*time.Millisecond, ttl/3)
+}
+
+// acquire: the lock is taken when a majority of servers took (or re-entered) it within
+// quorumTimeout, before the lease could have run out; its token is the largest among them.
+// Otherwise it is released on every server that may have granted it, and the answer says when
+// to try again: after a split vote (some servers granted it, not a majority) a random 1-8 ms,
+// so that the contenders stop colliding; else when enough holders' leases run out for a
+// majority. When fewer than a majority answered at all, the error is a *QuorumError.
+func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acquired, int, error) {
+	sent := mono()
+	t := q.newAcquireTally()
+	ttl := parseMS(a.ttl)
+	// On a machine or network slow for every server, wait longer: eight times the recent
+	// answer time, up to a third of the lease.
+	wait := max(quorumTimeout(ttl), min(8*time.Duration(q.latency.Load()), ttl/3))
+	var (
+		res acquired
+		err error
+	)
+	// decide runs in this goroutine, one answer at a time, until it returns true.
+	decided := q.fanOutAdapt(ctx, []conn.Call{a.call()}, wait, true, false, a.owner, afterOf(q.pendingOf(a.owner)), func(r reply) bool {
+		t.add(r, a.queue)
+		var done bool
+		res, done, err = q.decideAcquire(t, a)
+		return done
+	}, a.lateReply())
+	if !decided { // no decision within the timeout, or the caller gave up
+		res, err = q.undecidedAcquire(ctx, t, a, wait)
+	}
+	res = q.acquiredLease(res, t, a, ttl, sent)
+	res.queuedOn, res.tokensOn = t.queuedOn, t.tokensOn
+	if !a.reenterOnly && (err != nil || (!res.ok && (t.yes > 0 || !decided))) {
+		// Some servers may hold it for owner: give it back everywhere. (When every server
+		// refused there is nothing to give back, and owner, a queue entry's, stays usable.) A
+		// queue entry's owner is given back by the caller, unless a grant to the entry reached
+		// a majority meanwhile (engine.dropRegistration).
+		if !a.queue {
+			q.releaseOwner(a.keys, a.owner)
+		}
+		res.dirty = true
+	}
+	return res, -1, err
+}
+
+// acquireTally counts the servers' answers to one acquisition, as they come.
+type acquireTally struct {
+	yes, no, failed int             // servers that granted it, refused it, answered with an error
+	token           uint64          // the largest token among the granting servers
+	holds           int             // the most holds among them
+	pttls           []time.Duration // the refusing servers' holders' remaining leases, when known
+	queuedOn        uint64          // bit i: server i queued the caller
+	tokensOn        []uint64        // per server that refused: its current token
+	leases, offers  []time.Duration // adaptive lease: the granting servers' and the others' choices
+	states          []ServerState   // what each server did, for a *QuorumError
+}
+
+// newAcquireTally returns the tally of an acquisition no server has answered yet.
+func (q *quorum) newAcquireTally() *acquireTally {
+	t := &acquireTally{tokensOn: make([]uint64, len(q.nodes)), states: make([]ServerState, len(q.nodes))}
+	for i, node := range q.nodes {
+		t.states[i] = ServerState{Addr: node.Addr(), State: "no answer"}
+	}
+	return t
+}
+
+// add counts server r.node's answer; queue says whether a refusal queued the caller.
+func (t *acquireTally) add(r reply, queue bool) {
+	x, rerr := readAcquire(r.res[0].Ints)
+	if r.res[0].Err != nil {
+		rerr = r.res[0].Err
+	}
+	switch {
+	case rerr != nil:
+		t.failed++
+		t.states[r.node].State, t.states[r.node].Err = "error", rerr
+	case x.ok:
+		t.yes++
+		t.token = max(t.token, x.token)
+		t.holds = max(t.holds, x.holds)
+		t.states[r.node].State = "granted"
+		if x.ttl > 0 {
+			t.leases = append(t.leases, x.ttl)
+		}
+	default:
+		t.no++
+		if x.ttl > 0 {
+			t.offers = append(t.offers, x.ttl)
+		}
+		t.states[r.node].State = "held by another owner"
+		t.tokensOn[r.node] = x.token
+		if queue {
+			t.queuedOn |= 1 << r.node
+		}
+		if x.pttl >= 0 && !x.notMine {
+			t.pttls = append(t.pttls, x.pttl)
+		}
+	}
+}
+
+// decideAcquire reports whether the answers so far decide a's acquisition (false while a
+// majority can still grant it) and, when they do, its outcome.
+func (q *quorum) decideAcquire(t *acquireTally, a acquireArgs) (acquired, bool, error) {
+	switch {
+	case t.yes >= q.need:
+		return acquired{ok: true, token: t.token, holds: t.holds}, true, nil
+	case len(q.nodes)-t.no-t.failed >= q.need:
+		return acquired{}, false, nil // a majority can still grant it
+	case a.reenterOnly:
+		return acquired{notMine: true, pttl: -1}, true, nil
+	case t.yes+t.no < q.need: // not because of a holder: servers are down
+		return acquired{}, true, q.noQuorum("lock", t.states, 0)
+	}
+	return q.refused(t), true, nil
+}
+
+// undecidedAcquire is the outcome of an acquisition that no decision came for within wait, or
+// whose caller gave up (ctx).
+func (q *quorum) undecidedAcquire(ctx context.Context, t *acquireTally, a acquireArgs, wait time.Duration) (acquired, error) {
+	switch {
+	case ctx.Err() != nil:
+		return acquired{}, ctx.Err()
+	case a.reenterOnly:
+		return acquired{notMine: true, pttl: -1}, nil
+	case t.yes+t.no < q.need:
+		return acquired{}, q.noQuorum("lock", t.states, wait)
+	}
+	return q.refused(t), nil
+}
+
+// refused is a refusal's answer of when to try again: after a split vote (some servers granted
+// it) a random 1-8 ms; else when a majority could grant it (freeIn).
+func (q *quorum) refused(t *acquireTally) acquired {
+	if t.yes > 0 {
+		return acquired{pttl: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
+	}
+	return acquired{pttl: q.freeIn(t.pttls)}
+}
+
+// acquiredLease sets res's adaptive lease from the servers' choices and, as Redlock asks,
+// turns a grant into a failure when the majority took longer than the validity time (TTL -
+// drift, counted from sent) to answer.
+func (q *quorum) acquiredLease(res acquired, t *acquireTally, a acquireArgs, ttl time.Duration, sent int64) acquired {
+	if res.ok {
+		// Each server chose its own adaptive lease: the lock is held on a majority for the
+		// need-th longest (renewals then give every server the same).
+		if res.ttl = majorityLease(t.leases, q.need); res.ttl > 0 {
+			ttl = res.ttl
+		}
+	} else {
+		res.ttl = majorityLease(t.offers, q.need)
+	}
+	if res.ok && !a.reenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
+		// The lease has no time left. Give it back and count the attempt as failed.
+		return acquired{}
+	}
+	return res
+}
+
+// freeIn estimates when a majority could grant the lock: the servers that refused free up as
+// their holders' leases run out. Negative: unknown (the waiter then waits a whole TTL or for a
+// release notice).
+func (q *quorum) freeIn(pttls []time.Duration) time.Duration {
+	if q.need > len(pttls) {
+		return -1
+	}
+	slices.Sort(pttls)
+	return pttls[q.need-1]
+}
+
+// lateReply returns what to do with an answer to a's acquisition that comes after the decision:
+// a refusal that queued the caller is reported to a.queuedLate (the server has the entry).
+func (a acquireArgs) lateReply() func(reply) {
+	if !a.queue || a.queuedLate == nil {
+		return nil
+	}
+	return func(r reply) {
+		if r.res[0].Err != nil {
+			return
+		}
+		if x, err := readAcquire(r.res[0].Ints); err == nil && !x.ok && !x.notMine {
+			a.queuedLate(r.node, x.token)
+		}
+	}
+}
+
+// releaseOwner releases, in the background, every hold of owner on every server: after an
+// acquisition that did not reach a quorum, no server may keep it.
+func (q *quorum) releaseOwner(keys []string, owner string) {
+	call := releaseArgs{keys: keys, owner: owner, retention: q.retention, channel: releaseChannel(keys[0]), all: true}.call()
+	p := q.pendingOf(owner)
+	q.bg.Add(len(q.nodes))
+	for i, n := range q.nodes {
+		go func() {
+			defer q.bg.Done()
+			ctx, cancel := context.WithTimeout(q.closing, 2*time.Second)
+			defer cancel()
+			if p != nil {
+				select {
+				case <-p.done[i]: // after the acquisition's own call on this server
+				case <-ctx.Done():
+				}
+			}
+			n.EvalMulti(ctx, []conn.Call{call})
+		}()
+	}
+}

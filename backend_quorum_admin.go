@@ -1,0 +1,144 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+
+	"github.com/dlock-go/dlock/conn"
+)
+
+// ping sends PING to every server and returns nil as soon as a majority answered, the
+// servers a lock needs. Otherwise it waits for every answer (within ctx: a server that does
+// not answer in time fails with ctx's error) and returns a *QuorumError that says what each
+// server did ("answered" or "error"). Each server's error goes to the observer.
+func (q *quorum) ping(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	type answer struct {
+		node int
+		err  error
+	}
+	answers := make(chan answer, len(q.nodes))
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := n.Command(ctx, "PING")
+			answers <- answer{i, err}
+		}()
+	}
+	states := make([]ServerState, len(q.nodes))
+	ok := 0
+	for range q.nodes {
+		a := <-answers
+		states[a.node] = ServerState{Addr: q.nodes[a.node].Addr(), State: "answered"}
+		if a.err != nil {
+			states[a.node].State, states[a.node].Err = "error", a.err
+			if q.ev != nil {
+				q.ev.nodeError(states[a.node].Addr, "PING", a.err)
+			}
+			continue
+		}
+		if ok++; ok >= q.need {
+			return nil
+		}
+	}
+	return q.noQuorum("ping", states, 0)
+}
+
+// probe runs on every server; the first that denies something (or, when none does, no server)
+// is reported. Servers that cannot be reached are left to the acquisitions to report.
+func (q *quorum) probe(ctx context.Context, keys []string, channel string) ([]string, string, error) {
+	type ans struct {
+		denied []string
+		err    error
+	}
+	res := make([]ans, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := evalStrings(ctx, n, scriptProbe, keys, channel, "p")
+			res[i] = ans{probeDenied(reply), err}
+		}()
+	}
+	wg.Wait()
+	for i, r := range res {
+		if len(r.denied) > 0 || (r.err != nil && classify(r.err) == ErrDenied) {
+			return r.denied, q.nodes[i].Addr(), r.err
+		}
+	}
+	return nil, "", nil
+}
+
+// first runs f on every server in parallel and returns the answer of the first server, in the
+// order given, that answered without an error (inspection reads that server's view).
+func (q *quorum) first(ctx context.Context, f func(context.Context, conn.Conn) (any, error)) (any, error) {
+	type ans struct {
+		v   any
+		err error
+	}
+	res := make([]ans, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := f(ctx, n)
+			res[i] = ans{v, err}
+		}()
+	}
+	wg.Wait()
+	for _, r := range res {
+		if r.err == nil {
+			return r.v, nil
+		}
+	}
+	return nil, res[0].err
+}
+
+func (q *quorum) inspect(ctx context.Context, keys []string) (any, error) {
+	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
+		return evalStrings(ctx, cn, scriptInspect, inspectKeys(keys))
+	})
+}
+
+// forceUnlock releases on every server; the reply is the first server's (in order) that
+// answered.
+func (q *quorum) forceUnlock(ctx context.Context, key, channel string) (any, error) {
+	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
+		qk, _ := queueKeys(key)
+		return evalStrings(ctx, cn, scriptForceUnlock, []string{key, qk}, q.retention, channel)
+	})
+}
+
+// scan walks the first reachable server only, so that its cursor stays on one server.
+func (q *quorum) scan(ctx context.Context, cursor, pattern string) (any, error) {
+	var errs []error
+	for _, n := range q.nodes {
+		v, err := n.Command(ctx, "SCAN", cursor, "MATCH", pattern, "COUNT", "1000")
+		if err == nil {
+			return v, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, joinErrors(errs...)
+}
+
+// masters asks every server.
+func (q *quorum) masters(ctx context.Context, args ...string) []conn.MasterReply {
+	out := make([]conn.MasterReply, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := n.Command(ctx, args...)
+			out[i] = conn.MasterReply{Addr: n.Addr(), Reply: v, Err: err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
