@@ -66,8 +66,8 @@ type adapter struct {
 	loneBusy atomic.Bool
 	// calls: the calls on their way through this adapter, either path. A call takes the lone
 	// path only when it is the only one: beside others, the pipelined connection carries it in
-	// the same writes and reads, and the lone connection would cost the server a read and a
-	// write of its own per call (at 16 goroutines, a fenced call's server time grew by half).
+	// the same writes and reads, where the lone connection costs the server a read and a write
+	// of its own per call.
 	calls atomic.Int32
 }
 
