@@ -357,16 +357,26 @@ func (spec *lockSpec) releaseReq(owner string) releaseReq {
 
 // reenter adds a hold to st, a lease of this client on this lock found in the caller's context.
 func (e *engine) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
+	return e.reentry(st, func(ttl time.Duration) (bool, error) {
+		res, _, err := e.b.acquire(ctx, acquireArgs{keys: st.spec.keys, owner: st.owner, ttl: ms(ttl), meta: st.spec.meta, reenterOnly: true}, replicaAck{})
+		return res.ok, err
+	})
+}
+
+// reentry adds a hold to st, a live lease of this client, for any kind of lock: call renews it
+// to ttl on the server as one more hold of its owner, and reports whether the owner still held
+// it there (when not, the lease is lost).
+func (e *engine) reentry(st *leaseState, call func(ttl time.Duration) (bool, error)) (*Lease, error) {
 	if st.expired() || st.state.Load() != stateHeld {
 		return nil, st.endedErr()
 	}
 	ttl := st.currentTTL()
 	sent := mono()
-	res, _, err := e.b.acquire(ctx, acquireArgs{keys: st.spec.keys, owner: st.owner, ttl: ms(ttl), meta: st.spec.meta, reenterOnly: true}, replicaAck{})
+	ok, err := call(ttl)
 	if err != nil {
 		return nil, e.redisErr("re-enter "+strconv.Quote(st.spec.name), err)
 	}
-	if !res.ok {
+	if !ok {
 		st.end(endLost, st.lost("re-entry found it no longer held by this lease"))
 		return nil, st.endedErr()
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // notifier is the one pub/sub subscription of a Client. Queues whose head waits for a lock
@@ -139,27 +141,20 @@ func (n *notifier) onMessage(channel, payload string) {
 		q.sink.notice(payload) // a read-write lock's or semaphore's
 		return
 	}
-	if rest, ok := strings.CutPrefix(payload, "g "); ok {
-		tok, rest, _ := strings.Cut(rest, " ")
-		id, win, _ := strings.Cut(rest, " ")
-		token, err := strconv.ParseUint(tok, 10, 64)
-		if err != nil {
-			return
+	var one [1]protocol.Grant
+	if grants, ok := protocol.ParseGrants(payload, one[:0]); ok {
+		for _, g := range grants {
+			if q := n.lookup(channel); q != nil && (n.own == "" || !strings.HasPrefix(g.ID, n.own)) {
+				// Another client's grant: the head waits for it to be taken or to lapse. A grant
+				// to this client (taken by grant, or a late one to a registration done with,
+				// whose hold goes with that registration's release) holds nobody up.
+				q.heldBy(g.Token, g.Window)
+			}
+			n.grant(g.ID, g.Token, server)
 		}
-		window, _ := strconv.ParseInt(win, 10, 64)
-		if q := n.lookup(channel); q != nil && (n.own == "" || !strings.HasPrefix(id, n.own)) {
-			// Another client's grant: the head waits for it to be taken or to lapse. A grant to
-			// this client (taken by grant, or a late one to a registration done with, whose
-			// hold goes with that registration's release) holds nobody up.
-			q.heldBy(token, time.Duration(window)*time.Millisecond)
-		}
-		n.grant(id, token, server)
 		return
 	}
-	token, err := strconv.ParseUint(payload, 10, 64)
-	if err != nil {
-		token = anyToken
-	}
+	token := protocol.ParseRelease(payload)
 	n.mu.Lock()
 	q := n.subs[channel]
 	if _, ok := n.idle[channel]; ok && q == nil && token > n.released[channel] {

@@ -175,30 +175,14 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 // reenterShared adds a hold to st, a lease of this client on the same read-write lock found in
 // the caller's context: same token, one more hold, as Mutex re-entry.
 func (e *engine) reenterShared(ctx context.Context, st *leaseState) (*Lease, error) {
-	if st.expired() || st.state.Load() != stateHeld {
-		return nil, st.endedErr()
-	}
-	ttl := st.currentTTL()
-	sent := mono()
-	r, _, err := e.b.run(ctx, sharedAcquireArgs{spec: st.spec, owner: st.owner, lease: ms(ttl), mode: 'r', sharded: e.traits.sharded}.call(), replicaAck{})
-	var res sharedAcquired
-	if err == nil {
-		res, err = readSharedAcquire(r)
-	}
-	if err != nil {
-		return nil, e.redisErr("re-enter "+strconv.Quote(st.spec.name), err)
-	}
-	if !res.ok {
-		st.end(endLost, st.lost("re-entry found it no longer held by this lease"))
-		return nil, st.endedErr()
-	}
-	st.mu.Lock()
-	st.holds++
-	st.mu.Unlock()
-	if st.renewed(sent, ttl) {
-		e.renewer.reschedule(st)
-	}
-	return &Lease{st: st}, nil
+	return e.reentry(st, func(ttl time.Duration) (bool, error) {
+		r, _, err := e.b.run(ctx, sharedAcquireArgs{spec: st.spec, owner: st.owner, lease: ms(ttl), mode: 'r', sharded: e.traits.sharded}.call(), replicaAck{})
+		if err != nil {
+			return false, err
+		}
+		res, err := readSharedAcquire(r)
+		return res.ok, err
+	})
 }
 
 // downgrade takes a read hold (spec) under w, a write lease of this client on the same lock:

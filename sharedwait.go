@@ -2,10 +2,11 @@ package dlock
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Waiting for a read-write lock or a semaphore. Unlike a Mutex's waiters (wait.go), which queue
@@ -344,24 +345,17 @@ func (sw *sharedWaits) granted(id string, token uint64, window time.Duration) {
 // grants. A grant to another client makes the group's first waiter look again once that
 // grant's first lease could have run out.
 func (g *sharedGroup) notice(payload string) {
-	rest, ok := strings.CutPrefix(payload, "G ")
+	grants, ok := protocol.ParseGrants(payload, nil)
 	if !ok {
 		return
 	}
 	mine := g.sw.e.clientID + "."
-	f := strings.Fields(rest)
 	var others time.Duration
-	for i := 0; i+2 < len(f); i += 3 {
-		token, err1 := strconv.ParseUint(f[i+1], 10, 64)
-		win, err2 := strconv.ParseInt(f[i+2], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		window := time.Duration(win) * time.Millisecond
-		if strings.HasPrefix(f[i], mine) {
-			g.sw.granted(f[i], token, window)
+	for _, gr := range grants {
+		if strings.HasPrefix(gr.ID, mine) {
+			g.sw.granted(gr.ID, gr.Token, gr.Window)
 		} else {
-			others = max(others, window)
+			others = max(others, gr.Window)
 		}
 	}
 	if others > 0 {
