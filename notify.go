@@ -23,8 +23,8 @@ import (
 // the connection drops, reopens it, subscribes again and wakes every head (an announcement may
 // have been missed meanwhile). Waiters themselves hold no connection.
 type notifier struct {
-	listen func(context.Context, conn.Handler) (conn.Listener, error) // the backend's
-	grant  func(id string, token uint64, server int)                  // a grant announced (engine.granted)
+	listen func(context.Context, conn.Handler) (conn.Listener, error)      // the backend's
+	grant  func(id string, token uint64, server int, window time.Duration) // a grant announced (engine.granted)
 	// own: the prefix of this client's registration ids ("<client id>."): grants to them are
 	// grant's to handle, never another client's turn to wait out.
 	own string
@@ -57,7 +57,7 @@ type notifier struct {
 	ev *observer // reports the subscription dropping and coming back (observe.go)
 }
 
-func newNotifier(listen func(context.Context, conn.Handler) (conn.Listener, error), grant func(string, uint64, int)) *notifier {
+func newNotifier(listen func(context.Context, conn.Handler) (conn.Listener, error), grant func(string, uint64, int, time.Duration)) *notifier {
 	return &notifier{
 		listen:   listen,
 		grant:    grant,
@@ -150,7 +150,7 @@ func (n *notifier) onMessage(channel, payload string) {
 				// whose hold goes with that registration's release) holds nobody up.
 				q.heldBy(g.Token, g.Window)
 			}
-			n.grant(g.ID, g.Token, server)
+			n.grant(g.ID, g.Token, server, g.Window)
 		}
 		return
 	}

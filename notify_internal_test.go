@@ -52,7 +52,7 @@ func TestNotifier_AddOnLiveChannelWakes(t *testing.T) {
 // mode, a server that answered an attempt late) goes with that registration's release. Before,
 // such a late grant held the head of a client's queue for a whole window.
 func TestNotifier_OwnGrantHoldsNobodyUp(t *testing.T) {
-	n := newNotifier(nil, func(string, uint64, int) {})
+	n := newNotifier(nil, func(string, uint64, int, time.Duration) {})
 	n.own = "c1."
 	q := &queue{key: "k", channel: "ch", wake: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}
 	n.subs["ch"] = q

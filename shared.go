@@ -144,25 +144,15 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 	}
 	if !res.ok {
 		if w != nil {
-			e.sharedWaits.registered(w, sent, res.stale)
+			e.registered(w.reg, sent, 1, []uint64{res.stale})
 		}
 		return nil, res, nil
 	}
-	if reg != nil && !e.sharedWaits.claimed(w) {
+	if reg != nil && !e.claimed(reg) {
 		return nil, sharedAcquired{pending: true, retry: -1}, nil
 	}
 	if spec.ack.n > 0 && acked < spec.ack.n {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-		defer cancel()
-		if _, rerr := e.b.release(rctx, spec.releaseReq(a.owner)); rerr != nil {
-			e.renewer.orphan(spec.releaseReq(a.owner), spec.ttl)
-		}
-		err := fmt.Errorf("%w: lock %q: %d of %d replicas acknowledged within %v; released again",
-			ErrReplicaAck, spec.name, max(acked, 0), spec.ack.n, spec.ack.wait)
-		if short := replicasShort(rctx, e.b, spec.ack.n); short != nil {
-			err = fmt.Errorf("%w (%v)", err, short)
-		}
-		return nil, sharedAcquired{}, err
+		return nil, sharedAcquired{}, e.rollBack(ctx, spec, a.owner, acked)
 	}
 	st := newLeaseState(e, spec, ctx, a.owner, res.token, sent)
 	if !e.renewer.add(st) {

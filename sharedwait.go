@@ -38,16 +38,7 @@ type sharedWaits struct {
 	e *engine
 
 	mu     sync.Mutex
-	groups map[string]*sharedGroup  // by key
-	byID   map[string]*sharedWaiter // waiters whose entry is on the server, by entry id
-	early  map[string]sharedEarly   // grants announced before the attempt that queued their entry came back
-}
-
-// sharedEarly is a grant announced for an entry not yet known to be on the server.
-type sharedEarly struct {
-	token  uint64
-	window time.Duration
-	at     int64 // mono ns
+	groups map[string]*sharedGroup // by key
 }
 
 // sharedGroup is the waiters of one name in this client, in arrival order; its sink is
@@ -71,17 +62,14 @@ type sharedWaiter struct {
 }
 
 func newSharedWaits(e *engine) *sharedWaits {
-	return &sharedWaits{e: e, groups: make(map[string]*sharedGroup), byID: make(map[string]*sharedWaiter), early: make(map[string]sharedEarly)}
+	return &sharedWaits{e: e, groups: make(map[string]*sharedGroup)}
 }
 
 // waitShared takes a hold of spec for a caller that may wait: it attempts, queued on the
 // server under an entry of its own, until it gets the units, ctx ends or the client closes.
 func (e *engine) waitShared(ctx context.Context, spec *lockSpec) (*leaseState, error) {
 	sw := e.sharedWaits
-	w := &sharedWaiter{spec: spec, ctx: ctx, grant: make(chan *leaseState, 1),
-		q: &queue{key: spec.key, wake: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}}
-	w.reg = e.newRegistration(spec)
-	w.reg.q = w.q // the renewal loop wakes it when the entry is gone (waitQueues.entryGone)
+	w := e.newSharedWaiter(ctx, spec)
 	joined, got := false, false
 	defer func() {
 		sw.leave(w, joined, got)
@@ -142,6 +130,17 @@ func (e *engine) waitShared(ctx context.Context, spec *lockSpec) (*leaseState, e
 	}
 }
 
+// newSharedWaiter makes the waiter of a caller of ctx for spec, with its registration (not yet
+// on the server).
+func (e *engine) newSharedWaiter(ctx context.Context, spec *lockSpec) *sharedWaiter {
+	w := &sharedWaiter{spec: spec, ctx: ctx, grant: make(chan *leaseState, 1),
+		q: &queue{key: spec.key, wake: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}}
+	w.reg = e.newRegistration(spec)
+	w.reg.q = w.q // the renewal loop wakes it when the entry is gone (waitQueues.entryGone)
+	w.reg.waiter = w
+	return w
+}
+
 // join adds w to its name's group, making the group (and subscribing to the channel) if it is
 // the first.
 func (sw *sharedWaits) join(w *sharedWaiter) {
@@ -168,9 +167,6 @@ func (sw *sharedWaits) join(w *sharedWaiter) {
 func (sw *sharedWaits) leave(w *sharedWaiter, joined, got bool) {
 	sw.mu.Lock()
 	w.left = true
-	if sw.byID[w.reg.id] == w {
-		delete(sw.byID, w.reg.id)
-	}
 	var stray *leaseState
 	if !got {
 		select {
@@ -231,76 +227,14 @@ func (sw *sharedWaits) reap(spec *lockSpec, g *sharedGroup, idle int) {
 	}
 }
 
-// registered records that w's attempt, sent at sent, queued its entry (or refreshed it), so
-// that a grant to it is recognised and the renewal loop keeps it alive. seen is the newest
-// token the attempt found on the server: a grant announced with a token not above it was made
-// before the attempt and had lapsed by then (the rule of a Mutex's registration, seenOn).
-func (sw *sharedWaits) registered(w *sharedWaiter, sent int64, seen uint64) {
-	reg := w.reg
-	atomicMax(&reg.seenOn[0], seen)
-	reg.refreshedOn(1, sent)
-	if !reg.state.CompareAndSwap(regNew, regQueued) {
-		return
-	}
-	sw.mu.Lock()
-	sw.byID[reg.id] = w
-	g, early := sw.early[reg.id]
-	delete(sw.early, reg.id)
-	sw.mu.Unlock()
-	sw.e.renewer.addEntry(reg)
-	if early {
-		sw.granted(reg.id, g.token, g.window)
-	}
-}
-
-// claimed records that an attempt under w's entry found the units granted to it: false when
-// the announcement came first and the lease is on its way to w.
-func (sw *sharedWaits) claimed(w *sharedWaiter) bool {
-	reg := w.reg
-	if !reg.state.CompareAndSwap(regQueued, regDone) && !reg.state.CompareAndSwap(regNew, regDone) {
-		return false
-	}
-	sw.mu.Lock()
-	if sw.byID[reg.id] == w {
-		delete(sw.byID, reg.id)
-	}
-	sw.mu.Unlock()
-	sw.e.renewer.removeEntry(reg)
-	return true
-}
-
-// granted takes a grant announced for entry id with token and window: the lease of its
-// waiter, which the renewal loop renews to its TTL at once. The server started the grant's
-// lease (the window) after it ran the request that last made or refreshed the entry, so that
-// request's send time bounds it (as for a Mutex's grant). It runs in the subscription's
-// goroutine and does no I/O.
-func (sw *sharedWaits) granted(id string, token uint64, window time.Duration) {
-	e := sw.e
-	sw.mu.Lock()
-	w := sw.byID[id]
-	if w == nil {
-		// The reply to the attempt that queued it may still be on its way: registered takes it
-		// from here. Entries older than a few windows are stale.
-		now := mono()
-		if len(sw.early) >= 64 {
-			for k, g := range sw.early {
-				if now-g.at > int64(10*time.Second) {
-					delete(sw.early, k)
-				}
-			}
-		}
-		sw.early[id] = sharedEarly{token: token, window: window, at: now}
-		sw.mu.Unlock()
-		return
-	}
-	sw.mu.Unlock()
-	reg := w.reg
-	if token <= reg.seenOn[0].Load() {
-		// Made before an attempt that found the units taken: the grant lapsed while this
-		// client could not act on it (paused past its window), and the attempt queued the same
-		// entry again. Dating a lease from that attempt would admit one hold too many.
-		return
-	}
+// grantTo takes a grant announced for w's entry with token and window (engine.granted found
+// w's registration in the client's table of registrations and checked the grant is not
+// stale): the lease of w, which the renewal loop renews to its TTL at once. The server started
+// the grant's lease (the window) after it ran the request that last made or refreshed the
+// entry, so that request's send time bounds it (as for a Mutex's grant). It runs in the
+// subscription's goroutine and does no I/O.
+func (sw *sharedWaits) grantTo(w *sharedWaiter, token uint64, window time.Duration) {
+	e, reg := sw.e, w.reg
 	from := reg.sentOn[0].Load()
 	if mono() >= from+int64(window-drift(window)) {
 		// Its window ran out before this client could act on it (paused): the grant lapsed
@@ -312,15 +246,9 @@ func (sw *sharedWaits) granted(id string, token uint64, window time.Duration) {
 		}
 		return
 	}
-	if !reg.state.CompareAndSwap(regQueued, regDone) {
+	if !e.withdrawn(reg) {
 		return // claimed by an attempt, or given up
 	}
-	sw.mu.Lock()
-	if sw.byID[id] == w {
-		delete(sw.byID, id)
-	}
-	sw.mu.Unlock()
-	e.renewer.removeEntry(reg)
 	st := newLeaseState(e, w.spec, w.ctx, reg.owner, token, from)
 	st.ttl.Store(int64(window))
 	st.deadline.Store(from + int64(window-drift(window)))
@@ -353,7 +281,7 @@ func (g *sharedGroup) notice(payload string) {
 	var others time.Duration
 	for _, gr := range grants {
 		if strings.HasPrefix(gr.ID, mine) {
-			g.sw.granted(gr.ID, gr.Token, gr.Window)
+			g.sw.e.granted(gr.ID, gr.Token, 0, gr.Window)
 		} else {
 			others = max(others, gr.Window)
 		}

@@ -32,10 +32,7 @@ func TestSharedGrant_StaleAnnouncementAfterRequeue(t *testing.T) {
 			}
 			e := b.e
 			spec := tc.waiter(b)
-			w := &sharedWaiter{spec: spec, ctx: ctx, grant: make(chan *leaseState, 1),
-				q: &queue{key: spec.key, wake: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}}
-			w.reg = e.newRegistration(spec)
-			w.reg.q = w.q
+			w := e.newSharedWaiter(ctx, spec)
 			st, res, err := e.sharedAttempt(ctx, spec, w)
 			if err != nil || st != nil {
 				t.Fatalf("attempt beside the holder: lease %v, error %v; want queued", st, err)
@@ -46,7 +43,7 @@ func TestSharedGrant_StaleAnnouncementAfterRequeue(t *testing.T) {
 			e.sharedWaits.join(w)
 			defer e.sharedWaits.leave(w, true, false)
 
-			e.sharedWaits.granted(w.reg.id, res.stale, time.Second) // the lapsed grant's announcement
+			e.granted(w.reg.id, res.stale, 0, time.Second) // the lapsed grant's announcement
 			select {
 			case st := <-w.grant:
 				st.end(endReleased, nil)
@@ -91,17 +88,14 @@ func TestSharedGrant_LapsedWindowQueuesAgain(t *testing.T) {
 	e := b.e
 	s := b.Semaphore("lapsed-sem", 1)
 	spec := s.h.spec(sharedPermits, 1, s.size)
-	w := &sharedWaiter{spec: spec, ctx: ctx, grant: make(chan *leaseState, 1),
-		q: &queue{key: spec.key, wake: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}}
-	w.reg = e.newRegistration(spec)
-	w.reg.q = w.q
+	w := e.newSharedWaiter(ctx, spec)
 	if st, _, err := e.sharedAttempt(ctx, spec, w); err != nil || st != nil {
 		t.Fatalf("attempt beside the holder: lease %v, error %v; want queued", st, err)
 	}
 	defer e.sharedWaits.leave(w, false, false)
 	const window = time.Second
 	w.reg.sentOn[0].Store(mono() - int64(2*window)) // the entry's last refresh, before a long pause
-	e.sharedWaits.granted(w.reg.id, held.Token()+1, window)
+	e.granted(w.reg.id, held.Token()+1, 0, window)
 	select {
 	case st := <-w.grant:
 		st.end(endReleased, nil)

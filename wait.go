@@ -50,8 +50,9 @@ type waitQueues struct {
 // announcement and the reply travel on different connections. In quorum mode each server
 // announces its own.
 type earlyGrant struct {
-	tokens []uint64 // by server; 0: none announced
-	at     int64    // mono ns of the first
+	tokens []uint64      // by server; 0: none announced
+	window time.Duration // the announced window (a shared lock's grant says it; a Mutex's is its registration's)
+	at     int64         // mono ns of the first
 }
 
 type qshard struct {
@@ -123,6 +124,11 @@ type registration struct {
 	// owned by the renewer, under renewer.mu
 	idx int
 	due int64
+
+	// waiter: the one caller a read-write lock's or semaphore's registration is for
+	// (sharedwait.go), to whom a grant goes; nil for a Mutex's, whose grant goes to the head of
+	// its client's queue.
+	waiter *sharedWaiter
 
 	// fresh: made for a waiting caller's first attempt (firstRegistration), and known to
 	// nobody else until the server queues it.
@@ -339,7 +345,7 @@ func (e *engine) registered(reg *registration, sent int64, mask uint64, tokens [
 	if early {
 		for server, token := range g.tokens {
 			if token != 0 {
-				e.granted(reg.id, token, server)
+				e.granted(reg.id, token, server, g.window)
 			}
 		}
 	}
@@ -829,21 +835,32 @@ func (q *queue) drain() {
 	}
 }
 
-// granted takes a grant announced for registration id with token by server (0 on one server).
-// Once a majority of servers granted it (the one server, or in quorum mode a majority), it makes
+// granted takes a grant announced for registration id with token by server (0 on one server),
+// whose first lease is window (a Mutex's grant: its registration's window). It is the one
+// entry point of grants of every kind: this client's registrations are in one table
+// (waitQueues.regs), a grant not above the newest token an attempt under the registration saw
+// is stale for every kind, and a read-write lock's or semaphore's grant then goes to its one
+// waiter (sharedWaits.grantTo). A Mutex's, once a majority of servers granted it (the one server, or in quorum mode a majority), it makes
 // the lease, which the renewal loop renews to its TTL, and gives it to the queue's head, with no
 // round trip: each granting server started its lease (the window) after it executed the request
 // that last refreshed the entry there, so the earliest of their send times bounds them all. A
 // grant nobody waits for any more is released again. It runs in the subscription's goroutine
 // and does no I/O.
-func (e *engine) granted(id string, token uint64, server int) {
+func (e *engine) granted(id string, token uint64, server int, window time.Duration) {
 	qs := e.waits
-	reg := e.grantee(id, token, server)
+	reg := e.grantee(id, token, server, window)
 	if reg == nil || server >= len(reg.sentOn) {
 		return // not this client's, or done with already
 	}
 	if token <= reg.seenOn[server].Load() {
-		return // made before an attempt that found another holder: lapsed
+		// Made before an attempt that found another holder: the grant lapsed while this client
+		// could not act on it (paused past its window), and the attempt queued the same entry
+		// again. Dating a lease from that attempt would make one holder too many.
+		return
+	}
+	if reg.waiter != nil {
+		e.sharedWaits.grantTo(reg.waiter, token, window)
+		return
 	}
 	atomicMax(&reg.token, token)
 	mask := reg.grantedOn.Or(1<<server) | 1<<server
@@ -907,7 +924,7 @@ func (e *engine) granted(id string, token uint64, server int) {
 // with token) is for, or nil. A grant to an entry of this client not known yet (the reply to
 // the attempt that registered it is still on its way) is kept for registered to take from
 // there; kept grants older than a few windows are stale.
-func (e *engine) grantee(id string, token uint64, server int) *registration {
+func (e *engine) grantee(id string, token uint64, server int, window time.Duration) *registration {
 	qs := e.waits
 	qs.regMu.Lock()
 	defer qs.regMu.Unlock()
@@ -928,6 +945,7 @@ func (e *engine) grantee(id string, token uint64, server int) *registration {
 		g = earlyGrant{tokens: make([]uint64, e.traits.servers), at: now}
 	}
 	g.tokens[server] = max(g.tokens[server], token)
+	g.window = max(g.window, window)
 	qs.early[id] = g
 	return nil
 }

@@ -386,7 +386,7 @@ func TestGrant_MissedAnnouncementIsClaimed(t *testing.T) {
 	if ttl, err := lease.TTL(ctx); err != nil || ttl <= time.Second {
 		t.Fatalf("claimed lease TTL %v, %v: want the full 5 s lease, not the 1 s window", ttl, err)
 	}
-	e.granted(reg.id, st.token, 0) // the announcement after all: ignored
+	e.granted(reg.id, st.token, 0, time.Second) // the announcement after all: ignored
 	if e.renewer.h.Len() != 1 {
 		t.Fatalf("%d leases in the renewal loop, want 1", e.renewer.h.Len())
 	}
@@ -403,7 +403,7 @@ func TestGrant_EarlyAnnouncement(t *testing.T) {
 	m := c.Mutex("early")
 	e := c.e
 	reg := e.newRegistration(m.spec)
-	e.granted(reg.id, 12345, 0) // not registered yet: kept
+	e.granted(reg.id, 12345, 0, time.Second) // not registered yet: kept
 	if _, ok := e.waits.early[reg.id]; !ok {
 		t.Fatal("early grant not kept")
 	}
@@ -428,11 +428,11 @@ func TestGrant_StaleAnnouncementAfterRequeue(t *testing.T) {
 	e := c.e
 	reg := e.newRegistration(m.spec)
 	e.registered(reg, mono(), 1, []uint64{5000}) // the attempt after the pause saw holder 5000
-	e.granted(reg.id, 4000, 0)                   // the lapsed grant's buffered announcement
+	e.granted(reg.id, 4000, 0, time.Second)      // the lapsed grant's buffered announcement
 	if reg.state.Load() != regQueued || reg.pending != nil {
 		t.Fatalf("stale grant taken: state %d, pending %+v", reg.state.Load(), reg.pending)
 	}
-	e.granted(reg.id, 6000, 0) // a grant made after that attempt
+	e.granted(reg.id, 6000, 0, time.Second) // a grant made after that attempt
 	if reg.state.Load() != regDone || reg.pending == nil || reg.pending.token != 6000 {
 		t.Fatalf("later grant not taken: state %d, pending %+v", reg.state.Load(), reg.pending)
 	}
@@ -456,8 +456,8 @@ func TestGrant_EarlyAnnouncementsQuorum(t *testing.T) {
 	defer c.Close()
 	e := c.e
 	reg := e.newRegistration(c.Mutex("early-quorum").spec)
-	e.granted(reg.id, 700, 0) // before the attempt's reply: kept
-	e.granted(reg.id, 800, 2)
+	e.granted(reg.id, 700, 0, time.Second) // before the attempt's reply: kept
+	e.granted(reg.id, 800, 2, time.Second)
 	if g, ok := e.waits.early[reg.id]; !ok || g.tokens[0] != 700 || g.tokens[2] != 800 {
 		t.Fatalf("early grants %+v, want servers 0 and 2 kept", e.waits.early[reg.id])
 	}
@@ -467,7 +467,7 @@ func TestGrant_EarlyAnnouncementsQuorum(t *testing.T) {
 	if reg.state.Load() != regQueued {
 		t.Fatalf("registration state %d with one counted grant, want queued", reg.state.Load())
 	}
-	e.granted(reg.id, 900, 2) // server 2 again: the majority (0 and 2) is now known
+	e.granted(reg.id, 900, 2, time.Second) // server 2 again: the majority (0 and 2) is now known
 	if reg.state.Load() != regDone || reg.pending == nil || reg.pending.token != 900 {
 		t.Fatalf("state %d, pending %+v: want the lease of a majority's grants, token 900", reg.state.Load(), reg.pending)
 	}
