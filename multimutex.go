@@ -184,48 +184,40 @@ func (mm *MultiMutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		}
 		a.held[i], a.reent[i] = l, true
 	}
-	if !wait || mm.wait == 0 {
-		for g := range mm.groups {
-			r, err := a.try(ctx, g, false, -1, nil)
-			if err != nil {
+	return lockOrWait(ctx, mm.wait, wait,
+		func() (*Lease, error) {
+			for g := range mm.groups {
+				r, err := a.try(ctx, g, false, -1, nil)
+				if err != nil {
+					a.giveBackAll(ctx)
+					return nil, err
+				}
+				if r.busy >= 0 {
+					a.giveBackAll(ctx)
+					return nil, e.notAcquired(ctx, mm.specs[r.busy], r.h, 0, nil)
+				}
+			}
+			return a.lease(), nil
+		},
+		func(wctx context.Context) (*Lease, error) {
+			if e.traits.servers > 1 {
+				a.nq = &noQuorumSeen{}
+			}
+			if err := a.run(wctx); err != nil {
 				a.giveBackAll(ctx)
 				return nil, err
 			}
-			if r.busy >= 0 {
-				a.giveBackAll(ctx)
-				return nil, e.notAcquired(ctx, mm.specs[r.busy], r.h, 0, nil)
-			}
-		}
-		return a.lease(), nil
-	}
-	wctx := ctx
-	if mm.wait > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeoutCause(ctx, mm.wait, errWaited)
-		defer cancel()
-	}
-	start := time.Now()
-	if e.traits.servers > 1 {
-		a.nq = &noQuorumSeen{}
-	}
-	if err := a.run(wctx); err != nil {
-		a.giveBackAll(ctx)
-		if wctx.Err() != nil && a.blocked >= 0 {
-			var cause error
-			if ctx.Err() != nil {
-				cause = ctxEnded(ctx)
+			return a.lease(), nil
+		},
+		func(wctx context.Context, waited time.Duration, cause error) error {
+			if a.blocked < 0 {
+				return mm.ctxErr(wctx)
 			}
 			if qerr := a.nq.last(); qerr != nil {
-				return nil, a.nq.ended(qerr, time.Since(start), cause)
+				return a.nq.ended(qerr, waited, cause)
 			}
-			return nil, e.notAcquired(ctx, mm.specs[a.blocked], holder{pttl: -1}, time.Since(start), cause)
-		}
-		if wctx.Err() != nil {
-			return nil, mm.ctxErr(wctx)
-		}
-		return nil, err
-	}
-	return a.lease(), nil
+			return e.notAcquired(ctx, mm.specs[a.blocked], holder{pttl: -1}, waited, cause)
+		})
 }
 
 func (mm *MultiMutex) ctxErr(ctx context.Context) error {

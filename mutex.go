@@ -136,32 +136,52 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		nq = &noQuorumSeen{}
 		attempt = nq.watch(attempt)
 	}
-	if !wait || spec.wait == 0 {
-		st, h, err := attempt(ctx, nil)
-		if err != nil || st != nil {
+	return lockOrWait(ctx, spec.wait, wait,
+		func() (*Lease, error) {
+			st, h, err := attempt(ctx, nil)
+			if err != nil || st != nil {
+				return leaseOf(st), err
+			}
+			return nil, e.notAcquired(ctx, spec, h, 0, nil)
+		},
+		func(wctx context.Context) (*Lease, error) {
+			st, err := e.acquireWaiting(wctx, spec, attempt)
 			return leaseOf(st), err
-		}
-		return nil, e.notAcquired(ctx, spec, h, 0, nil)
+		},
+		func(_ context.Context, waited time.Duration, cause error) error {
+			if qerr := nq.last(); qerr != nil {
+				return nq.ended(qerr, waited, cause)
+			}
+			return e.notAcquired(ctx, spec, holder{pttl: -1}, waited, cause)
+		})
+}
+
+// lockOrWait is the WithWait wrapper of every kind of lock (bound: its WithWait). Without wait
+// (TryLock and its kin) or with WithWait(0), it makes one attempt, once, whose refusal is its
+// error. Else it waits with waitFor, for as long as bound when that is positive; a wait that
+// ended without the lock (its context wctx done) returns ended's error, given how long it
+// waited and the caller's context's error when that ended it (nil when WithWait did).
+func lockOrWait(ctx context.Context, bound time.Duration, wait bool, once func() (*Lease, error),
+	waitFor func(wctx context.Context) (*Lease, error), ended func(wctx context.Context, waited time.Duration, cause error) error) (*Lease, error) {
+	if !wait || bound == 0 {
+		return once()
 	}
 	wctx := ctx
-	if spec.wait > 0 {
+	if bound > 0 {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeoutCause(ctx, spec.wait, errWaited)
+		wctx, cancel = context.WithTimeoutCause(ctx, bound, errWaited)
 		defer cancel()
 	}
 	start := time.Now()
-	st, err := e.acquireWaiting(wctx, spec, attempt)
+	l, err := waitFor(wctx)
 	if err != nil && wctx.Err() != nil {
 		var cause error
 		if ctx.Err() != nil {
 			cause = ctxEnded(ctx)
 		}
-		if qerr := nq.last(); qerr != nil {
-			return nil, nq.ended(qerr, time.Since(start), cause)
-		}
-		return nil, e.notAcquired(ctx, spec, holder{pttl: -1}, time.Since(start), cause)
+		return nil, ended(wctx, time.Since(start), cause)
 	}
-	return leaseOf(st), err
+	return l, err
 }
 
 // noQuorumSeen remembers whether the last attempt of a wait in quorum mode found too few

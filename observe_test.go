@@ -293,7 +293,10 @@ func TestObserver_LocalHandoffAndWaiting(t *testing.T) {
 			return nil
 		})
 		rec.mu.Lock()
-		for i, ev := range rec.waiting {
+		// Each joiner reports the count as it joined; their reports may reach the observer in
+		// another order.
+		joined := slices.SortedFunc(slices.Values(rec.waiting), func(a, b dlock.WaitingEvent) int { return a.Waiting - b.Waiting })
+		for i, ev := range joined {
 			if !ev.Joined || ev.Waiting != i+1 {
 				t.Errorf("waiting event %d = %+v, want joined with %d waiting", i, ev, i+1)
 			}

@@ -80,29 +80,21 @@ func (h *sharedHandle) check(ctx context.Context) error {
 // acquireShared takes a hold of spec: one attempt, or, with wait (and WithWait other than 0),
 // waiting as the context and WithWait allow (sharedwait.go).
 func (e *engine) acquireShared(ctx context.Context, spec *lockSpec, wait bool) (*Lease, error) {
-	if !wait || spec.wait == 0 {
-		st, res, err := e.sharedAttempt(ctx, spec, nil)
-		if err != nil || st != nil {
+	return lockOrWait(ctx, spec.wait, wait,
+		func() (*Lease, error) {
+			st, res, err := e.sharedAttempt(ctx, spec, nil)
+			if err != nil || st != nil {
+				return leaseOf(st), err
+			}
+			return nil, e.sharedNotAcquired(ctx, spec, res.token, 0, nil)
+		},
+		func(wctx context.Context) (*Lease, error) {
+			st, err := e.waitShared(wctx, spec)
 			return leaseOf(st), err
-		}
-		return nil, e.sharedNotAcquired(ctx, spec, res.token, 0, nil)
-	}
-	wctx := ctx
-	if spec.wait > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeoutCause(ctx, spec.wait, errWaited)
-		defer cancel()
-	}
-	start := time.Now()
-	st, err := e.waitShared(wctx, spec)
-	if err != nil && wctx.Err() != nil {
-		var cause error
-		if ctx.Err() != nil {
-			cause = ctxEnded(ctx)
-		}
-		return nil, e.sharedNotAcquired(ctx, spec, 0, time.Since(start), cause)
-	}
-	return leaseOf(st), err
+		},
+		func(_ context.Context, waited time.Duration, cause error) error {
+			return e.sharedNotAcquired(ctx, spec, 0, waited, cause)
+		})
 }
 
 // sharedAttempt runs shared.lua's acquire once for spec: with a new owner secret, or, with

@@ -368,9 +368,10 @@ func (e *engine) registeredLate(reg *registration, sent int64, server int, token
 // registration it used.
 func (e *engine) waitInQueue(ctx context.Context, spec *lockSpec, known *holder, reg *registration, attempt attemptFunc) (*leaseState, error) {
 	qs := e.waits
-	q, w, head := qs.join(spec, ctx)
+	q, w, n := qs.join(spec, ctx)
+	head := n == 1
 	if o := e.obs; o != nil {
-		o.waiting(ctx, spec, true, qs.localWaiters(spec.key))
+		o.waiting(ctx, spec, true, n) // as it joined: later joiners report their own count
 	}
 	var got *leaseState // when set, the next head waits for this lease to end
 	defer func() { e.leaveQueue(ctx, spec, q, w, got) }()
@@ -571,9 +572,9 @@ func (e *engine) pauseHead(ctx context.Context, w *waiter, q *queue, timer *time
 	return nil, false, nil
 }
 
-// join appends a waiter to key's queue, making the queue if needed, and reports whether the
-// waiter is the head.
-func (qs *waitQueues) join(spec *lockSpec, ctx context.Context) (*queue, *waiter, bool) {
+// join appends a waiter to key's queue, making the queue if needed, and reports how many wait
+// in it now (1: the waiter is the head).
+func (qs *waitQueues) join(spec *lockSpec, ctx context.Context) (*queue, *waiter, int) {
 	s := qs.shard(spec.key)
 	w := &waiter{turn: make(chan struct{}, 1), spec: spec, ctx: ctx, grant: make(chan *leaseState, 1)}
 	s.mu.Lock()
@@ -584,7 +585,7 @@ func (qs *waitQueues) join(spec *lockSpec, ctx context.Context) (*queue, *waiter
 		s.m[spec.key] = q
 	}
 	q.waiters = append(q.waiters, w)
-	return q, w, len(q.waiters) == 1
+	return q, w, len(q.waiters)
 }
 
 // adopt makes reg, registered by an attempt made before its caller (context ctx) queued, the
