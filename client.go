@@ -214,6 +214,7 @@ func (c *Client) Close() error {
 		e := c.e
 		e.closed.Store(true)
 		close(e.done)
+		e.forgetParked()
 		e.renewer.stop()
 		e.notices.stop()
 		c.bg.Wait()

@@ -72,13 +72,18 @@ type leaseState struct {
 	// first is the Lease of the hold that made this state (leaseOf): one allocation less per
 	// acquisition. Re-entries get Leases of their own.
 	first Lease
+	// local: how many times the lock passed within this client (local handoffs, parked turns)
+	// since the server gave it a token; turn: mono ns when this client got it from the server
+	// (its turn began: WithTurnSlice).
+	local int
+	turn  int64
 	// exact: token is the one the server stored (one server, taken by an attempt): its release
 	// needs no token floor (releaseReq).
 	exact bool
 }
 
 func newLeaseState(e *engine, spec *lockSpec, parent context.Context, owner string, token uint64, sent int64) *leaseState {
-	st := &leaseState{e: e, spec: spec, owner: owner, token: token, lastSent: sent, holds: 1, parent: parent, idx: -1}
+	st := &leaseState{e: e, spec: spec, owner: owner, token: token, lastSent: sent, holds: 1, parent: parent, idx: -1, turn: sent}
 	st.ttl.Store(int64(spec.ttl))
 	st.deadline.Store(sent + int64(spec.ttl-drift(spec.ttl)))
 	if e.obs != nil {

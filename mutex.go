@@ -38,6 +38,7 @@ type lockSpec struct {
 	wait    time.Duration // WithWait: how long Lock waits; negative: as long as its context allows
 	shared  *sharedSpec   // a read-write lock's or semaphore's hold (shared.go); nil for a Mutex
 	adapt   *adaptiveLock // WithAdaptiveTTL (adaptive.go; ttl is then its greatest lease); nil: a fixed lease
+	slice   time.Duration // WithTurnSlice (slice.go); 0: released at every Unlock
 }
 
 // Mutex returns a handle on the lock called name. Options override the client's defaults for
@@ -60,6 +61,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	if m.err == nil && o.ackN > 0 && !c.e.traits.replicaAck {
 		m.err = fmt.Errorf("%w: WithReplicaAck is not available in quorum mode", ErrInvalid)
 	}
+	if m.err == nil {
+		m.err = checkSlice(o, c.e)
+	}
 	if err := checkName(name); err != nil {
 		m.err = err
 	}
@@ -67,7 +71,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m.own = lockSpec{
 		name: name, key: key, keyArr: [3]string{key, qkey, wkey}, channel: channel, grants: grants,
 		ttl: o.ttl, ttlArg: o.ttlArg(), renew: o.renew, meta: c.meta,
-		ack: replicaAck{n: o.ackN, wait: o.ackWait}, wait: o.wait,
+		ack: replicaAck{n: o.ackN, wait: o.ackWait}, wait: o.wait, slice: o.slice,
 	}
 	m.spec = &m.own
 	m.spec.keys = m.spec.keyArr[:]
@@ -127,6 +131,11 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 			return nil, fmt.Errorf("%w: re-enter %q: %s", ErrInvalid, spec.name, leaseDiff(st.spec, spec))
 		}
 		return e.reenter(ctx, st)
+	}
+	if spec.slice > 0 {
+		if st := e.unpark(ctx, spec); st != nil {
+			return leaseOf(st), nil // this client's turn is still on
+		}
 	}
 	attempt := func(ctx context.Context, reg *registration) (*leaseState, holder, error) {
 		return e.attempt(ctx, spec, reg)

@@ -70,6 +70,7 @@ type options struct {
 	ownerConn bool          // Dial: Close closes the connection it made
 	adapt     adaptive      // WithAdaptiveTTL (adaptive.go); ttl is then its greatest lease
 	holdKeep  time.Duration // WithHoldStatsRetention
+	slice     time.Duration // WithTurnSlice (slice.go)
 	err       error
 
 	ttlMS    string        // ms(ttlMSFor), kept by the client's options (ttlArg)

@@ -56,8 +56,9 @@ type earlyGrant struct {
 }
 
 type qshard struct {
-	mu sync.Mutex
-	m  map[string]*queue // guarded by mu; a queue is removed when its last waiter leaves
+	mu     sync.Mutex
+	m      map[string]*queue   // guarded by mu; a queue is removed when its last waiter leaves
+	parked map[string]*parking // guarded by mu: locks kept for a turn slice (slice.go), by key
 }
 
 type queue struct {
@@ -1132,14 +1133,14 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 	qs := e.waits
 	q, w, streak := qs.reserveHead(st.spec.key)
 	if w == nil {
-		return false, nil
+		return e.park(st), nil // kept for the rest of the turn (WithTurnSlice), or released
 	}
 	next := w.spec
 	if next.ack.n > 0 || next.adapt.on() {
 		qs.settle(q, w, nil, false)
 		return false, nil
 	}
-	if streak < localHandoffs && st.spec.renew && next.renew && next.meta == st.spec.meta && next.ttl == st.currentTTL() {
+	if streak < localHandoffs && st.local < localHandoffs && st.spec.renew && next.renew && next.meta == st.spec.meta && next.ttl == st.currentTTL() {
 		nst := st.passOn(next, w.ctx)
 		if !e.renewer.add(nst) {
 			qs.settle(q, w, nil, false)
@@ -1201,6 +1202,7 @@ func (st *leaseState) passOn(spec *lockSpec, parent context.Context) *leaseState
 	sent := st.lastSent
 	st.mu.Unlock()
 	next := newLeaseState(st.e, spec, parent, st.owner, st.token+1, sent)
+	next.local, next.turn = st.local+1, st.turn
 	if next.rec != nil {
 		next.rec.local = true
 	}

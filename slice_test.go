@@ -1,0 +1,215 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// calls returns how many times the server ran cmd since its statistics were reset.
+func calls(t testing.TB, s *redistest.Server, cmd string) int {
+	t.Helper()
+	for _, line := range strings.Split(redisDo(t, s, "INFO", "commandstats"), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
+}
+
+// lockFree reports whether the lock called name is free on s (no key, or the released value).
+func lockFree(t testing.TB, s *redistest.Server, name string) error {
+	v := redisDo(t, s, "GET", dlock.DefaultPrefix+"{"+name+"}")
+	if v == "" || strings.HasPrefix(v, "- ") {
+		return nil
+	}
+	return fmt.Errorf("held: %q", v)
+}
+
+// With a turn slice, a Lock of the same name right after its Unlock takes the lock back with
+// no command (the next token, the same owner on the server), and the lock is released on the
+// server once the slice has passed since the turn began.
+func TestTurnSlice_RelockIsLocal(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		s := redistest.Start(t)
+		ctx := ctxT(t)
+		c := tr.dial(t, s.URL())
+		m := c.Mutex("turn", dlock.WithTurnSlice(300*time.Millisecond))
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		redisDo(t, s, "CONFIG", "RESETSTAT")
+		start := time.Now()
+		prev := l.Token()
+		for i := range 5 {
+			l2, err := m.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l2.Token() != prev+1 {
+				t.Fatalf("re-Lock %d within the slice: token %d, want %d (the next one, locally)", i, l2.Token(), prev+1)
+			}
+			prev = l2.Token()
+			if err := l2.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := calls(t, s, "evalsha") + calls(t, s, "eval"); n != 0 && time.Since(start) < 300*time.Millisecond {
+			t.Errorf("5 re-Locks within the slice ran %d scripts, want none", n)
+		}
+		if lockFree(t, s, "turn") == nil && time.Since(start) < 250*time.Millisecond {
+			t.Errorf("the lock was free on the server within the turn slice")
+		}
+		waitFor(t, 5*time.Second, "the lock released after the slice", func(context.Context) error { return lockFree(t, s, "turn") })
+		// The next Lock goes to the server again, with a server token above the local ones.
+		l3, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l3.Token() <= prev {
+			t.Errorf("token after the turn %d, want above %d", l3.Token(), prev)
+		}
+		if err := l3.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Another client waiting for the lock gets it once the turn's slice is over, however often the
+// turn's client locks it again, and the tokens of both keep increasing: a turn holds the others
+// back by at most its slice.
+func TestTurnSlice_OtherClientServedAfterTheTurn(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		s := redistest.Start(t)
+		ctx := ctxT(t)
+		const slice = 100 * time.Millisecond
+		a, b := tr.dial(t, s.URL()), tr.dial(t, s.URL())
+		ma := a.Mutex("turns", dlock.WithTurnSlice(slice))
+		var mu sync.Mutex
+		var tokens []uint64 // in the order the holds began, each ended before the next began
+		hold := func(l *dlock.Lease) {
+			mu.Lock()
+			tokens = append(tokens, l.Token())
+			mu.Unlock()
+		}
+		first, err := ma.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold(first)
+		got := make(chan error, 1)
+		var waited time.Duration
+		go func() {
+			start := time.Now()
+			l, err := b.Mutex("turns").Lock(ctx)
+			if err == nil {
+				waited = time.Since(start)
+				hold(l)
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		waitFor(t, 10*time.Second, "b queued on the server", func(context.Context) error {
+			if n := redisDo(t, s, "ZCARD", dlock.DefaultPrefix+"{turns}:q"); n != "1" {
+				return fmt.Errorf("%s queued", n)
+			}
+			return nil
+		})
+		if err := first.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// a re-locks as fast as it can: locally while its turn lasts, then queued behind b.
+		deadline := time.Now().Add(10 * time.Second)
+		for done := false; !done && time.Now().Before(deadline); {
+			l, err := ma.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hold(l)
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+				done = true
+			default:
+			}
+		}
+		if waited == 0 {
+			t.Fatal("b never got the lock")
+		}
+		if waited > slice+2*time.Second {
+			t.Errorf("b waited %v behind a turn of %v", waited, slice)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i := 1; i < len(tokens); i++ {
+			if tokens[i] <= tokens[i-1] {
+				t.Fatalf("token %d after %d (hold %d of %d)", tokens[i], tokens[i-1], i, len(tokens))
+			}
+		}
+	})
+}
+
+// Closing a client whose lock is parked for its turn releases it at once.
+func TestTurnSlice_CloseReleases(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		s := redistest.Start(t)
+		ctx := ctxT(t)
+		c := tr.dial(t, s.URL())
+		l, err := c.Mutex("parked", dlock.WithTurnSlice(time.Second)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if lockFree(t, s, "parked") == nil {
+			t.Fatal("the lock was released at Unlock, not parked")
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := lockFree(t, s, "parked"); err != nil {
+			t.Errorf("after Close: %v", err)
+		}
+	})
+}
+
+// A turn slice the Mutex cannot honour is refused when the lock is taken.
+func TestTurnSlice_Invalid(t *testing.T) {
+	needShared(t)
+	ctx := ctxT(t)
+	c := transports[0].dial(t, shared.URL())
+	for _, tc := range []struct {
+		what string
+		opts []dlock.Option
+	}{
+		{"negative", []dlock.Option{dlock.WithTurnSlice(-time.Millisecond)}},
+		{"above MaxTurnSlice", []dlock.Option{dlock.WithTurnSlice(dlock.MaxTurnSlice + time.Millisecond)}},
+		{"without renewal", []dlock.Option{dlock.WithTurnSlice(time.Millisecond), dlock.WithoutRenewal()}},
+		{"with replica acknowledgement", []dlock.Option{dlock.WithTurnSlice(time.Millisecond), dlock.WithReplicaAck(1, time.Second)}},
+		{"adaptive", []dlock.Option{dlock.WithTurnSlice(time.Millisecond), dlock.WithAdaptiveTTL(time.Second, 10*time.Second)}},
+	} {
+		_, err := c.Mutex(uniqueName(t), tc.opts...).Lock(ctx)
+		if !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "WithTurnSlice") {
+			t.Errorf("%s: %v, want ErrInvalid naming WithTurnSlice", tc.what, err)
+		}
+	}
+}
