@@ -40,9 +40,11 @@
 //   - Leases have bounds: MinTTL to MaxTTL (10 minutes) with renewal, up to MaxFixedTTL (7
 //     days) without; outside them, ErrInvalid.
 //
-// An Option (WithTTL, WithAdaptiveTTL, WithoutRenewal, WithLabel, WithWait, WithReplicaAck)
-// configures one lock when passed to Mutex, RWMutex, Semaphore or a Do, and the default of
-// every lock of a client when passed to Dial, New, DialQuorum or NewQuorum. A ClientOption
+// An Option (WithTTL, WithAdaptiveTTL, WithoutRenewal, WithLabel, WithWait, WithReplicaAck,
+// WithTurnSlice) configures one lock when passed to Mutex, RWMutex, Semaphore or a Do, and the
+// default of every lock of a client when passed to Dial, New, DialQuorum or NewQuorum
+// (WithTurnSlice as a default applies to Mutexes; passed to a lock of another kind it is
+// refused with ErrInvalid). A ClientOption
 // (WithPrefix, WithTLSConfig, WithCAFile, WithLogger, WithObserver, WithUnsafeEviction,
 // WithTokenRetention, WithHoldStatsRetention) is taken by those four alone: passing one to
 // Mutex or Do does not compile. A CA file is read once, when Dial applies the option; New and
@@ -287,6 +289,20 @@
 // lock at most 16 times in a row. A waiter whose Mutex asks for another TTL, label or renewal
 // setting, and every waiter of a lock with the adaptive lease, gets the lock through the
 // server. docs/PROTOCOL.md ("The queue") states the protocol and its failure cases.
+//
+// Turns per process (WithTurnSlice(d), for a Mutex): the same local handoff, extended to the
+// goroutine that unlocks. After the last Unlock the client keeps the lock on the server,
+// parked and renewed, until d has passed since it got the lock from the server; a Lock or
+// TryLock of the name by this client meanwhile takes it back at once with the next token, no
+// round trip. When the turn ends the lock is released as Unlock would have released it, to the
+// first client queued. The fairness it gives: clients are still served first-in first-out,
+// each for a turn of at most d and at most 16 holds; a client queued behind k others waits at
+// most k turns. What it costs: between holds the lock is held, so a process that crashes during
+// its turn holds the others for the rest of the lease's TTL (as a crashed holder does), and
+// one that pauses past its lease loses the parked lock (a Lock after the pause goes to the
+// server). It is off by default: strict turns (a release at every Unlock) are what a user of
+// a lock expects, and the slice is a latency the other clients pay for this client's
+// throughput, a trade to choose where one process locks the same name in a loop.
 //
 // # Adaptive lease
 //

@@ -53,9 +53,14 @@ func (c *Client) MultiMutex(names []string, opts ...Option) *MultiMutex {
 		mm.err = fmt.Errorf("%w: multi-lock of %d names, more than MaxMultiNames (%d)", ErrInvalid, len(names), MaxMultiNames)
 		return mm
 	}
+	if turnAsked(opts) {
+		mm.err = fmt.Errorf("%w: WithTurnSlice is not available for a multi-lock: its names are taken and released together, through the server", ErrInvalid)
+		return mm
+	}
 	seen := make(map[string]bool, len(names))
 	for _, name := range names {
 		m := c.Mutex(name, opts...)
+		m.spec.slice = 0 // a client default for Mutexes
 		if m.err != nil {
 			mm.err = m.err
 			return mm

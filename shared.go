@@ -40,9 +40,13 @@ func (c *Client) newSharedHandle(name, suffix, what string, opts []Option) share
 	if h.err == nil && o.adapt.on() {
 		h.err = fmt.Errorf("%w: %s %q: WithAdaptiveTTL is for a Mutex: every hold of a read-write lock or semaphore has the lease WithTTL gives", ErrInvalid, what, name)
 	}
+	if h.err == nil && turnAsked(opts) {
+		h.err = fmt.Errorf("%w: %s %q: WithTurnSlice is for a Mutex: a read-write lock's or semaphore's holds are granted by the server one by one", ErrInvalid, what, name)
+	}
 	if h.err == nil && !c.e.traits.shared {
 		h.err = fmt.Errorf("%w: %s %q: not available in quorum mode (docs/PROTOCOL.md, \"Read-write locks and semaphores\")", ErrInvalid, what, name)
 	}
+	o.slice = 0 // a client default for Mutexes
 	key := lockKey(o.prefix, name) + suffix
 	h.base = lockSpec{
 		name: name, key: key, keys: sharedKeys(key), channel: releaseChannel(key),

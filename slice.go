@@ -63,6 +63,13 @@ func checkSlice(o options, e *engine) error {
 	return nil
 }
 
+// turnAsked reports whether opts, a lock's own options (not its client's defaults), ask for a
+// turn slice: a lock of a kind that takes no turns refuses that (a client default of it
+// applies to Mutexes only).
+func turnAsked(opts []Option) bool {
+	return options{}.with(opts).slice > 0
+}
+
 // parking is a Mutex's lock kept by this client after its last Unlock: st, a lease nobody holds
 // yet (the next token), renewed as any other, until the turn's end, when the timer releases it.
 type parking struct {

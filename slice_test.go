@@ -212,4 +212,36 @@ func TestTurnSlice_Invalid(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalid naming WithTurnSlice", tc.what, err)
 		}
 	}
+	// Passed to a lock of a kind that takes no turns, it is refused; as a client's default it
+	// applies to its Mutexes and leaves the other kinds alone.
+	turn := dlock.WithTurnSlice(time.Millisecond)
+	for what, lock := range map[string]func() error{
+		"RWMutex":   func() error { _, err := c.RWMutex(uniqueName(t), turn).Lock(ctx); return err },
+		"Semaphore": func() error { _, err := c.Semaphore(uniqueName(t), 2, turn).Acquire(ctx, 1); return err },
+		"MultiMutex": func() error {
+			_, err := c.MultiMutex([]string{uniqueName(t) + "a", uniqueName(t) + "b"}, turn).Lock(ctx)
+			return err
+		},
+	} {
+		if err := lock(); !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), "WithTurnSlice") {
+			t.Errorf("%s with WithTurnSlice: %v, want ErrInvalid naming WithTurnSlice", what, err)
+		}
+	}
+	d := transports[0].dial(t, shared.URL(), turn)
+	for what, lock := range map[string]func() (*dlock.Lease, error){
+		"RWMutex":   func() (*dlock.Lease, error) { return d.RWMutex(uniqueName(t)).Lock(ctx) },
+		"Semaphore": func() (*dlock.Lease, error) { return d.Semaphore(uniqueName(t), 2).Acquire(ctx, 1) },
+		"MultiMutex": func() (*dlock.Lease, error) {
+			return d.MultiMutex([]string{uniqueName(t) + "a", uniqueName(t) + "b"}).Lock(ctx)
+		},
+	} {
+		l, err := lock()
+		if err != nil {
+			t.Errorf("%s of a client with a default turn slice: %v", what, err)
+			continue
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	}
 }
