@@ -30,6 +30,8 @@ type Client struct {
 	e    *engine
 	opts options // defaults for every lock
 	meta string  // holder description for opts.label
+	// retentionArg: opts.retention in ms, as fenced.lua takes it
+	retentionArg string
 
 	closeOnce sync.Once
 	bg        sync.WaitGroup // the renewal loop and the subscription
@@ -194,7 +196,7 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	e.renewer.waiting = e.waits.entryWaiters
 	e.sharedWaits = newSharedWaits(e)
 	o.ttlMS, o.ttlMSFor = ms(o.ttl), o.ttl
-	c := &Client{e: e, opts: o, meta: holderMeta(o.label)}
+	c := &Client{e: e, opts: o, meta: holderMeta(o.label), retentionArg: ms(o.retention)}
 	c.bg.Add(2)
 	go func() { defer c.bg.Done(); e.renewer.run() }()
 	go func() { defer c.bg.Done(); e.notices.run() }()

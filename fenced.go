@@ -129,6 +129,9 @@ func (c *Client) FencedHIncrBy(ctx context.Context, key, field string, n int64, 
 // call on a Cluster. With a hash tag in key, the suffix keeps it; without one, key whole becomes
 // the tag, which hashes as key does unless key holds a '}' (then the fence is refused: ok false).
 func fenceKey(key string) (string, bool) {
+	if !strings.ContainsAny(key, "{}") {
+		return "{" + key + "}" + fenceSuffix, true // the tag is the whole key: the same slot
+	}
 	fk := key + fenceSuffix
 	if !hasHashTag(key) {
 		fk = "{" + key + "}" + fenceSuffix
@@ -153,27 +156,27 @@ func (c *Client) fencedCall(op, letter, key string, token uint64, args []string)
 	if err := c.checkOpen(); err != nil {
 		return conn.Call{}, err
 	}
-	what := "fenced " + op
 	switch {
 	case c.e.traits.servers > 1:
-		return conn.Call{}, fmt.Errorf("%w: %s %q: not available in quorum mode: the key lives on one server, not on the quorum's; use a client of the server that holds it (docs/PROTOCOL.md, \"Fenced operations on your own keys\")", ErrInvalid, what, key)
+		return conn.Call{}, fmt.Errorf("%w: %s %q: not available in quorum mode: the key lives on one server, not on the quorum's; use a client of the server that holds it (docs/PROTOCOL.md, \"Fenced operations on your own keys\")", ErrInvalid, "fenced "+op, key)
 	case key == "":
-		return conn.Call{}, fmt.Errorf("%w: %s: empty key", ErrInvalid, what)
+		return conn.Call{}, fmt.Errorf("%w: %s: empty key", ErrInvalid, "fenced "+op)
 	case strings.HasPrefix(key, c.opts.prefix):
-		return conn.Call{}, fmt.Errorf("%w: %s %q: the key is under the client's prefix %q, where dlock keeps its own keys; fence the application's keys only", ErrInvalid, what, key, c.opts.prefix)
+		return conn.Call{}, fmt.Errorf("%w: %s %q: the key is under the client's prefix %q, where dlock keeps its own keys; fence the application's keys only", ErrInvalid, "fenced "+op, key, c.opts.prefix)
 	case token == 0:
-		return conn.Call{}, fmt.Errorf("%w: %s %q: token 0: no lease has it; pass Lease.Token() or, inside Do, TokenFromContext's", ErrInvalid, what, key)
+		return conn.Call{}, fmt.Errorf("%w: %s %q: token 0: no lease has it; pass Lease.Token() or, inside Do, TokenFromContext's", ErrInvalid, "fenced "+op, key)
 	case token >= maxToken:
-		return conn.Call{}, fmt.Errorf("%w: %s %q: token %d is not below 2^53: not a dlock token", ErrInvalid, what, key, token)
+		return conn.Call{}, fmt.Errorf("%w: %s %q: token %d is not below 2^53: not a dlock token", ErrInvalid, "fenced "+op, key, token)
 	}
 	fk, ok := fenceKey(key)
 	if !ok {
-		return conn.Call{}, fmt.Errorf("%w: %s %q: the key holds a '}' but no hash tag, so its fence could not share its Cluster slot; put a hash tag in it, e.g. %q", ErrInvalid, what, key, "{"+strings.ReplaceAll(key, "}", "")+"}")
+		return conn.Call{}, fmt.Errorf("%w: %s %q: the key holds a '}' but no hash tag, so its fence could not share its Cluster slot; put a hash tag in it, e.g. %q", ErrInvalid, "fenced "+op, key, "{"+strings.ReplaceAll(key, "}", "")+"}")
 	}
-	argv := make([]string, 0, 3+len(args))
-	argv = append(argv, letter, strconv.FormatUint(token, 10), ms(c.opts.retention))
-	argv = append(argv, args...)
-	return conn.Call{Script: scriptFenced, Keys: []string{key, fk}, Args: argv}, nil
+	// The keys and the arguments in one allocation.
+	kv := make([]string, 0, 5+len(args))
+	kv = append(kv, key, fk, letter, strconv.FormatUint(token, 10), c.retentionArg)
+	kv = append(kv, args...)
+	return conn.Call{Script: scriptFenced, Keys: kv[:2:2], Args: kv[2:]}, nil
 }
 
 // fencedInts runs a fenced operation whose reply is integers: {1, n} (or {1}) accepted,
