@@ -422,52 +422,50 @@ type batchAnswer[Out any] struct {
 	failed bool // doing the lock raised an error: send it alone
 }
 
-// readAcquireBatch reads the reply to acquireBatchCall for n locks.
+// readAcquireBatch reads the reply to acquireBatchCall for n locks: four integers a lock, the
+// first -1 when doing the lock raised an error, the last 0 when the lease is the one asked for.
 func readAcquireBatch(r conn.Result, n int) ([]batchAnswer[acquired], error) {
-	if r.Err != nil {
-		return nil, r.Err
-	}
-	if n == 1 {
-		res, err := readAcquire(r.Ints)
-		return []batchAnswer[acquired]{{res: res, err: err}}, nil
-	}
-	if len(r.Ints) != 4*n {
-		return nil, fmt.Errorf("acquire.lua: %d answers for a batch of %d locks", len(r.Ints), n)
-	}
-	out := make([]batchAnswer[acquired], n)
-	for i := range out {
-		x := r.Ints[4*i : 4*i+4]
+	return readBatch(r, n, "acquire.lua", 4, readAcquire, func(x []int64) batchAnswer[acquired] {
 		if x[0] == -1 {
-			out[i].failed = true
-			continue
+			return batchAnswer[acquired]{failed: true}
 		}
 		if x[3] == 0 {
 			x = x[:3]
 		}
-		out[i].res, out[i].err = readAcquire(x)
-	}
-	return out, nil
+		res, err := readAcquire(x)
+		return batchAnswer[acquired]{res: res, err: err}
+	})
 }
 
-// readReleaseBatch reads the reply to releaseBatchCall for n locks.
+// readReleaseBatch reads the reply to releaseBatchCall for n locks: an integer a lock, -2 when
+// doing the lock raised an error.
 func readReleaseBatch(r conn.Result, n int) ([]batchAnswer[released], error) {
+	return readBatch(r, n, "release.lua", 1, readRelease, func(x []int64) batchAnswer[released] {
+		if x[0] == -2 {
+			return batchAnswer[released]{failed: true}
+		}
+		res, err := readRelease(x)
+		return batchAnswer[released]{res: res, err: err}
+	})
+}
+
+// readBatch reads the reply of script's batch form for n locks, width integers a lock, each
+// read by lock; a batch of one went in the one-lock form, whose reply one reads.
+func readBatch[Out any](r conn.Result, n int, script string, width int,
+	one func([]int64) (Out, error), lock func([]int64) batchAnswer[Out]) ([]batchAnswer[Out], error) {
 	if r.Err != nil {
 		return nil, r.Err
 	}
 	if n == 1 {
-		res, err := readRelease(r.Ints)
-		return []batchAnswer[released]{{res: res, err: err}}, nil
+		res, err := one(r.Ints)
+		return []batchAnswer[Out]{{res: res, err: err}}, nil
 	}
-	if len(r.Ints) != n {
-		return nil, fmt.Errorf("release.lua: %d answers for a batch of %d locks", len(r.Ints), n)
+	if len(r.Ints) != width*n {
+		return nil, fmt.Errorf("%s: %d answers for a batch of %d locks", script, len(r.Ints), n)
 	}
-	out := make([]batchAnswer[released], n)
-	for i, v := range r.Ints {
-		if v == -2 {
-			out[i].failed = true
-			continue
-		}
-		out[i].res, out[i].err = readRelease(r.Ints[i : i+1])
+	out := make([]batchAnswer[Out], n)
+	for i := range out {
+		out[i] = lock(r.Ints[width*i : width*(i+1)])
 	}
 	return out, nil
 }
