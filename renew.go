@@ -152,13 +152,7 @@ func (r *renewer) reschedule(st *leaseState) {
 	}
 }
 
-func (r *renewer) remove(st *leaseState) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if st.idx >= 0 {
-		heap.Remove(&r.h, st.idx)
-	}
-}
+func (r *renewer) remove(st *leaseState) { removeDue(r, &r.h, st) }
 
 // orphan queues the release of an acquisition with lease ttl that nobody will use: sent at
 // once and again after orphanRecheck.
@@ -566,11 +560,14 @@ func (r *renewer) addEntry(reg *registration) {
 	}
 }
 
-func (r *renewer) removeEntry(reg *registration) {
+func (r *renewer) removeEntry(reg *registration) { removeDue(r, &r.entries, reg) }
+
+// removeDue takes it out of h, r's heap of leases or of registrations, if it is there.
+func removeDue[T dueItem](r *renewer, h *dueHeap[T], it T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if reg.idx >= 0 {
-		heap.Remove(&r.entries, reg.idx)
+	if i := it.index(); i >= 0 {
+		heap.Remove(h, i)
 	}
 }
 
@@ -656,9 +653,10 @@ func (r *renewer) push(st *leaseState, due int64) {
 // keeps each item's index in it (-1 once out).
 type dueHeap[T dueItem] []T
 
-// dueItem is what a dueHeap holds: its due time, and the index it is told.
+// dueItem is what a dueHeap holds: its due time, and its index in the heap (-1: not in it).
 type dueItem interface {
 	dueAt() int64
+	index() int
 	setIdx(int)
 }
 
@@ -668,8 +666,10 @@ type (
 )
 
 func (st *leaseState) dueAt() int64    { return st.due }
+func (st *leaseState) index() int      { return st.idx }
 func (st *leaseState) setIdx(i int)    { st.idx = i }
 func (reg *registration) dueAt() int64 { return reg.due }
+func (reg *registration) index() int   { return reg.idx }
 func (reg *registration) setIdx(i int) { reg.idx = i }
 
 func (h dueHeap[T]) Len() int           { return len(h) }
