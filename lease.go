@@ -187,6 +187,19 @@ func (st *leaseState) end(how ending, cause error) bool {
 	return true
 }
 
+// doUnder is the Do of every kind of lock: it takes a lease with lock (a nil fn is refused
+// first) and runs fn under it (runUnder).
+func doUnder(ctx context.Context, fn func(ctx context.Context) error, lock func(context.Context) (*Lease, error)) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalid)
+	}
+	l, err := lock(ctx)
+	if err != nil {
+		return err
+	}
+	return runUnder(ctx, l, fn)
+}
+
 // context returns the lease context, making it on first use.
 func (st *leaseState) context() *leaseCtx {
 	st.mu.Lock()
