@@ -101,17 +101,17 @@ func batchable(a acquireArgs) bool { return a.place == "" && a.queuedLate == nil
 
 // acquire runs acquire.lua for a: alone, or in the next batch.
 func (b *batcher) acquire(ctx context.Context, a acquireArgs) (acquired, error) {
-	return submit(ctx, b, a, &b.acqs, b.acquireAlone)
+	return submit(ctx, b, a, &b.acqs, (*batcher).acquireAlone)
 }
 
 // release runs release.lua for r: alone, or in the next batch.
 func (b *batcher) release(ctx context.Context, r releaseReq) (released, error) {
-	return submit(ctx, b, r, &b.rels, b.releaseAlone)
+	return submit(ctx, b, r, &b.rels, (*batcher).releaseAlone)
 }
 
 // submit runs one call: alone (sendAlone) while the batcher lets calls leave at once, else
 // queued (on queue, b.acqs or b.rels) for the next batch.
-func submit[In, Out any](ctx context.Context, b *batcher, in In, queue *[]*batched[In, Out], sendAlone func(context.Context, In) (Out, error)) (Out, error) {
+func submit[In, Out any](ctx context.Context, b *batcher, in In, queue *[]*batched[In, Out], sendAlone func(*batcher, context.Context, In) (Out, error)) (Out, error) {
 	var zero Out
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -120,7 +120,7 @@ func submit[In, Out any](ctx context.Context, b *batcher, in In, queue *[]*batch
 	if b.closed || (b.out < b.loneMax && len(b.acqs)+len(b.rels) == 0) {
 		b.out++
 		b.mu.Unlock()
-		res, err := sendAlone(ctx, in)
+		res, err := sendAlone(b, ctx, in)
 		b.finish()
 		return res, err
 	}
@@ -243,11 +243,11 @@ func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
 	var alone []func()
 	for c, ch := range acqChunks {
 		outs, err := readAcquireBatch(result(c), len(ch))
-		alone = settle(b, ch, outs, err, b.acquireAlone, alone)
+		alone = settle(b, ch, outs, err, (*batcher).acquireAlone, alone)
 	}
 	for c, ch := range relChunks {
 		outs, err := readReleaseBatch(result(len(acqChunks)+c), len(ch))
-		alone = settle(b, ch, outs, err, b.releaseAlone, alone)
+		alone = settle(b, ch, outs, err, (*batcher).releaseAlone, alone)
 	}
 	for _, f := range alone {
 		f()
@@ -270,14 +270,14 @@ func chunked[P any](ps []P) [][]P {
 // alone (sendAlone), to learn the error (or succeed): its call is appended to alone, which is
 // returned.
 func settle[In, Out any](b *batcher, ch []*batched[In, Out], outs []batchAnswer[Out], err error,
-	sendAlone func(context.Context, In) (Out, error), alone []func()) []func() {
+	sendAlone func(*batcher, context.Context, In) (Out, error), alone []func()) []func() {
 	for i, p := range ch {
 		switch {
 		case err != nil:
 			p.err = err
 		case outs[i].failed:
 			alone = append(alone, func() {
-				p.res, p.err = sendAlone(b.callersCtx([]context.Context{p.ctx}), p.in)
+				p.res, p.err = sendAlone(b, b.callersCtx([]context.Context{p.ctx}), p.in)
 				close(p.done)
 			})
 			continue
