@@ -31,9 +31,10 @@ func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, err
 		ln, err := n.Listen(ctx, nh)
 		return listened{ln, err}
 	}) {
-		if l.err != nil {
+		switch {
+		case l.err != nil:
 			errs = append(errs, l.err)
-		} else {
+		case l.ln != nil:
 			ql.lns = append(ql.lns, l.ln)
 		}
 	}
