@@ -83,13 +83,7 @@ func WithAdaptiveTTL(min, max time.Duration) Option {
 // option; the default is DefaultHoldStatsRetention (24 hours), the minimum
 // MinHoldStatsRetention (1 second).
 func WithHoldStatsRetention(d time.Duration) ClientOption {
-	return clientOnly(func(o *options) {
-		if d < MinHoldStatsRetention {
-			o.fail(fmt.Errorf("%w: hold statistics retention %v is below the minimum %v", ErrInvalid, d, MinHoldStatsRetention))
-			return
-		}
-		o.holdKeep = d
-	})
+	return retentionOption("hold statistics retention", d, MinHoldStatsRetention, func(o *options) *time.Duration { return &o.holdKeep })
 }
 
 // checkAdaptive reports an adaptive lease whose greatest bound is too long for its kind.

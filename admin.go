@@ -119,44 +119,23 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	pattern := keyPattern(c.opts.prefix, prefix)
-	seen := make(map[string]bool)
 	var out []Info
-	cursor := "0"
-	for {
-		reply, err := c.e.b.scan(ctx, cursor, pattern)
-		if err != nil {
-			return nil, c.e.redisErr("list", err)
-		}
-		arr, ok := reply.([]any)
-		if !ok || len(arr) != 2 {
-			return nil, c.badReply("scan", prefix, reply)
-		}
-		next, ok1 := arr[0].(string)
-		found, ok2 := arr[1].([]any)
-		if !ok1 || !ok2 {
-			return nil, c.badReply("scan", prefix, reply)
-		}
+	err := c.scanKeys(ctx, keyPattern(c.opts.prefix, prefix), prefix, func(found []string) error {
 		var keys []string
 		for _, k := range found {
-			if s, ok := k.(string); ok && !seen[s] {
-				if _, ok := nameOfKey(c.opts.prefix, s); !ok {
-					continue
-				}
-				seen[s] = true
-				keys = append(keys, s)
+			if _, ok := nameOfKey(c.opts.prefix, k); ok {
+				keys = append(keys, k)
 			}
 		}
-		if len(keys) > 0 {
-			infos, err := c.inspectKeys(ctx, keys)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, infos...)
+		if len(keys) == 0 {
+			return nil
 		}
-		if cursor = next; cursor == "0" {
-			break
-		}
+		infos, err := c.inspectKeys(ctx, keys)
+		out = append(out, infos...)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	shared, err := c.listShared(ctx, prefix) // read-write locks and semaphores (admin_shared.go)
 	if err != nil {
@@ -165,6 +144,42 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 	out = append(out, shared...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// scanKeys walks the keys that match pattern with SCAN (COUNT 1000) and gives each batch SCAN
+// returns to page, without the keys it gave before (SCAN may return a key twice). prefix, the
+// caller's, names the walk in an error.
+func (c *Client) scanKeys(ctx context.Context, pattern, prefix string, page func([]string) error) error {
+	seen := make(map[string]bool)
+	cursor := "0"
+	for {
+		reply, err := c.e.b.scan(ctx, cursor, pattern)
+		if err != nil {
+			return c.e.redisErr("list", err)
+		}
+		arr, ok := reply.([]any)
+		if !ok || len(arr) != 2 {
+			return c.badReply("scan", prefix, reply)
+		}
+		next, ok1 := arr[0].(string)
+		found, ok2 := arr[1].([]any)
+		if !ok1 || !ok2 {
+			return c.badReply("scan", prefix, reply)
+		}
+		var keys []string
+		for _, f := range found {
+			if k, ok := f.(string); ok && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+		if err := page(keys); err != nil {
+			return err
+		}
+		if cursor = next; cursor == "0" {
+			return nil
+		}
+	}
 }
 
 // inspectKeys reads the given lock keys, and their hold records, in one script call and

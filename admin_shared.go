@@ -178,44 +178,27 @@ func (c *Client) listShared(ctx context.Context, prefix string) ([]Info, error) 
 	}
 	var out []Info
 	for _, k := range sharedKinds {
-		pattern := keyPattern(c.opts.prefix, prefix) + k.suffix
-		seen := make(map[string]bool)
-		cursor := "0"
-		for {
-			reply, err := c.e.b.scan(ctx, cursor, pattern)
-			if err != nil {
-				return nil, c.e.redisErr("list", err)
-			}
-			arr, ok := reply.([]any)
-			if !ok || len(arr) != 2 {
-				return nil, c.badReply("scan", prefix, reply)
-			}
-			next, ok1 := arr[0].(string)
-			found, ok2 := arr[1].([]any)
-			if !ok1 || !ok2 {
-				return nil, c.badReply("scan", prefix, reply)
-			}
-			for _, f := range found {
-				key, _ := f.(string)
-				if seen[key] || len(key) <= len(k.suffix) {
+		err := c.scanKeys(ctx, keyPattern(c.opts.prefix, prefix)+k.suffix, prefix, func(keys []string) error {
+			for _, key := range keys {
+				if len(key) <= len(k.suffix) {
 					continue
 				}
-				seen[key] = true
 				name, ok := nameOfKey(c.opts.prefix, key[:len(key)-len(k.suffix)])
 				if !ok {
 					continue
 				}
 				info, _, err := c.inspectShared(ctx, name, k.suffix, k.kind)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				if info.Held {
 					out = append(out, info)
 				}
 			}
-			if cursor = next; cursor == "0" {
-				break
-			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

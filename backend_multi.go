@@ -38,25 +38,11 @@ func (s *oneServer) oneSlot() bool { return s.cluster }
 
 func (s *oneServer) acquireMulti(ctx context.Context, a multiArgs, ack replicaAck) (multiAcquired, int, error) {
 	a.sharded = s.cluster
-	c := a.call()
-	n := len(a.keys) / 3
-	if ack.n == 0 {
-		r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
-		if err != nil {
-			return multiAcquired{}, -1, err
-		}
-		res, err := readMultiAcquire(r, n)
-		return res, -1, err
+	r, acked, err := s.run(ctx, a.call(), ack)
+	if err != nil {
+		return multiAcquired{}, -1, err
 	}
-	rs := s.cn.EvalMulti(ctx, []conn.Call{c, {WaitReplicas: ack.n, WaitTimeout: ack.wait}})
-	if rs[0].Err != nil {
-		return multiAcquired{}, -1, rs[0].Err
-	}
-	acked := -1
-	if len(rs) == 2 && rs[1].Err == nil && len(rs[1].Ints) == 1 {
-		acked = int(rs[1].Ints[0])
-	}
-	res, err := readMultiAcquire(rs[0].Ints, n)
+	res, err := readMultiAcquire(r, len(a.keys)/3)
 	return res, acked, err
 }
 
@@ -119,13 +105,9 @@ type multiReleaseArgs struct {
 }
 
 func (a multiReleaseArgs) call() conn.Call {
-	pub := "p"
-	if a.sharded {
-		pub = "s"
-	}
 	keys := make([]string, 0, 3*len(a.reqs))
 	args := make([]string, 0, 2+3*len(a.reqs))
-	args = append(args, a.retention, pub)
+	args = append(args, a.retention, pubArg(a.sharded))
 	for _, r := range a.reqs {
 		keys = append(keys, r.keys...)
 		args = append(args, r.owner, strconv.FormatUint(r.floor, 10), r.leave)
@@ -148,12 +130,7 @@ func readMultiRelease(r []int64, n int) ([]released, error) {
 func (s *oneServer) latch(ctx context.Context, a latchArgs) (latchState, error) {
 	a.sharded = s.cluster
 	a.retention = s.retention
-	c := a.call()
-	r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
-	if err != nil {
-		return latchState{}, err
-	}
-	return readLatch(r)
+	return evalRead(ctx, s.cn, a.call(), readLatch)
 }
 
 // multiArgs: multiacquire.lua takes several locks of one slot, all or none (or, with prefix,
@@ -172,19 +149,16 @@ type multiArgs struct {
 }
 
 func (a multiArgs) call() conn.Call {
-	mode, pub := "a", "p"
+	mode := "a"
 	if a.prefix {
 		mode = "p"
-	}
-	if a.sharded {
-		pub = "s"
 	}
 	at := a.at
 	if a.entry == "" {
 		at = ""
 	}
 	return conn.Call{Script: scriptMultiAcquire, Keys: a.keys, Args: []string{
-		a.owner, a.ttl, a.meta, mode, pub, a.entry, at, a.eowner, a.window,
+		a.owner, a.ttl, a.meta, mode, pubArg(a.sharded), a.entry, at, a.eowner, a.window,
 	}}
 }
 
@@ -220,12 +194,8 @@ type latchArgs struct {
 }
 
 func (a latchArgs) call() conn.Call {
-	pub := "p"
-	if a.sharded {
-		pub = "s"
-	}
 	return conn.Call{Script: scriptLatch, Keys: []string{a.key}, Args: []string{
-		string(a.op), strconv.Itoa(a.count), a.ttl, a.retention, a.channel, pub, a.id,
+		string(a.op), strconv.Itoa(a.count), a.ttl, a.retention, a.channel, pubArg(a.sharded), a.id,
 	}}
 }
 

@@ -13,6 +13,18 @@ import (
 	"github.com/dlock-go/dlock/conn"
 )
 
+// inParallel runs f on each of xs (with its index), all at once, and returns their answers in
+// the order of xs when every one is in.
+func inParallel[X, T any](xs []X, f func(int, X) T) []T {
+	out := make([]T, len(xs))
+	var wg sync.WaitGroup
+	for i, x := range xs {
+		wg.Go(func() { out[i] = f(i, x) })
+	}
+	wg.Wait()
+	return out
+}
+
 // quorum is the backend of N independent Redis masters (Redlock): every script runs on every
 // server in parallel, and the answers are combined by the majority rule of each script: a
 // lock is held when a majority of servers hold it. A call returns as soon as the answers

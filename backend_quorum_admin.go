@@ -54,17 +54,10 @@ func (q *quorum) probe(ctx context.Context, keys []string, channel string) ([]st
 		denied []string
 		err    error
 	}
-	res := make([]ans, len(q.nodes))
-	var wg sync.WaitGroup
-	for i, n := range q.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reply, err := evalStrings(ctx, n, scriptProbe, keys, channel, "p")
-			res[i] = ans{probeDenied(reply), err}
-		}()
-	}
-	wg.Wait()
+	res := inParallel(q.nodes, func(_ int, n conn.Conn) ans {
+		reply, err := evalStrings(ctx, n, scriptProbe, keys, channel, "p")
+		return ans{probeDenied(reply), err}
+	})
 	for i, r := range res {
 		if len(r.denied) > 0 || (r.err != nil && classify(r.err) == ErrDenied) {
 			return r.denied, q.nodes[i].Addr(), r.err
@@ -80,17 +73,10 @@ func (q *quorum) first(ctx context.Context, f func(context.Context, conn.Conn) (
 		v   any
 		err error
 	}
-	res := make([]ans, len(q.nodes))
-	var wg sync.WaitGroup
-	for i, n := range q.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			v, err := f(ctx, n)
-			res[i] = ans{v, err}
-		}()
-	}
-	wg.Wait()
+	res := inParallel(q.nodes, func(_ int, n conn.Conn) ans {
+		v, err := f(ctx, n)
+		return ans{v, err}
+	})
 	for _, r := range res {
 		if r.err == nil {
 			return r.v, nil
@@ -129,16 +115,8 @@ func (q *quorum) scan(ctx context.Context, cursor, pattern string) (any, error) 
 
 // masters asks every server.
 func (q *quorum) masters(ctx context.Context, args ...string) []conn.MasterReply {
-	out := make([]conn.MasterReply, len(q.nodes))
-	var wg sync.WaitGroup
-	for i, n := range q.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			v, err := n.Command(ctx, args...)
-			out[i] = conn.MasterReply{Addr: n.Addr(), Reply: v, Err: err}
-		}()
-	}
-	wg.Wait()
-	return out
+	return inParallel(q.nodes, func(_ int, n conn.Conn) conn.MasterReply {
+		v, err := n.Command(ctx, args...)
+		return conn.MasterReply{Addr: n.Addr(), Reply: v, Err: err}
+	})
 }

@@ -17,33 +17,25 @@ import (
 // including to the servers that came back.
 func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
 	ql := &quorumListener{done: make(chan error, 1), quit: make(chan struct{})}
-	var mu sync.Mutex
-	lns := make([]conn.Listener, len(q.nodes))
-	var errs []error
-	var wg sync.WaitGroup
-	for i, n := range q.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Announcements say which server made them (a grant counts per server).
-			nh := h
-			if h.Message != nil {
-				nh.Message = func(channel, payload string) { h.Message(channel, payload+serverTag+strconv.Itoa(i)) }
-			}
-			ln, err := n.Listen(ctx, nh)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			lns[i] = ln
-		}()
+	type listened struct {
+		ln  conn.Listener
+		err error
 	}
-	wg.Wait()
-	for _, ln := range lns {
-		if ln != nil {
-			ql.lns = append(ql.lns, ln)
+	var errs []error
+	for _, l := range inParallel(q.nodes, func(i int, n conn.Conn) listened {
+		// Announcements say which server made them (a grant counts per server).
+		nh := h
+		if h.Message != nil {
+			nh.Message = func(channel, payload string) { h.Message(channel, payload+serverTag+strconv.Itoa(i)) }
+		}
+		ln, err := n.Listen(ctx, nh)
+		return listened{ln, err}
+	}) {
+		switch {
+		case l.err != nil:
+			errs = append(errs, l.err)
+		case l.ln != nil:
+			ql.lns = append(ql.lns, l.ln)
 		}
 	}
 	if len(ql.lns) < q.need {
@@ -120,17 +112,7 @@ func (l *quorumListener) Unsubscribe(ctx context.Context, channels ...string) er
 }
 
 func (l *quorumListener) each(f func(conn.Listener) error) error {
-	errs := make([]error, len(l.lns))
-	var wg sync.WaitGroup
-	for i, ln := range l.lns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(ln)
-		}()
-	}
-	wg.Wait()
-	return joinErrors(errs...)
+	return joinErrors(inParallel(l.lns, func(_ int, ln conn.Listener) error { return f(ln) })...)
 }
 
 func (l *quorumListener) Done() <-chan error { return l.done }

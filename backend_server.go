@@ -60,25 +60,11 @@ func (s *oneServer) acquire(ctx context.Context, a acquireArgs, ack replicaAck) 
 		res, err := s.batch.acquire(ctx, a)
 		return res, -1, err
 	}
-	c := a.call()
-	if ack.n == 0 {
-		r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
-		if err != nil {
-			return acquired{}, -1, err
-		}
-		res, err := readAcquire(r)
-		return res, -1, err
+	r, acked, err := s.run(ctx, a.call(), ack)
+	if err != nil {
+		return acquired{}, -1, err
 	}
-	// WAIT right after the script, on the same connection, covers its write.
-	rs := s.cn.EvalMulti(ctx, []conn.Call{c, {WaitReplicas: ack.n, WaitTimeout: ack.wait}})
-	if rs[0].Err != nil {
-		return acquired{}, -1, rs[0].Err
-	}
-	acked := -1
-	if len(rs) == 2 && rs[1].Err == nil && len(rs[1].Ints) == 1 {
-		acked = int(rs[1].Ints[0])
-	}
-	res, err := readAcquire(rs[0].Ints)
+	res, err := readAcquire(r)
 	return res, acked, err
 }
 
@@ -86,22 +72,23 @@ func (s *oneServer) releaseCall(r releaseReq) conn.Call {
 	if r.shared != nil {
 		return sharedReleaseCall(r, s.retention, s.cluster)
 	}
+	return r.args(s.retention, s.cluster).call()
+}
+
+// args is release.lua's one-lock call for r, with the token retention (ms) and the kind of
+// announcement (SPUBLISH when sharded) of the server it goes to.
+func (r releaseReq) args(retention string, sharded bool) releaseArgs {
 	return releaseArgs{
-		keys: r.keys, owner: r.owner, retention: s.retention, channel: r.channel,
-		all: r.all, sharded: s.cluster, floor: r.floor, leave: r.leave, record: r.record,
-	}.call()
+		keys: r.keys, owner: r.owner, retention: retention, channel: r.channel,
+		all: r.all, sharded: sharded, floor: r.floor, leave: r.leave, record: r.record,
+	}
 }
 
 func (s *oneServer) release(ctx context.Context, r releaseReq) (released, error) {
 	if s.batch != nil && r.shared == nil { // a read-write lock's or semaphore's goes alone (shared.lua)
 		return s.batch.release(ctx, r)
 	}
-	c := s.releaseCall(r)
-	res, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
-	if err != nil {
-		return released{}, err
-	}
-	return readRelease(res)
+	return evalRead(ctx, s.cn, s.releaseCall(r), readRelease)
 }
 
 // renewBatch is how many leases one renew.lua call extends; a call of this size keeps the
@@ -340,12 +327,7 @@ func (s *oneServer) pttl(ctx context.Context, keys []string, owner string) (time
 }
 
 func (s *oneServer) handover(ctx context.Context, h handoverArgs) (handedOver, error) {
-	c := h.call()
-	r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
-	if err != nil {
-		return handedOver{}, err
-	}
-	return readHandover(r)
+	return evalRead(ctx, s.cn, h.call(), readHandover)
 }
 
 func (s *oneServer) listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
@@ -401,6 +383,33 @@ func (s *oneServer) ping(ctx context.Context) error {
 	return joinErrors(errs...)
 }
 
+// evalRead runs the script call c and reads its reply with read.
+func evalRead[T any](ctx context.Context, cn conn.Conn, c conn.Call, read func([]int64) (T, error)) (T, error) {
+	r, err := cn.Eval(ctx, c.Script, c.Keys, c.Args)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return read(r)
+}
+
+// pubArg is the scripts' announcement argument: "s" for SPUBLISH (Redis Cluster, sharded
+// pub/sub), "p" for PUBLISH.
+func pubArg(sharded bool) string {
+	if sharded {
+		return "s"
+	}
+	return "p"
+}
+
+// flagArg is a script's yes-or-no argument: "1" or "0".
+func flagArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 // evalStrings runs s through Conn.Command, so that its reply may hold strings: by SHA, and
 // with the source when the server does not have the script cached.
 func evalStrings(ctx context.Context, cn conn.Conn, s *conn.Script, keys []string, args ...string) (any, error) {
@@ -417,11 +426,7 @@ func evalStrings(ctx context.Context, cn conn.Conn, s *conn.Script, keys []strin
 }
 
 func (s *oneServer) probe(ctx context.Context, keys []string, channel string) ([]string, string, error) {
-	pub := "p"
-	if s.cluster {
-		pub = "s"
-	}
-	reply, err := evalStrings(ctx, s.cn, scriptProbe, keys, channel, pub)
+	reply, err := evalStrings(ctx, s.cn, scriptProbe, keys, channel, pubArg(s.cluster))
 	return probeDenied(reply), s.cn.Addr(), err
 }
 

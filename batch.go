@@ -77,17 +77,18 @@ type pending struct {
 	ctx   context.Context // the caller's: its values go with the batch (callersCtx)
 }
 
-type batchedAcquire struct {
+// batched is a call waiting in a batch: its input (acquireArgs or releaseReq) and, once done,
+// its result.
+type batched[In, Out any] struct {
 	pending
-	a   acquireArgs
-	res acquired
+	in  In
+	res Out
 }
 
-type batchedRelease struct {
-	pending
-	r   releaseReq
-	res released
-}
+type (
+	batchedAcquire = batched[acquireArgs, acquired]
+	batchedRelease = batched[releaseReq, released]
+)
 
 func newBatcher(cn conn.Conn, retention string) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -100,20 +101,32 @@ func batchable(a acquireArgs) bool { return a.place == "" && a.queuedLate == nil
 
 // acquire runs acquire.lua for a: alone, or in the next batch.
 func (b *batcher) acquire(ctx context.Context, a acquireArgs) (acquired, error) {
+	return submit(ctx, b, a, &b.acqs, (*batcher).acquireAlone)
+}
+
+// release runs release.lua for r: alone, or in the next batch.
+func (b *batcher) release(ctx context.Context, r releaseReq) (released, error) {
+	return submit(ctx, b, r, &b.rels, (*batcher).releaseAlone)
+}
+
+// submit runs one call: alone (sendAlone) while the batcher lets calls leave at once, else
+// queued (on queue, b.acqs or b.rels) for the next batch.
+func submit[In, Out any](ctx context.Context, b *batcher, in In, queue *[]*batched[In, Out], sendAlone func(*batcher, context.Context, In) (Out, error)) (Out, error) {
+	var zero Out
 	if err := ctx.Err(); err != nil {
-		return acquired{}, err
+		return zero, err
 	}
 	b.mu.Lock()
 	if b.closed || (b.out < b.loneMax && len(b.acqs)+len(b.rels) == 0) {
 		b.out++
 		b.mu.Unlock()
-		res, err := b.acquireAlone(ctx, a)
+		res, err := sendAlone(b, ctx, in)
 		b.finish()
 		return res, err
 	}
-	p := &batchedAcquire{a: a}
+	p := &batched[In, Out]{in: in}
 	p.done, p.ctx = make(chan struct{}), ctx
-	b.acqs = append(b.acqs, p)
+	*queue = append(*queue, p)
 	b.startLocked()
 	select {
 	case <-p.done:
@@ -122,33 +135,7 @@ func (b *batcher) acquire(ctx context.Context, a acquireArgs) (acquired, error) 
 		// If the batch was sent, the script may run: the caller treats this as any call whose
 		// reply it did not wait for (it releases under the owner in the background).
 		p.state.CompareAndSwap(pendQueued, pendAbandoned)
-		return acquired{}, ctx.Err()
-	}
-}
-
-// release runs release.lua for r: alone, or in the next batch.
-func (b *batcher) release(ctx context.Context, r releaseReq) (released, error) {
-	if err := ctx.Err(); err != nil {
-		return released{}, err
-	}
-	b.mu.Lock()
-	if b.closed || (b.out < b.loneMax && len(b.acqs)+len(b.rels) == 0) {
-		b.out++
-		b.mu.Unlock()
-		res, err := b.releaseAlone(ctx, r)
-		b.finish()
-		return res, err
-	}
-	p := &batchedRelease{r: r}
-	p.done, p.ctx = make(chan struct{}), ctx
-	b.rels = append(b.rels, p)
-	b.startLocked()
-	select {
-	case <-p.done:
-		return p.res, p.err
-	case <-ctx.Done():
-		p.state.CompareAndSwap(pendQueued, pendAbandoned)
-		return released{}, ctx.Err()
+		return zero, ctx.Err()
 	}
 }
 
@@ -211,16 +198,18 @@ func (b *batcher) stop() {
 	b.closed = true
 	acqs, rels := b.takeLocked()
 	b.mu.Unlock()
-	for _, p := range acqs {
-		p.err = errBatchClosed
-		close(p.done)
-	}
-	for _, p := range rels {
-		p.err = errBatchClosed
-		close(p.done)
-	}
+	failAll(acqs, errBatchClosed)
+	failAll(rels, errBatchClosed)
 	b.cancel()
 	b.wg.Wait()
+}
+
+// failAll gives each of ps the error err.
+func failAll[In, Out any](ps []*batched[In, Out], err error) {
+	for _, p := range ps {
+		p.err = err
+		close(p.done)
+	}
 }
 
 // send sends the calls of one batch in one pipeline: acquisitions in acquire.lua calls of up
@@ -253,10 +242,12 @@ func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
 	}
 	var alone []func()
 	for c, ch := range acqChunks {
-		alone = b.settleAcquires(ch, result(c), alone)
+		outs, err := readAcquireBatch(result(c), len(ch))
+		alone = settle(b, ch, outs, err, (*batcher).acquireAlone, alone)
 	}
 	for c, ch := range relChunks {
-		alone = b.settleReleases(ch, result(len(acqChunks)+c), alone)
+		outs, err := readReleaseBatch(result(len(acqChunks)+c), len(ch))
+		alone = settle(b, ch, outs, err, (*batcher).releaseAlone, alone)
 	}
 	for _, f := range alone {
 		f()
@@ -274,39 +265,19 @@ func chunked[P any](ps []P) [][]P {
 	return out
 }
 
-// settleAcquires gives each acquisition of one acquire.lua batch call its answer from r, the
-// call's result. A lock that raised an error is to be sent alone, to learn the error (or
-// succeed): its call is appended to alone, which is returned.
-func (b *batcher) settleAcquires(ch []*batchedAcquire, r conn.Result, alone []func()) []func() {
-	outs, err := readAcquireBatch(r, len(ch))
+// settle gives each call of one script call of a batch its answer: outs, read from the
+// script call's reply, or err, when there is none. A lock that raised an error is to be sent
+// alone (sendAlone), to learn the error (or succeed): its call is appended to alone, which is
+// returned.
+func settle[In, Out any](b *batcher, ch []*batched[In, Out], outs []batchAnswer[Out], err error,
+	sendAlone func(*batcher, context.Context, In) (Out, error), alone []func()) []func() {
 	for i, p := range ch {
 		switch {
 		case err != nil:
 			p.err = err
 		case outs[i].failed:
 			alone = append(alone, func() {
-				p.res, p.err = b.acquireAlone(b.callersCtx([]context.Context{p.ctx}), p.a)
-				close(p.done)
-			})
-			continue
-		default:
-			p.res, p.err = outs[i].res, outs[i].err
-		}
-		close(p.done)
-	}
-	return alone
-}
-
-// settleReleases is settleAcquires for one release.lua batch call.
-func (b *batcher) settleReleases(ch []*batchedRelease, r conn.Result, alone []func()) []func() {
-	outs, err := readReleaseBatch(r, len(ch))
-	for i, p := range ch {
-		switch {
-		case err != nil:
-			p.err = err
-		case outs[i].failed:
-			alone = append(alone, func() {
-				p.res, p.err = b.releaseAlone(b.callersCtx([]context.Context{p.ctx}), p.r)
+				p.res, p.err = sendAlone(b, b.callersCtx([]context.Context{p.ctx}), p.in)
 				close(p.done)
 			})
 			continue
@@ -350,31 +321,18 @@ func live[P interface{ sent() bool }](ps []P) []P {
 func (p *pending) sent() bool { return p.state.CompareAndSwap(pendQueued, pendSent) }
 
 func (b *batcher) acquireAlone(ctx context.Context, a acquireArgs) (acquired, error) {
-	c := a.call()
-	r, err := b.cn.Eval(ctx, c.Script, c.Keys, c.Args)
-	if err != nil {
-		return acquired{}, err
-	}
-	return readAcquire(r)
+	return evalRead(ctx, b.cn, a.call(), readAcquire)
 }
 
 func (b *batcher) releaseAlone(ctx context.Context, r releaseReq) (released, error) {
-	c := releaseArgs{
-		keys: r.keys, owner: r.owner, retention: b.retention, channel: r.channel,
-		all: r.all, floor: r.floor, leave: r.leave, record: r.record,
-	}.call()
-	res, err := b.cn.Eval(ctx, c.Script, c.Keys, c.Args)
-	if err != nil {
-		return released{}, err
-	}
-	return readRelease(res)
+	return evalRead(ctx, b.cn, r.args(b.retention, false).call(), readRelease)
 }
 
 // acquireBatchCall builds the call of a batch of acquisitions: acquire.lua's batch form (one
 // lock: its one-lock form), locks with the same settings in one group.
 func acquireBatchCall(ps []*batchedAcquire) conn.Call {
 	if len(ps) == 1 {
-		return ps[0].a.call()
+		return ps[0].in.call()
 	}
 	type group struct {
 		head []string // lease, description, mode, "p", window, least, greatest
@@ -382,14 +340,8 @@ func acquireBatchCall(ps []*batchedAcquire) conn.Call {
 	}
 	var groups []*group
 	for _, p := range ps {
-		a := &p.a
-		mode := ""
-		switch {
-		case a.reenterOnly:
-			mode = "r"
-		case a.queue:
-			mode = "q"
-		}
+		a := &p.in
+		mode := a.mode()
 		var g *group
 		for _, x := range groups {
 			h := x.head
@@ -413,8 +365,8 @@ func acquireBatchCall(ps []*batchedAcquire) conn.Call {
 		args = append(args, g.head...)
 		args = append(args, strconv.Itoa(len(g.ps)))
 		for _, p := range g.ps {
-			keys = append(keys, p.a.keys[0])
-			args = append(args, p.a.owner, p.a.client)
+			keys = append(keys, p.in.keys[0])
+			args = append(args, p.in.owner, p.in.client)
 			ps = append(ps, p)
 		}
 	}
@@ -426,11 +378,7 @@ func acquireBatchCall(ps []*batchedAcquire) conn.Call {
 // the order of the reply.
 func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 	if len(ps) == 1 {
-		r := ps[0].r
-		return releaseArgs{
-			keys: r.keys, owner: r.owner, retention: b.retention, channel: r.channel,
-			all: r.all, floor: r.floor, leave: r.leave, record: r.record,
-		}.call()
+		return ps[0].in.args(b.retention, false).call()
 	}
 	type group struct {
 		all    bool
@@ -441,13 +389,13 @@ func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 	for _, p := range ps {
 		var g *group
 		for _, x := range groups {
-			if x.all == p.r.all && x.record == p.r.record {
+			if x.all == p.in.all && x.record == p.in.record {
 				g = x
 				break
 			}
 		}
 		if g == nil {
-			g = &group{all: p.r.all, record: p.r.record}
+			g = &group{all: p.in.all, record: p.in.record}
 			groups = append(groups, g)
 		}
 		g.ps = append(g.ps, p)
@@ -457,80 +405,67 @@ func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 	args = append(args, "", b.retention)
 	ps = ps[:0]
 	for _, g := range groups {
-		all := "0"
-		if g.all {
-			all = "1"
-		}
-		args = append(args, all, "p", g.record, strconv.Itoa(len(g.ps)))
+		args = append(args, flagArg(g.all), "p", g.record, strconv.Itoa(len(g.ps)))
 		for _, p := range g.ps {
-			keys = append(keys, p.r.keys[0])
-			args = append(args, p.r.owner, strconv.FormatUint(p.r.floor, 10), p.r.leave)
+			keys = append(keys, p.in.keys[0])
+			args = append(args, p.in.owner, strconv.FormatUint(p.in.floor, 10), p.in.leave)
 			ps = append(ps, p)
 		}
 	}
 	return conn.Call{Script: scriptRelease, Keys: keys, Args: args}
 }
 
-// batchAcquired is one lock's answer in a batch.
-type batchAcquired struct {
-	res    acquired
+// batchAnswer is one lock's answer in a batch.
+type batchAnswer[Out any] struct {
+	res    Out
 	err    error
 	failed bool // doing the lock raised an error: send it alone
 }
 
-// readAcquireBatch reads the reply to acquireBatchCall for n locks.
-func readAcquireBatch(r conn.Result, n int) ([]batchAcquired, error) {
-	if r.Err != nil {
-		return nil, r.Err
-	}
-	if n == 1 {
-		res, err := readAcquire(r.Ints)
-		return []batchAcquired{{res: res, err: err}}, nil
-	}
-	if len(r.Ints) != 4*n {
-		return nil, fmt.Errorf("acquire.lua: %d answers for a batch of %d locks", len(r.Ints), n)
-	}
-	out := make([]batchAcquired, n)
-	for i := range out {
-		x := r.Ints[4*i : 4*i+4]
+// readAcquireBatch reads the reply to acquireBatchCall for n locks: four integers a lock, the
+// first -1 when doing the lock raised an error, the last 0 when the lease is the one asked for.
+func readAcquireBatch(r conn.Result, n int) ([]batchAnswer[acquired], error) {
+	return readBatch(r, n, "acquire.lua", 4, readAcquire, func(x []int64) batchAnswer[acquired] {
 		if x[0] == -1 {
-			out[i].failed = true
-			continue
+			return batchAnswer[acquired]{failed: true}
 		}
 		if x[3] == 0 {
 			x = x[:3]
 		}
-		out[i].res, out[i].err = readAcquire(x)
-	}
-	return out, nil
+		res, err := readAcquire(x)
+		return batchAnswer[acquired]{res: res, err: err}
+	})
 }
 
-// batchReleased is one lock's answer in a batch.
-type batchReleased struct {
-	res    released
-	err    error
-	failed bool
+// readReleaseBatch reads the reply to releaseBatchCall for n locks: an integer a lock, -2 when
+// doing the lock raised an error.
+func readReleaseBatch(r conn.Result, n int) ([]batchAnswer[released], error) {
+	return readBatch(r, n, "release.lua", 1, readRelease, func(x []int64) batchAnswer[released] {
+		if x[0] == -2 {
+			return batchAnswer[released]{failed: true}
+		}
+		res, err := readRelease(x)
+		return batchAnswer[released]{res: res, err: err}
+	})
 }
 
-// readReleaseBatch reads the reply to releaseBatchCall for n locks.
-func readReleaseBatch(r conn.Result, n int) ([]batchReleased, error) {
+// readBatch reads the reply of script's batch form for n locks, width integers a lock, each
+// read by lock; a batch of one went in the one-lock form, whose reply one reads.
+func readBatch[Out any](r conn.Result, n int, script string, width int,
+	one func([]int64) (Out, error), lock func([]int64) batchAnswer[Out]) ([]batchAnswer[Out], error) {
 	if r.Err != nil {
 		return nil, r.Err
 	}
 	if n == 1 {
-		res, err := readRelease(r.Ints)
-		return []batchReleased{{res: res, err: err}}, nil
+		res, err := one(r.Ints)
+		return []batchAnswer[Out]{{res: res, err: err}}, nil
 	}
-	if len(r.Ints) != n {
-		return nil, fmt.Errorf("release.lua: %d answers for a batch of %d locks", len(r.Ints), n)
+	if len(r.Ints) != width*n {
+		return nil, fmt.Errorf("%s: %d answers for a batch of %d locks", script, len(r.Ints), n)
 	}
-	out := make([]batchReleased, n)
-	for i, v := range r.Ints {
-		if v == -2 {
-			out[i].failed = true
-			continue
-		}
-		out[i].res, out[i].err = readRelease(r.Ints[i : i+1])
+	out := make([]batchAnswer[Out], n)
+	for i := range out {
+		out[i] = lock(r.Ints[width*i : width*(i+1)])
 	}
 	return out, nil
 }

@@ -192,19 +192,78 @@ func (st *leaseState) end(how ending, cause error) bool {
 	return true
 }
 
+// doUnder is the Do of every kind of lock: it takes a lease with lock (a nil fn is refused
+// first) and runs fn under it (runUnder).
+func doUnder(ctx context.Context, fn func(ctx context.Context) error, lock func(context.Context) (*Lease, error)) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalid)
+	}
+	l, err := lock(ctx)
+	if err != nil {
+		return err
+	}
+	return runUnder(ctx, l, fn)
+}
+
 // context returns the lease context, making it on first use.
 func (st *leaseState) context() *leaseCtx {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.ctx == nil {
-		inner, cancel := context.WithCancelCause(context.WithoutCancel(st.parent))
+		inner, cancel := detach(&st.parent)
 		st.ctx = &leaseCtx{Context: inner, st: st, cancel: cancel}
-		st.parent = nil
 		if st.state.Load() != stateHeld {
 			cancel(st.cause) // ended before anyone asked; end saw no context to cancel
 		}
 	}
 	return st.ctx
+}
+
+// leavingQueue is req, the release of st's last hold, made to withdraw the queue entry the
+// hold was taken under when no waiter of this client needs it any more (else the entry that
+// st.leave names, if any).
+func (e *engine) leavingQueue(st *leaseState, req releaseReq) releaseReq {
+	if reg := st.takeQueued(); reg != nil && e.withdrawn(reg) {
+		req.leave = reg.id
+	}
+	if req.leave == "" {
+		req.leave = st.leave
+	}
+	return req
+}
+
+// afterRelease ends st once the release of its last hold, req, answered res or err, and returns
+// the error for its Unlock. A release that failed on the network is retried in the background
+// until it succeeds or the lease would have run out anyway.
+func (e *engine) afterRelease(st *leaseState, req releaseReq, res released, err error) error {
+	switch {
+	case err != nil && !refused(err):
+		st.mu.Lock()
+		until := st.lastSent + st.ttl.Load()
+		st.mu.Unlock()
+		waits, key, token := e.waits, st.spec.key, st.token
+		req.record = "" // the failed try may have recorded the hold: never twice
+		e.renewer.retryRelease(req, until, func() { waits.leaseEnded(key, token) })
+		st.end(endReleased, nil)
+		return fmt.Errorf("%w (retrying in the background until the lease would run out)", e.redisErr("unlock "+strconv.Quote(st.spec.name), err))
+	case err != nil:
+		st.end(endReleased, nil)
+		return e.redisErr("unlock "+strconv.Quote(st.spec.name), err)
+	case !res.owned:
+		st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
+		return st.lostAtUnlock()
+	}
+	st.end(endReleased, nil)
+	return nil
+}
+
+// detach makes the context of a lease (or multi-lease) taken under *parent: with parent's
+// values but not its cancellation (the lease outlives the call that took it), cancelled with
+// the cause its lease ends with. *parent is let go: the new context holds what it needs of it.
+func detach(parent *context.Context) (context.Context, context.CancelCauseFunc) {
+	inner, cancel := context.WithCancelCause(context.WithoutCancel(*parent))
+	*parent = nil
+	return inner, cancel
 }
 
 // endedErr is the error for using a lease that is no longer held.
@@ -499,12 +558,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: %q already unlocked", ErrNotHeld, l.st.spec.name)
 	}
 	st := l.st
-	st.mu.Lock()
-	st.holds--
-	last := st.holds == 0
-	st.mu.Unlock()
-	st.expired()
-	state := st.state.Load()
+	last, state := st.dropHold()
 	if state == stateClosed {
 		return ErrClosed
 	}
@@ -527,6 +581,23 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		req = st.recordHold(req)
 	}
 	res, err := st.e.b.release(ctx, req)
+	return st.afterInnerRelease(state, res, err)
+}
+
+// dropHold gives up one hold of st: it reports whether that was the last one, and the lease's
+// state once its deadline is checked.
+func (st *leaseState) dropHold() (last bool, state int32) {
+	st.mu.Lock()
+	st.holds--
+	last = st.holds == 0
+	st.mu.Unlock()
+	st.expired()
+	return last, st.state.Load()
+}
+
+// afterInnerRelease returns the error for the Unlock of an inner hold, or of a lease already
+// lost (state), once its release answered res or err.
+func (st *leaseState) afterInnerRelease(state int32, res released, err error) error {
 	switch {
 	case state == stateLost:
 		return st.lostAtUnlock() // whatever the server said: the loss is what the caller must know

@@ -43,9 +43,8 @@ func (m *multiLease) context() *multiCtx {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.ctx == nil {
-		inner, cancel := context.WithCancelCause(context.WithoutCancel(m.parent))
+		inner, cancel := detach(&m.parent)
 		m.ctx = &multiCtx{Context: inner, m: m, cancel: cancel}
-		m.parent = nil
 		m.watch(m.ctx.cancel)
 	}
 	return m.ctx
@@ -278,12 +277,7 @@ func (e *engine) unlockMembers(ctx context.Context, leases []*Lease) error {
 			continue
 		}
 		st := l.st
-		st.mu.Lock()
-		st.holds--
-		lastHold := st.holds == 0
-		st.mu.Unlock()
-		st.expired()
-		state := st.state.Load()
+		lastHold, state := st.dropHold()
 		switch {
 		case state == stateClosed:
 			errs = append(errs, ErrClosed)
@@ -295,14 +289,8 @@ func (e *engine) unlockMembers(ctx context.Context, leases []*Lease) error {
 		default:
 			// An inner hold, or a lease already lost: as Lease.Unlock does.
 			res, err := e.b.release(ctx, st.releaseReq(lastHold))
-			switch {
-			case state == stateLost:
-				errs = append(errs, st.lostAtUnlock())
-			case err != nil:
-				errs = append(errs, e.redisErr("unlock "+strconv.Quote(st.spec.name), err))
-			case !res.owned:
-				st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
-				errs = append(errs, st.lostAtUnlock())
+			if err := st.afterInnerRelease(state, res, err); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -321,14 +309,7 @@ func (e *engine) letGoAll(ctx context.Context, sts []*leaseState) []error {
 			errs = append(errs, err)
 			continue
 		}
-		req := st.releaseReq(true)
-		if reg := st.takeQueued(); reg != nil && e.withdrawn(reg) {
-			req.leave = reg.id
-		}
-		if req.leave == "" {
-			req.leave = st.leave
-		}
-		reqs = append(reqs, req)
+		reqs = append(reqs, e.leavingQueue(st, st.releaseReq(true)))
 		rel = append(rel, st)
 	}
 	if len(reqs) == 0 {
@@ -336,24 +317,8 @@ func (e *engine) letGoAll(ctx context.Context, sts []*leaseState) []error {
 	}
 	results, rerrs := e.releaseMany(ctx, reqs)
 	for k, st := range rel {
-		res, err := results[k], rerrs[k]
-		switch {
-		case err != nil && !refused(err):
-			st.mu.Lock()
-			until := st.lastSent + st.ttl.Load()
-			st.mu.Unlock()
-			waits, key, token := e.waits, st.spec.key, st.token
-			e.renewer.retryRelease(reqs[k], until, func() { waits.leaseEnded(key, token) })
-			st.end(endReleased, nil)
-			errs = append(errs, fmt.Errorf("%w (retrying in the background until the lease would run out)", e.redisErr("unlock "+strconv.Quote(st.spec.name), err)))
-		case err != nil:
-			st.end(endReleased, nil)
-			errs = append(errs, e.redisErr("unlock "+strconv.Quote(st.spec.name), err))
-		case !res.owned:
-			st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
-			errs = append(errs, st.lostAtUnlock())
-		default:
-			st.end(endReleased, nil)
+		if err := e.afterRelease(st, reqs[k], results[k], rerrs[k]); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errs

@@ -270,12 +270,18 @@ func WithLogger(l *slog.Logger) ClientOption {
 // locked once each; longer tolerates larger clock steps. A Client option; the default is
 // DefaultTokenRetention (1 minute), the minimum MinTokenRetention (1 second).
 func WithTokenRetention(d time.Duration) ClientOption {
+	return retentionOption("token retention", d, MinTokenRetention, func(o *options) *time.Duration { return &o.retention })
+}
+
+// retentionOption is the Client option that sets the retention that field points to (what,
+// in its error) to d, refusing a d below least.
+func retentionOption(what string, d, least time.Duration, field func(*options) *time.Duration) ClientOption {
 	return clientOnly(func(o *options) {
-		if d < MinTokenRetention {
-			o.fail(fmt.Errorf("%w: token retention %v is below the minimum %v", ErrInvalid, d, MinTokenRetention))
+		if d < least {
+			o.fail(fmt.Errorf("%w: %s %v is below the minimum %v", ErrInvalid, what, d, least))
 			return
 		}
-		o.retention = d
+		*field(o) = d
 	})
 }
 

@@ -152,13 +152,7 @@ func (r *renewer) reschedule(st *leaseState) {
 	}
 }
 
-func (r *renewer) remove(st *leaseState) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if st.idx >= 0 {
-		heap.Remove(&r.h, st.idx)
-	}
-}
+func (r *renewer) remove(st *leaseState) { removeDue(r, &r.h, st) }
 
 // orphan queues the release of an acquisition with lease ttl that nobody will use: sent at
 // once and again after orphanRecheck.
@@ -566,11 +560,14 @@ func (r *renewer) addEntry(reg *registration) {
 	}
 }
 
-func (r *renewer) removeEntry(reg *registration) {
+func (r *renewer) removeEntry(reg *registration) { removeDue(r, &r.entries, reg) }
+
+// removeDue takes it out of h, r's heap of leases or of registrations, if it is there.
+func removeDue[T dueItem](r *renewer, h *dueHeap[T], it T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if reg.idx >= 0 {
-		heap.Remove(&r.entries, reg.idx)
+	if i := it.index(); i >= 0 {
+		heap.Remove(h, i)
 	}
 }
 
@@ -651,50 +648,49 @@ func (r *renewer) push(st *leaseState, due int64) {
 	heap.Push(&r.h, st)
 }
 
-// leaseHeap orders leases by due time; it implements heap.Interface.
-type leaseHeap []*leaseState
+// dueHeap orders the renewer's leases or queue registrations by due time (when a lease is
+// next renewed, or a registration's queue entry refreshed); it implements heap.Interface, and
+// keeps each item's index in it (-1 once out).
+type dueHeap[T dueItem] []T
 
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].due < h[j].due }
-func (h leaseHeap) Swap(i, j int) {
+// dueItem is what a dueHeap holds: its due time, and its index in the heap (-1: not in it).
+type dueItem interface {
+	dueAt() int64
+	index() int
+	setIdx(int)
+}
+
+type (
+	leaseHeap = dueHeap[*leaseState]
+	entryHeap = dueHeap[*registration]
+)
+
+func (st *leaseState) dueAt() int64    { return st.due }
+func (st *leaseState) index() int      { return st.idx }
+func (st *leaseState) setIdx(i int)    { st.idx = i }
+func (reg *registration) dueAt() int64 { return reg.due }
+func (reg *registration) index() int   { return reg.idx }
+func (reg *registration) setIdx(i int) { reg.idx = i }
+
+func (h dueHeap[T]) Len() int           { return len(h) }
+func (h dueHeap[T]) Less(i, j int) bool { return h[i].dueAt() < h[j].dueAt() }
+func (h dueHeap[T]) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].idx = i
-	h[j].idx = j
+	h[i].setIdx(i)
+	h[j].setIdx(j)
 }
-func (h *leaseHeap) Push(x any) {
-	st := x.(*leaseState)
-	st.idx = len(*h)
-	*h = append(*h, st)
+func (h *dueHeap[T]) Push(x any) {
+	it := x.(T)
+	it.setIdx(len(*h))
+	*h = append(*h, it)
 }
-func (h *leaseHeap) Pop() any {
+func (h *dueHeap[T]) Pop() any {
 	old := *h
-	st := old[len(old)-1]
-	old[len(old)-1] = nil
-	st.idx = -1
-	*h = old[:len(old)-1]
-	return st
-}
-
-// entryHeap orders registrations by when their queue entry is next refreshed.
-type entryHeap []*registration
-
-func (h entryHeap) Len() int           { return len(h) }
-func (h entryHeap) Less(i, j int) bool { return h[i].due < h[j].due }
-func (h entryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx = i
-	h[j].idx = j
-}
-func (h *entryHeap) Push(x any) {
-	reg := x.(*registration)
-	reg.idx = len(*h)
-	*h = append(*h, reg)
-}
-func (h *entryHeap) Pop() any {
-	old := *h
-	reg := old[len(old)-1]
-	old[len(old)-1] = nil
-	reg.idx = -1
-	*h = old[:len(old)-1]
-	return reg
+	n := len(old) - 1
+	it := old[n]
+	var zero T
+	old[n] = zero
+	it.setIdx(-1)
+	*h = old[:n]
+	return it
 }

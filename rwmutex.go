@@ -98,24 +98,10 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool) (*Lease, error) {
 // with a context that is cancelled when ctx is or when the hold is lost (cause ErrLost), and
 // unlocks when fn returns or panics; as Do does, with the same outcomes.
 func (c *Client) DoRead(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalid)
-	}
-	l, err := c.RWMutex(name, opts...).RLock(ctx)
-	if err != nil {
-		return err
-	}
-	return runUnder(ctx, l, fn)
+	return doUnder(ctx, fn, func(ctx context.Context) (*Lease, error) { return c.RWMutex(name, opts...).RLock(ctx) })
 }
 
 // DoWrite is DoRead with the write hold (Lock).
 func (c *Client) DoWrite(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
-	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalid)
-	}
-	l, err := c.RWMutex(name, opts...).Lock(ctx)
-	if err != nil {
-		return err
-	}
-	return runUnder(ctx, l, fn)
+	return doUnder(ctx, fn, func(ctx context.Context) (*Lease, error) { return c.RWMutex(name, opts...).Lock(ctx) })
 }

@@ -155,18 +155,19 @@ type acquireArgs struct {
 	adaptLo, adaptHi string
 }
 
-func (a acquireArgs) call() conn.Call {
-	mode, pub := "", "p"
+// mode is acquire.lua's mode argument: "r" re-entry only, "q" queue when busy, "" neither.
+func (a *acquireArgs) mode() string {
 	switch {
 	case a.reenterOnly:
-		mode = "r"
+		return "r"
 	case a.queue:
-		mode = "q"
+		return "q"
 	}
-	if a.sharded {
-		pub = "s"
-	}
-	args := []string{a.owner, a.ttl, a.meta, mode, a.channel, pub, a.client, a.window}
+	return ""
+}
+
+func (a acquireArgs) call() conn.Call {
+	args := []string{a.owner, a.ttl, a.meta, a.mode(), a.channel, pubArg(a.sharded), a.client, a.window}
 	if a.place != "" || a.adaptHi != "" {
 		args = append(args, a.place)
 	}
@@ -226,14 +227,7 @@ type releaseArgs struct {
 }
 
 func (a releaseArgs) call() conn.Call {
-	all, pub := "0", "p"
-	if a.all {
-		all = "1"
-	}
-	if a.sharded {
-		pub = "s"
-	}
-	args := []string{a.owner, a.retention, a.channel, all, pub, strconv.FormatUint(a.floor, 10)}
+	args := []string{a.owner, a.retention, a.channel, flagArg(a.all), pubArg(a.sharded), strconv.FormatUint(a.floor, 10)}
 	if a.leave != "" || a.record != "" {
 		args = append(args, a.leave)
 	}

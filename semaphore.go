@@ -99,14 +99,7 @@ func (l *Lease) Permits() int {
 // runs fn with a context that is cancelled when ctx is or when the lease is lost (cause
 // ErrLost), and releases them when fn returns or panics; as Do does, with the same outcomes.
 func (c *Client) DoAcquire(ctx context.Context, name string, size, n int, fn func(ctx context.Context) error, opts ...Option) error {
-	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalid)
-	}
-	l, err := c.Semaphore(name, size, opts...).Acquire(ctx, n)
-	if err != nil {
-		return err
-	}
-	return runUnder(ctx, l, fn)
+	return doUnder(ctx, fn, func(ctx context.Context) (*Lease, error) { return c.Semaphore(name, size, opts...).Acquire(ctx, n) })
 }
 
 // SemaphoreResize is what Client.ResizeSemaphore or Client.ResetSemaphoreSize found and left.
