@@ -441,14 +441,7 @@ func (spec *lockSpec) ctxErr(ctx context.Context) error {
 // (a wait that ends returns a *NotAcquiredError, and fn does not run). Passing fn's context to Lock,
 // TryLock or Do of the same name re-enters the lock.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) (err error) {
-	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalid)
-	}
-	l, err := c.Mutex(name, opts...).Lock(ctx)
-	if err != nil {
-		return err
-	}
-	return runUnder(ctx, l, fn)
+	return doUnder(ctx, fn, func(ctx context.Context) (*Lease, error) { return c.Mutex(name, opts...).Lock(ctx) })
 }
 
 // runUnder runs fn under l, a lease just taken for it, and unlocks l when fn returns or

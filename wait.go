@@ -1076,35 +1076,9 @@ func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 	if done, err := e.handOff(ctx, st); done {
 		return err
 	}
-	req := st.recordHold(st.releaseReq(true))
-	if reg := st.takeQueued(); reg != nil {
-		if e.withdrawn(reg) {
-			req.leave = reg.id
-		}
-	}
-	if req.leave == "" {
-		req.leave = st.leave
-	}
+	req := e.leavingQueue(st, st.recordHold(st.releaseReq(true)))
 	res, err := e.b.release(ctx, req)
-	switch {
-	case err != nil && !refused(err):
-		st.mu.Lock()
-		until := st.lastSent + st.ttl.Load()
-		st.mu.Unlock()
-		waits, key, token := e.waits, st.spec.key, st.token
-		req.record = "" // the failed try may have recorded the hold: never twice
-		e.renewer.retryRelease(req, until, func() { waits.leaseEnded(key, token) })
-		st.end(endReleased, nil)
-		return fmt.Errorf("%w (retrying in the background until the lease would run out)", e.redisErr("unlock "+strconv.Quote(st.spec.name), err))
-	case err != nil:
-		st.end(endReleased, nil)
-		return e.redisErr("unlock "+strconv.Quote(st.spec.name), err)
-	case !res.owned:
-		st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
-		return st.lostAtUnlock()
-	}
-	st.end(endReleased, nil)
-	return nil
+	return e.afterRelease(st, req, res, err)
 }
 
 // localHandoffs is how many times in a row a lock passes among one client's waiters without
