@@ -73,6 +73,10 @@ type traits struct {
 	// shared: read-write locks and semaphores can be had (shared.go); sharded: their scripts
 	// announce with SPUBLISH (Redis Cluster).
 	shared, sharded bool
+	// multi: the deployment's calls for multi-locks and latches (backend_multi.go), nil where
+	// it has none (quorum mode: multi-locks take their names one by one, and latches are
+	// refused). Every capability is asked here, in the traits, never of the backend's type.
+	multi multiBackend
 }
 
 // replicaAck asks that an acquisition or renewal count only once n replicas have it.

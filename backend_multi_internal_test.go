@@ -97,7 +97,7 @@ func TestMultiOrderAndGroups(t *testing.T) {
 	if len(g) != 3 || tagged != 1 {
 		t.Errorf("Cluster: groups %v, want the two names of tag x together and the others apart", g)
 	}
-	if g := groupsOf(&quorum{}, specs); len(g) != 4 {
+	if g := groupsOf((&quorum{}).traits().multi, specs); len(g) != 4 {
 		t.Errorf("quorum: groups %v, want one per name", g)
 	}
 }

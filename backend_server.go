@@ -40,7 +40,7 @@ func newOneServer(cn conn.Conn, retention time.Duration) *oneServer {
 }
 
 func (s *oneServer) traits() traits {
-	return traits{majority: 1, servers: 1, localHandoffs: true, handover: true, replicaAck: true, queue: true, shared: true, sharded: s.cluster}
+	return traits{majority: 1, servers: 1, localHandoffs: true, handover: true, replicaAck: true, queue: true, shared: true, sharded: s.cluster, multi: s}
 }
 
 func (s *oneServer) addr() string { return s.cn.Addr() }

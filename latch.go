@@ -70,7 +70,7 @@ func (c *Client) Latch(name string, count int, opts ...Option) *Latch {
 	if err := checkName(name); err != nil {
 		l.err = err
 	}
-	if _, ok := c.e.b.(multiBackend); !ok && l.err == nil {
+	if c.e.traits.multi == nil && l.err == nil {
 		l.err = fmt.Errorf("%w: latch %q: latches are not available in quorum mode", ErrInvalid, name)
 	}
 	l.ttl = o.ttl
@@ -221,7 +221,7 @@ func (l *Latch) Inspect(ctx context.Context) (LatchInfo, error) {
 	if err := l.usable(ctx); err != nil {
 		return info, err
 	}
-	mb := l.e.b.(multiBackend)
+	mb := l.e.traits.multi
 	st, err := mb.latch(ctx, latchArgs{key: l.key, op: 's', ttl: ms(l.ttl), channel: l.channel})
 	if err != nil {
 		return info, l.callErr(ctx, "inspect", err)
@@ -249,7 +249,7 @@ func (l *Latch) usable(ctx context.Context) error {
 }
 
 func (l *Latch) call(ctx context.Context, op byte, id string) (latchState, error) {
-	mb := l.e.b.(multiBackend) // Latch checked it
+	mb := l.e.traits.multi // Latch checked it
 	return mb.latch(ctx, latchArgs{key: l.key, op: op, count: l.count, ttl: ms(l.ttl), channel: l.channel, id: id})
 }
 

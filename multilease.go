@@ -326,7 +326,7 @@ func (e *engine) letGoAll(ctx context.Context, sts []*leaseState) []error {
 
 // releaseMany runs the releases in one pipeline where the deployment can, else in parallel.
 func (e *engine) releaseMany(ctx context.Context, reqs []releaseReq) ([]released, []error) {
-	if mb, ok := e.b.(multiBackend); ok {
+	if mb := e.traits.multi; mb != nil {
 		return mb.releaseMany(ctx, reqs)
 	}
 	out, errs := make([]released, len(reqs)), make([]error, len(reqs))

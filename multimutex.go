@@ -79,7 +79,7 @@ func (c *Client) MultiMutex(names []string, opts ...Option) *MultiMutex {
 	}
 	slices.SortFunc(mm.specs, multiOrder)
 	mm.wait = mm.specs[0].wait
-	mm.groups = groupsOf(c.e.b, mm.specs)
+	mm.groups = groupsOf(c.e.traits.multi, mm.specs)
 	return mm
 }
 
@@ -96,12 +96,11 @@ func multiOrder(a, b *lockSpec) int {
 
 // groupsOf cuts specs (in the global order) into the names one attempt takes together: all of
 // them on one server; those of one slot each on a Cluster; one by one in quorum mode.
-func groupsOf(b backend, specs []*lockSpec) [][]int {
-	mb, ok := b.(multiBackend)
+func groupsOf(mb multiBackend, specs []*lockSpec) [][]int {
 	var groups [][]int
 	for i, spec := range specs {
 		switch {
-		case i == 0, !ok, mb.oneSlot() && slot.Of(spec.key) != slot.Of(specs[i-1].key):
+		case i == 0, mb == nil, mb.oneSlot() && slot.Of(spec.key) != slot.Of(specs[i-1].key):
 			groups = append(groups, []int{i})
 		default:
 			groups[len(groups)-1] = append(groups[len(groups)-1], i)
@@ -386,7 +385,8 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 	if len(idx) == 0 {
 		return res, nil
 	}
-	mb, ok := e.b.(multiBackend)
+	mb := e.traits.multi
+	ok := mb != nil
 	if !ok || len(idx) == 1 {
 		return a.tryOne(ctx, idx[0], at, reg)
 	}
