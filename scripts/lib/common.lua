@@ -38,3 +38,316 @@ local function grantNotice(pub, q, rel, id, msg)
     end
   end
 end
+
+--- clock
+-- clock reads the server's time once per call, when first needed: now (µs), nowtext (now in
+-- decimal: a token as the scripts write it) and nowms (ms); it returns now and nowms. Every
+-- later call of the script reads the same time.
+local now, nowtext, nowms
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    local s, us = tonumber(t[1]), tonumber(t[2])
+    now, nowms = s * 1000000 + us, s * 1000 + math.floor(us / 1000)
+    nowtext = string.format('%d', now)
+  end
+  return now, nowms
+end
+
+--- nextToken (needs: clock)
+-- nextToken returns a new token, and it in decimal, for a lock whose last token was last (nil:
+-- none known): max(last + 16, the server's time in µs). The 15 tokens after a holder's are for
+-- the holders its client passes the lock to without the server (handover.lua's local handoffs).
+local function nextToken(last)
+  clock()
+  if last and last + 16 > now then
+    return last + 16, string.format('%d', last + 16)
+  end
+  return now, nowtext
+end
+
+--- suffixed
+-- suffixed returns the key of every lock of a batch (KEYS) with suffix: its queue, its channel.
+local function suffixed(suffix)
+  local out = {}
+  for i, key in ipairs(KEYS) do
+    out[i] = key .. suffix
+  end
+  return out
+end
+
+--- queued (needs: suffixed)
+-- For a script with a one-lock and a batch form (acquire.lua, release.lua): batch is whether
+-- the call is a batch (ARGV[1] is "", never an owner), queues the queue of every lock of the
+-- call (KEYS[2]; in a batch <key>:q of each of KEYS, the lock keys). queued reports whether the
+-- queue q of a lock of the call may exist: false only when it surely does not. The first call
+-- asks EXISTS of all the queues at once; while none exists (noqueue: a script that queues sets
+-- it false), none is asked again.
+local batch = ARGV[1] == ''
+local queues = {KEYS[2]}
+if batch then
+  queues = suffixed(':q')
+end
+local noqueue
+local function queued(q)
+  if noqueue == nil then
+    local n = redis.call('EXISTS', unpack(queues))
+    noqueue = n == 0
+    if n == #queues then
+      return true
+    end
+  end
+  if noqueue then
+    return false
+  end
+  return redis.call('EXISTS', q) == 1
+end
+
+--- listened (needs: suffixed)
+-- listened reports whether anyone may listen on the release channel rel of a lock of the call:
+-- on a Cluster (pub "s") a subscriber of it (sharded), else a subscriber of any pattern or of
+-- it. PUBSUB NUMPAT is asked once per call, and PUBSUB NUMSUB once, of rel or, in a batch, of
+-- every lock's release channel (<key>:rel of each of KEYS).
+local patterns, listeners
+local function listened(pub, rel, batch)
+  if pub == 's' then
+    return redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0
+  end
+  if patterns == nil then
+    patterns = redis.call('PUBSUB', 'NUMPAT') > 0
+  end
+  if patterns then
+    return true
+  end
+  if not listeners then
+    local chans = {rel}
+    if batch then
+      chans = suffixed(':rel')
+    end
+    listeners = {}
+    local r = redis.call('PUBSUB', 'NUMSUB', unpack(chans))
+    for i = 1, #r, 2 do
+      listeners[r[i]] = r[i + 1]
+    end
+  end
+  return (listeners[rel] or 1) > 0
+end
+
+--- announce (needs: publish, listened)
+-- announce sends payload on the release channel rel if anyone may listen there (listened).
+local function announce(pub, rel, payload, batch)
+  if listened(pub, rel, batch) then
+    publish(pub, rel, payload)
+  end
+end
+
+--- set
+-- set is SET key ... that works on a server out of memory (maxmemory under noeviction), for
+-- the writes of a release: Redis refuses a script's first write that may need memory, not one
+-- that cannot (PEXPIRE), and lets a script that has written go on. So a SET refused for memory
+-- is made again after a PEXPIRE of key to pexpire ms (nil: to its remaining time). Once a write
+-- of the call succeeded, none is refused any more: plain calls then.
+local wrote
+local function set(key, pexpire, ...)
+  if wrote then
+    redis.call('SET', key, ...)
+    return
+  end
+  local r = redis.pcall('SET', key, ...)
+  if type(r) == 'table' and r.err then
+    local ms = pexpire or redis.call('PTTL', key)
+    if string.sub(r.err, 1, 3) == 'OOM' and ms > 0 then
+      redis.call('PEXPIRE', key, ms)
+    end
+    redis.call('SET', key, ...)
+  end
+  wrote = true
+end
+
+--- ownedToken
+-- ownedToken reads the lock value v ("<owner> <token> <holds> <description>") of owner o: its
+-- token (in decimal, as stored) and where the space after it is. It returns false when v is not
+-- o's value (or there is none), nil when it is but has nothing after the token.
+local function ownedToken(v, o)
+  if not v or string.byte(v, #o + 1) ~= 32 or string.find(v, o, 1, true) ~= 1 then
+    return false
+  end
+  local s2 = string.find(v, ' ', #o + 2, true)
+  if s2 then
+    return string.sub(v, #o + 2, s2 - 1), s2
+  end
+end
+
+--- batched
+-- batched does the locks of a batch call (acquire.lua, release.lua): from ARGV[g] on come
+-- groups, each of head arguments, the number n of its locks, then n records of per arguments.
+-- For lock i (the i-th of KEYS, in that order) it calls one(i, g, p), g the index of its group's
+-- first argument and p that of its record, under pcall, and puts its result in the reply: the
+-- first one, or with wide all four (a missing fourth as 0); when it raised an error, fail (and
+-- three zeros): the other locks are done all the same.
+local function batched(g, head, per, wide, fail, one)
+  local out, i = {}, 0
+  while g <= #ARGV do
+    local n = tonumber(ARGV[g + head])
+    for p = g + head + 1, g + head + per * n, per do
+      i = i + 1
+      local ok, a, b, c, d = pcall(one, i, g, p)
+      if not ok then
+        a, b, c, d = fail, 0, 0, 0
+      end
+      local o = #out
+      out[o + 1] = a
+      if wide then
+        out[o + 2], out[o + 3], out[o + 4] = b, c, d or 0
+      end
+    end
+    g = g + head + 1 + per * n
+  end
+  return out
+end
+
+--- leave
+-- leave drops queue entry id (when not nil or empty) from queue q and entries w.
+local function leave(q, w, id)
+  if id and id ~= '' then
+    redis.call('ZREM', q, id)
+    redis.call('HDEL', w, id)
+  end
+end
+
+--- released
+-- released reports whether v is a released lock's value, "- <token> 0", and its token (nil
+-- when that is not a number).
+local function released(v)
+  if string.byte(v, 1) == 45 and string.byte(v, 2) == 32 then
+    return true, tonumber(string.sub(v, 3, -3))
+  end
+  return false
+end
+
+--- holderToken
+-- holderToken is the token of the lock value v, "<owner> <token> ...", or 0 when it has none
+-- (not a lock value). Read with string.find/sub: a pattern costs the server more.
+local function holderToken(v)
+  local s1 = string.find(v, ' ', 1, true)
+  if s1 then
+    local s2 = string.find(v, ' ', s1 + 1, true)
+    return tonumber(string.sub(v, s1 + 1, (s2 or 0) - 1)) or 0
+  end
+  return 0
+end
+
+--- keepQueue
+-- keepQueue makes queue q and its entries w live at least win ms (a number) from now: an entry
+-- made or refreshed now lives that long.
+local function keepQueue(q, w, win)
+  local keep = math.max(win, redis.call('PTTL', q))
+  redis.call('PEXPIRE', q, keep)
+  redis.call('PEXPIRE', w, keep)
+end
+
+--- enqueue (needs: clock, keepQueue)
+-- enqueue queues (or refreshes, keeping its place) entry id of owner in queue q and entries w,
+-- now, for the window win (ms, in decimal), with description meta, at place (nil or "": the
+-- server's time in µs).
+local function enqueue(q, w, id, owner, meta, win, place)
+  clock()
+  local n = tonumber(win)
+  redis.call('ZADD', q, 'NX', tonumber(place or '') or now, id)
+  redis.call('HSET', w, id, string.format('%d', nowms + n) .. ' ' .. win .. ' ' .. owner .. ' ' .. meta)
+  keepQueue(q, w, n)
+end
+
+--- firstLive (needs: clock)
+-- firstLive returns the first entry id of queue q whose entry (in w) has not expired, and that
+-- entry, dropping the expired ones before it; nil when there is none (or no queue q). The
+-- server's time is read only when there is an entry.
+local function firstLive(q, w)
+  while true do
+    local id = redis.call('ZRANGE', q, 0, 0)[1]
+    if not id then
+      return nil
+    end
+    clock()
+    local e = redis.call('HGET', w, id)
+    if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > nowms then
+      return id, e
+    end
+    redis.call('ZREM', q, id)
+    redis.call('HDEL', w, id)
+  end
+end
+
+--- grant (needs: clock, grantNotice)
+-- grant gives the lock key to queue entry id of queue q (entries w; e: its entry, live, as
+-- firstLive returns it) with the token text: the lock is the entry's owner's until the entry
+-- would have lapsed (at most its window), and the entry leaves the queue. It tells the grantee's
+-- client and the client queued next (grantNotice, release channel rel), and returns that time
+-- (ms, in decimal) and the announcement, "g <token> <entry id> <ms>", for the release channel.
+-- With checked (a release, whose SET may be refused for memory), the SET comes first, and a
+-- refused one changes nothing and returns nil; else the entry leaves first (writes that need no
+-- memory, after which the SET is not refused).
+local function grant(key, q, w, rel, pub, id, e, text, checked)
+  local exp, owner, meta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
+  local win = string.format('%d', math.max(tonumber(exp) - nowms, 1))
+  local value = owner .. ' ' .. text .. ' 1 ' .. meta
+  if checked then
+    local r = redis.pcall('SET', key, value, 'PX', win)
+    if type(r) == 'table' and r.err then
+      return nil
+    end
+  end
+  redis.call('ZREM', q, id)
+  redis.call('HDEL', w, id)
+  if not checked then
+    redis.call('SET', key, value, 'PX', win)
+  end
+  local msg = 'g ' .. text .. ' ' .. id .. ' ' .. win
+  grantNotice(pub, q, rel, id, msg)
+  return win, msg
+end
+
+--- dropClient
+-- dropClient drops from queue q (entries w) every entry of the client whose entry ids start
+-- with mine ("<client id>."): a client that takes the lock no longer waits for it.
+local function dropClient(q, w, mine)
+  for _, other in ipairs(redis.call('ZRANGE', q, 0, -1)) do
+    if string.sub(other, 1, #mine) == mine then
+      redis.call('ZREM', q, other)
+      redis.call('HDEL', w, other)
+    end
+  end
+end
+
+--- grantFirst (needs: queued, firstLive, nextToken, grant, announce, dropClient)
+-- grantFirst is what a lock of acquire.lua or release.lua does when it is free (no key, or
+-- released with the last token last): when its queue q (entries w, release channel rel; nil
+-- for <key>:q, <key>:w, <key>:rel) holds a live entry, the first live one gets the lock
+-- (grant), and the grant is announced on rel too when anyone may listen there. An entry of the
+-- caller's client (id: the caller's entry id, "<client id>.<n>"; nil for none) does not stand
+-- before the caller: that client's entries all leave the queue, and nothing is granted. It
+-- returns the grant's time (ms, in decimal) and token, or nil when it granted nothing
+-- (checked: see grant).
+local function grantFirst(key, q, w, rel, pub, last, id, checked)
+  q = q or key .. ':q'
+  if not queued(q) then
+    return nil
+  end
+  w = w or key .. ':w'
+  local first, e = firstLive(q, w)
+  if not first then
+    return nil
+  end
+  local mine = id and string.match(id, '^[^.]*%.')
+  if mine and string.sub(first, 1, #mine) == mine then
+    dropClient(q, w, mine)
+    return nil
+  end
+  local token, text = nextToken(last)
+  rel = rel or key .. ':rel'
+  local win, msg = grant(key, q, w, rel, pub, first, e, text, checked)
+  if win then
+    announce(pub, rel, msg, batch)
+  end
+  return win, token
+end
