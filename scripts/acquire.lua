@@ -1,4 +1,4 @@
--- uses: released, holderToken, enqueue, grantFirst, batched
+-- uses: released, holderToken, enqueue, queued, announce, grantFirst, dropClient, batched
 -- acquire: take the lock, re-enter it as the same owner, or queue for it, in one atomic step;
 -- for one lock, or for several at once (a batch, below).
 -- KEYS[1]  lock key: <prefix>{<name>}
@@ -73,6 +73,25 @@ if ARGV[1] ~= '' then
     return {1, token, 1}
   end
 end
+-- (library: released, holderToken, enqueue)
+-- refuse answers a caller while another owner holds the lock (v, its value: not released): with
+-- mode "q" its entry is queued, or refreshed; the reply has the holder's remaining lease and
+-- token (and the lease, for an adaptive one).
+local function refuse(v, key, q, w, owner, meta, mode, id, win, place, lease)
+  if mode == 'q' then
+    enqueue(q or key .. ':q', w or key .. ':w', id, owner, meta, win, place)
+  end
+  return 0, redis.call('PTTL', key), holderToken(v), lease
+end
+-- The next most common call, one lock with a fixed lease held by another owner, is answered
+-- before the rest of the library is built: it needs none of it.
+if v0 and ARGV[4] ~= 'r' and (ARGV[11] or '') == '' and not (string.byte(v0, #ARGV[1] + 1) == 32
+  and string.find(v0, ARGV[1], 1, true) == 1) then
+  local _, last = released(v0)
+  if not last then
+    return {refuse(v0, KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[3], ARGV[4], ARGV[7], ARGV[8], ARGV[9])}
+  end
+end
 -- (library)
 -- acquire does one lock, with the keys and arguments above (v: the lock's value, read by the
 -- caller; q, w, h: KEYS[2], KEYS[3], KEYS[4], or nil for <key>:q, <key>:w, <key>:h), and
@@ -109,29 +128,35 @@ local function acquire(v, key, q, w, h, owner, ttl, meta, mode, rel, pub, id, wi
     local _
     _, last = released(v)
     if not last then
-      -- held by another owner (or not a lock value): its remaining lease and its token
+      -- held by another owner (or not a lock value)
       if mode == 'q' then
-        enqueue(q or key .. ':q', w or key .. ':w', id, owner, meta, win, place)
-        noqueue = false
+        noqueue = false -- the caller's queue now exists
       end
-      return 0, redis.call('PTTL', key), holderToken(v), lease
+      return refuse(v, key, q, w, owner, meta, mode, id, win, place, lease)
     end
   elseif mode == 'r' then
     return 0, -2, 0
   end
-  -- A client queued before the caller (not of its client): the lock is its until its entry
-  -- would have lapsed (at most the acceptance window: a grant to a client that died waiting
-  -- costs the others no more than its entry would have).
-  local ewin, token = grantFirst(key, q, w, rel, pub, last, id)
-  if ewin then
-    if mode == 'q' then
-      enqueue(q or key .. ':q', w or key .. ':w', id, owner, meta, win, place)
-      noqueue = false
+  q = q or key .. ':q'
+  if queued(q) then
+    -- A client queued before the caller gets the lock, unless it is of the caller's client (an
+    -- entry id is "<client id>.<sequence>": an older registration it has withdrawn, or not
+    -- yet): that client's entries then leave the queue, and the caller takes the lock.
+    w, rel = w or key .. ':w', rel or key .. ':rel'
+    local mine = string.match(id, '^[^.]*%.')
+    local ewin, token, msg = grantFirst(key, q, w, rel, pub, last, mine)
+    if ewin then
+      announce(pub, rel, msg, batch)
+      if mode == 'q' then
+        enqueue(q, w, id, owner, meta, win, place)
+        noqueue = false
+      end
+      return 0, tonumber(ewin), token, lease
+    elseif ewin == false then
+      dropClient(q, w, mine)
     end
-    return 0, tonumber(ewin), token, lease
   end
-  local text
-  token, text = nextToken(last)
+  local token, text = nextToken(last)
   redis.call('SET', key, owner .. ' ' .. text .. ' 1 ' .. meta, 'PX', lease or ttl)
   return 1, token, 1, lease
 end
@@ -140,6 +165,7 @@ if not batch then
   return {acquire(v0, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2],
     ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])}
 end
+-- (library: batched)
 -- A batch: groups of 7 settings and the count, then pairs (owner, entry id). A lock's value is
 -- read in its own call, so that an error reading it is that lock's.
 return batched(2, 7, 2, true, -1, function(i, g, p)

@@ -1,4 +1,4 @@
--- uses: clock, nextToken, released, holderToken, enqueue, firstLive, announce, grant, dropClient
+-- uses: clock, nextToken, released, holderToken, enqueue, announce, grantFirst, dropClient
 -- multiacquire: take several locks of one server (one Cluster slot) all at once, or none of
 -- them; or, in ordered mode, the free ones before the first busy one. Each lock is the same
 -- key, value, queue and token as a single lock's (acquire.lua): a plain lock of one of the
@@ -60,21 +60,15 @@ for i = 1, n do
     end
   end
   if not claim[i] then
-    local t, text = nextToken(last)
-    local id, e = firstLive(q, w)
-    if id and mine and string.sub(id, 1, #mine) == mine then
-      clear[i] = true -- the caller's client's own entries leave when it takes the lock
-      id = nil
-    end
-    if id then
-      -- A client queued before the caller: the lock is its until its entry would have lapsed
-      -- (at most its acceptance window).
-      local rel = k .. ':rel'
-      local win, msg = grant(k, q, w, rel, ARGV[5], id, e, text)
-      announce(ARGV[5], rel, msg)
+    local win, t, msg = grantFirst(k, q, w, nil, ARGV[5], last, mine)
+    if win then
+      -- A client queued before the caller (not of its client) has the lock now.
+      announce(ARGV[5], k .. ':rel', msg)
       busy, pttl, btok = i, tonumber(win), t
       break
     end
+    clear[i] = win == false -- the caller's client's own entries leave when it takes the lock
+    local _, text = nextToken(last)
     tok[i] = text
   end
 end

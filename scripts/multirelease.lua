@@ -1,4 +1,4 @@
--- uses: publish, ownedToken, set, leave, nextToken, firstLive, grant
+-- uses: publish, ownedToken, set, leave, grantFirst
 -- multirelease: the final release of several locks of one slot in one call (a multi-lock's
 -- Unlock), each exactly as release.lua releases every hold of its owner: the last token is
 -- kept, and the lock is granted to the first live client in its queue, or announced free.
@@ -39,16 +39,10 @@ for i = 1, #KEYS / 3 do
     set(k, retms, '- ' .. t .. ' 0', 'PX', ARGV[1])
     leave(q, w, leaving)
     out[i] = 0
-    local msg = t
-    local id, e = firstLive(q, w)
-    if id then
-      local _, text = nextToken(tonumber(t))
-      local win, g = grant(k, q, w, rel, ARGV[2], id, e, text, true)
-      if win then
-        msg = g
-      end -- else out of memory: left released
-    end
-    defer(rel, msg)
+    -- The first live entry in the queue gets the lock (a SET refused for memory leaves it
+    -- released, and announced so).
+    local win, _, msg = grantFirst(k, q, w, rel, ARGV[2], tonumber(t), nil, true)
+    defer(rel, win and msg or t)
   end
 end
 if #channels > 0 then

@@ -1,4 +1,4 @@
--- uses: clock, ownedToken, set, leave, grantFirst, batched
+-- uses: clock, ownedToken, set, leave, queued, announce, grantFirst, batched
 -- release: give up one hold, or all of them, if and only if the caller owns the lock; a final
 -- release grants the lock to the first live client in the queue, if any. For one lock, or for
 -- several at once (a batch, below).
@@ -153,10 +153,18 @@ local function release(v, key, q, w, h, o, ret, retms, rel, all, pub, floor, id,
   if keep then
     record(h or key .. ':h', keep, tonumber(start))
   end
-  -- The first live entry in the queue gets the lock; a SET refused for memory leaves it released.
-  if not grantFirst(key, q, w, rel, pub, tonumber(t), nil, true) then
-    announce(pub, rel or key .. ':rel', t, batch)
+  rel = rel or key .. ':rel'
+  q = q or key .. ':q'
+  if queued(q) then
+    -- The first live entry in the queue gets the lock (a SET refused for memory leaves it
+    -- released, and announced so).
+    local win, _, msg = grantFirst(key, q, w or key .. ':w', rel, pub, tonumber(t), nil, true)
+    if win then
+      announce(pub, rel, msg, batch)
+      return 0
+    end
   end
+  announce(pub, rel, t, batch)
   return 0
 end
 
@@ -164,6 +172,7 @@ if not batch then
   return release(v0, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2],
     tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
 end
+-- (library: batched)
 -- A batch: the retention, then groups of 3 settings and the count, then triples (owner, token
 -- floor, entry id). A lock's value is read in its own call, so that an error reading it is that
 -- lock's.

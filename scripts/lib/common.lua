@@ -103,23 +103,24 @@ local function queued(q)
   return redis.call('EXISTS', q) == 1
 end
 
---- listened (needs: suffixed)
--- listened reports whether anyone may listen on the release channel rel of a lock of the call:
--- on a Cluster (pub "s") a subscriber of it (sharded), else a subscriber of any pattern or of
--- it. PUBSUB NUMPAT is asked once per call, and PUBSUB NUMSUB once, of rel or, in a batch, of
--- every lock's release channel (<key>:rel of each of KEYS).
+--- announce (needs: publish, suffixed)
+-- announce sends payload on the release channel rel of a lock of the call when anyone may
+-- listen there: on a Cluster (pub "s") a subscriber of it (sharded), else a subscriber of any
+-- pattern or of it. PUBSUB NUMPAT is asked once per call, and PUBSUB NUMSUB once, of rel or,
+-- with batch, of every lock's release channel (<key>:rel of each of KEYS): waiting clients do
+-- not listen there, so a busy lock costs no message per waiting client.
 local patterns, listeners
-local function listened(pub, rel, batch)
+local function announce(pub, rel, payload, batch)
   if pub == 's' then
-    return redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0
+    if redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0 then
+      publish(pub, rel, payload)
+    end
+    return
   end
   if patterns == nil then
     patterns = redis.call('PUBSUB', 'NUMPAT') > 0
   end
-  if patterns then
-    return true
-  end
-  if not listeners then
+  if not patterns and not listeners then
     local chans = {rel}
     if batch then
       chans = suffixed(':rel')
@@ -130,13 +131,7 @@ local function listened(pub, rel, batch)
       listeners[r[i]] = r[i + 1]
     end
   end
-  return (listeners[rel] or 1) > 0
-end
-
---- announce (needs: publish, listened)
--- announce sends payload on the release channel rel if anyone may listen there (listened).
-local function announce(pub, rel, payload, batch)
-  if listened(pub, rel, batch) then
+  if patterns or (listeners[rel] or 1) > 0 then
     publish(pub, rel, payload)
   end
 end
@@ -258,36 +253,52 @@ local function enqueue(q, w, id, owner, meta, win, place)
   keepQueue(q, w, n)
 end
 
---- firstLive (needs: clock)
--- firstLive returns the first entry id of queue q whose entry (in w) has not expired, and that
--- entry, dropping the expired ones before it; nil when there is none (or no queue q). The
--- server's time is read only when there is an entry.
-local function firstLive(q, w)
+--- dropClient
+-- dropClient drops from queue q (entries w) every entry of the client whose entry ids start
+-- with mine ("<client id>."): a client that takes the lock no longer waits for it.
+local function dropClient(q, w, mine)
+  for _, other in ipairs(redis.call('ZRANGE', q, 0, -1)) do
+    if string.sub(other, 1, #mine) == mine then
+      redis.call('ZREM', q, other)
+      redis.call('HDEL', w, other)
+    end
+  end
+end
+
+--- grantFirst (needs: clock, nextToken, grantNotice)
+-- grantFirst gives a free lock key (no key, or released with the last token last) to the first
+-- live entry of its queue q (entries w), dropping the expired entries before it: the lock is
+-- that entry's owner's, with a new token (nextToken), until the entry would have lapsed (at
+-- most its window: a grant to a client that died waiting costs the others no more than its
+-- entry would have), and the entry leaves the queue. The grantee's client and the client
+-- queued next are told (grantNotice, on the client channels of the release channel rel; nil
+-- for <key>:rel). It
+-- returns the grant's time (ms, in decimal), its token, and the announcement for the release
+-- channel, "g <token> <entry id> <ms>" (the caller sends it: announce); nil when the queue
+-- holds no live entry; false, granting nothing, when the first live entry is of the client
+-- whose entry ids start with mine ("<client id>.": the caller's, which takes the lock itself).
+-- With checked (a release, whose SET may be refused for memory), the SET comes first, and a
+-- refused one changes nothing more and returns nil; else the entry leaves first (writes that
+-- need no memory, after which the SET is not refused).
+local function grantFirst(key, q, w, rel, pub, last, mine, checked)
+  local id, e
   while true do
-    local id = redis.call('ZRANGE', q, 0, 0)[1]
+    id = redis.call('ZRANGE', q, 0, 0)[1]
     if not id then
       return nil
     end
     clock()
-    local e = redis.call('HGET', w, id)
+    e = redis.call('HGET', w, id)
     if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > nowms then
-      return id, e
+      break
     end
     redis.call('ZREM', q, id)
     redis.call('HDEL', w, id)
   end
-end
-
---- grant (needs: clock, grantNotice)
--- grant gives the lock key to queue entry id of queue q (entries w; e: its entry, live, as
--- firstLive returns it) with the token text: the lock is the entry's owner's until the entry
--- would have lapsed (at most its window), and the entry leaves the queue. It tells the grantee's
--- client and the client queued next (grantNotice, release channel rel), and returns that time
--- (ms, in decimal) and the announcement, "g <token> <entry id> <ms>", for the release channel.
--- With checked (a release, whose SET may be refused for memory), the SET comes first, and a
--- refused one changes nothing and returns nil; else the entry leaves first (writes that need no
--- memory, after which the SET is not refused).
-local function grant(key, q, w, rel, pub, id, e, text, checked)
+  if mine and string.sub(id, 1, #mine) == mine then
+    return false
+  end
+  local token, text = nextToken(last)
   local exp, owner, meta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
   local win = string.format('%d', math.max(tonumber(exp) - nowms, 1))
   local value = owner .. ' ' .. text .. ' 1 ' .. meta
@@ -303,51 +314,6 @@ local function grant(key, q, w, rel, pub, id, e, text, checked)
     redis.call('SET', key, value, 'PX', win)
   end
   local msg = 'g ' .. text .. ' ' .. id .. ' ' .. win
-  grantNotice(pub, q, rel, id, msg)
-  return win, msg
-end
-
---- dropClient
--- dropClient drops from queue q (entries w) every entry of the client whose entry ids start
--- with mine ("<client id>."): a client that takes the lock no longer waits for it.
-local function dropClient(q, w, mine)
-  for _, other in ipairs(redis.call('ZRANGE', q, 0, -1)) do
-    if string.sub(other, 1, #mine) == mine then
-      redis.call('ZREM', q, other)
-      redis.call('HDEL', w, other)
-    end
-  end
-end
-
---- grantFirst (needs: queued, firstLive, nextToken, grant, announce, dropClient)
--- grantFirst is what a lock of acquire.lua or release.lua does when it is free (no key, or
--- released with the last token last): when its queue q (entries w, release channel rel; nil
--- for <key>:q, <key>:w, <key>:rel) holds a live entry, the first live one gets the lock
--- (grant), and the grant is announced on rel too when anyone may listen there. An entry of the
--- caller's client (id: the caller's entry id, "<client id>.<n>"; nil for none) does not stand
--- before the caller: that client's entries all leave the queue, and nothing is granted. It
--- returns the grant's time (ms, in decimal) and token, or nil when it granted nothing
--- (checked: see grant).
-local function grantFirst(key, q, w, rel, pub, last, id, checked)
-  q = q or key .. ':q'
-  if not queued(q) then
-    return nil
-  end
-  w = w or key .. ':w'
-  local first, e = firstLive(q, w)
-  if not first then
-    return nil
-  end
-  local mine = id and string.match(id, '^[^.]*%.')
-  if mine and string.sub(first, 1, #mine) == mine then
-    dropClient(q, w, mine)
-    return nil
-  end
-  local token, text = nextToken(last)
-  rel = rel or key .. ':rel'
-  local win, msg = grant(key, q, w, rel, pub, first, e, text, checked)
-  if win then
-    announce(pub, rel, msg, batch)
-  end
-  return win, token
+  grantNotice(pub, q, rel or key .. ':rel', id, msg)
+  return win, token, msg
 end
