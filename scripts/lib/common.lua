@@ -1,9 +1,15 @@
 -- The script library: helpers that several scripts need, each written once here. A script asks
 -- for the ones it uses on its first line, as "-- uses: publish, clientChannel"; the library
 -- (scripts.go, assemble) puts those blocks, in this file's order, before the script's own text,
--- and the script's SHA is that of the assembled source (dlock.Scripts() gives it). Only what a
--- script asks for is built when it runs: a local function costs a closure on every call.
--- Each block starts at a line "--- <name>"; "(needs: a, b)" after the name pulls those in too.
+-- or where the script marks: a line "-- (library: a, b)" gets blocks a and b (and what they
+-- need that is not placed yet), a line "-- (library)" every other block asked for. The script's
+-- SHA is that of the assembled source (dlock.Scripts() gives it). A local function costs a
+-- closure on every call, so only what a script asks for is built, and a path that returns
+-- before a mark builds none of what is placed there (acquire.lua and release.lua open with a
+-- fast path that needs no block at all).
+-- Each block starts at a line "--- <name>"; "(needs: a, b)" after the name pulls those in too,
+-- and those come earlier in this file. Blocks keep per-call state in their own locals (the
+-- time, whether any queue of the call exists, who listens): one reading per call.
 
 --- publish
 -- publish announces payload on channel: with SPUBLISH when pub is "s" (sharded pub/sub on a
@@ -40,16 +46,15 @@ local function grantNotice(pub, q, rel, id, msg)
 end
 
 --- clock
--- clock reads the server's time once per call, when first needed: now (µs), nowtext (now in
--- decimal: a token as the scripts write it) and nowms (ms); it returns now and nowms. Every
--- later call of the script reads the same time.
-local now, nowtext, nowms
+-- clock reads the server's time once per call, when first needed: now (µs) and nowms (ms),
+-- which it returns; every later call of the script reads the same time. nowtext is now in
+-- decimal, as a token is written, once nextToken has made it.
+local now, nowms, nowtext
 local function clock()
   if not now then
     local t = redis.call('TIME')
     local s, us = tonumber(t[1]), tonumber(t[2])
     now, nowms = s * 1000000 + us, s * 1000 + math.floor(us / 1000)
-    nowtext = string.format('%d', now)
   end
   return now, nowms
 end
@@ -63,6 +68,7 @@ local function nextToken(last)
   if last and last + 16 > now then
     return last + 16, string.format('%d', last + 16)
   end
+  nowtext = nowtext or string.format('%d', now)
   return now, nowtext
 end
 
