@@ -1,4 +1,4 @@
--- uses: released, holderToken, enqueue, queued, announce, grantFirst, dropClient, batched
+-- uses: released, holderToken, enqueue, queued, announce, nextToken, grantFirst, dropClient, batched
 -- acquire: take the lock, re-enter it as the same owner, or queue for it, in one atomic step;
 -- for one lock, or for several at once (a batch, below).
 -- KEYS[1]  lock key: <prefix>{<name>}
