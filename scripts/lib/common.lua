@@ -113,10 +113,10 @@ end
 -- announce sends payload on the release channel rel of a lock of the call when anyone may
 -- listen there: on a Cluster (pub "s") a subscriber of it (sharded), else a subscriber of any
 -- pattern or of it. PUBSUB NUMPAT is asked once per call, and PUBSUB NUMSUB once, of rel or,
--- with batch, of every lock's release channel (<key>:rel of each of KEYS): waiting clients do
--- not listen there, so a busy lock costs no message per waiting client.
+-- with many (a batch), of every lock's release channel (<key>:rel of each of KEYS): waiting
+-- clients do not listen there, so a busy lock costs no message per waiting client.
 local patterns, listeners
-local function announce(pub, rel, payload, batch)
+local function announce(pub, rel, payload, many)
   if pub == 's' then
     if redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0 then
       publish(pub, rel, payload)
@@ -128,7 +128,7 @@ local function announce(pub, rel, payload, batch)
   end
   if not patterns and not listeners then
     local chans = {rel}
-    if batch then
+    if many then
       chans = suffixed(':rel')
     end
     listeners = {}
