@@ -33,9 +33,17 @@ func mustScript(name string) *conn.Script {
 	return conn.NewScript(name, full)
 }
 
-// assemble puts before src the blocks of the script library lib that src asks for on its first
-// line ("-- uses: a, b"), each once, in lib's order, with the blocks they need (scripts/lib/
-// common.lua says how a block is written). A script that asks for none is src as it is.
+// assemble puts the blocks of the script library lib that src asks for on its first line
+// ("-- uses: a, b") into src, each once, with the blocks they need (scripts/lib/common.lua says
+// how a block is written). A script that asks for none is src as it is. The blocks go before
+// the script's text, or where it has marks (lines of their own):
+//
+//	-- (library: a, b)  here blocks a and b, and those they need that are not placed yet
+//	-- (library)        here every other block asked for
+//
+// So a path that returns before a mark builds none of the blocks placed there (a Lua local
+// function costs a closure on every call). Blocks placed together are in lib's order; a block
+// named at a mark must be one the first line asks for.
 func assemble(lib, src string) (string, error) {
 	first, _, _ := strings.Cut(src, "\n")
 	uses, ok := strings.CutPrefix(strings.TrimSpace(first), "-- uses:")
@@ -67,49 +75,117 @@ func assemble(lib, src string) (string, error) {
 			cur.text.WriteString(line)
 		}
 	}
-	want := map[string]bool{}
-	var add func(name string) error
-	add = func(name string) error {
+	// with adds name and every block it needs to set.
+	var with func(set map[string]bool, name string) error
+	with = func(set map[string]bool, name string) error {
 		b := byName[name]
 		if b == nil {
 			return fmt.Errorf("uses %q, which the script library does not have", name)
 		}
-		if want[name] {
+		if set[name] {
 			return nil
 		}
-		want[name] = true
+		set[name] = true
 		for _, n := range b.needs {
-			if err := add(n); err != nil {
+			if err := with(set, n); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	for _, name := range strings.Split(uses, ",") {
-		if name = strings.TrimSpace(name); name != "" {
-			if err := add(name); err != nil {
+	want := map[string]bool{}
+	for _, name := range names(uses) {
+		if err := with(want, name); err != nil {
+			return "", err
+		}
+	}
+	// The marks, in the script's order; the blocks each places are decided below.
+	lines := strings.SplitAfter(src, "\n")
+	type mark struct {
+		line  int
+		named []string // nil: "-- (library)"
+	}
+	var marks []mark
+	claimed := map[string]bool{} // named at a partial mark
+	full := false
+	for i, line := range lines {
+		t := strings.TrimSpace(line)
+		if t == libraryMark {
+			marks = append(marks, mark{line: i})
+			full = true
+		} else if rest, ok := strings.CutPrefix(t, libraryMarkOf); ok && strings.HasSuffix(rest, ")") {
+			m := mark{line: i, named: names(strings.TrimSuffix(rest, ")"))}
+			for _, n := range m.named {
+				if !want[n] {
+					return "", fmt.Errorf("places %q at a mark, but its first line does not ask for it", n)
+				}
+				claimed[n] = true
+			}
+			marks = append(marks, m)
+		}
+	}
+	placed := map[string]bool{}
+	place := func(set map[string]bool) string {
+		var out strings.Builder
+		for _, b := range blocks {
+			if set[b.name] && !placed[b.name] {
+				placed[b.name] = true
+				out.WriteString(strings.TrimRight(b.text.String(), "\n"))
+				out.WriteString("\n")
+			}
+		}
+		return out.String()
+	}
+	if !full {
+		// The blocks no mark names go first, before the script's text.
+		rest := map[string]bool{}
+		for name := range want {
+			if !claimed[name] {
+				if err := with(rest, name); err != nil {
+					return "", err
+				}
+			}
+		}
+		lines[0] = place(rest) + lines[0]
+	}
+	for _, m := range marks {
+		todo := m.named
+		if todo == nil {
+			for name := range want {
+				if !claimed[name] {
+					todo = append(todo, name)
+				}
+			}
+		}
+		set := map[string]bool{}
+		for _, name := range todo {
+			if err := with(set, name); err != nil {
 				return "", err
 			}
 		}
+		lines[m.line] = place(set)
 	}
-	var out strings.Builder
-	for _, b := range blocks {
-		if want[b.name] {
-			out.WriteString(strings.TrimRight(b.text.String(), "\n"))
-			out.WriteString("\n")
-		}
-	}
-	if before, after, ok := strings.Cut(src, "\n"+libraryMark+"\n"); ok {
-		// The script's fast path comes before the library: a return there builds none of it.
-		return before + "\n" + out.String() + after, nil
-	}
-	out.WriteString(src)
-	return out.String(), nil
+	return strings.Join(lines, ""), nil
 }
 
-// libraryMark, a line of its own in a script, is where assemble puts the library's blocks
-// (instead of before the script's text): what comes before it runs without them.
-const libraryMark = "-- (library)"
+// names splits a list "a, b" into its names.
+func names(list string) []string {
+	var out []string
+	for _, n := range strings.Split(list, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// libraryMark, a line of its own in a script, is where assemble puts the library's blocks that
+// no other mark places (instead of before the script's text): what comes before it runs
+// without them. libraryMarkOf starts a mark that places the blocks it names: "-- (library: a, b)".
+const (
+	libraryMark   = "-- (library)"
+	libraryMarkOf = "-- (library:"
+)
 
 var (
 	scriptAcquire     = mustScript("acquire.lua")

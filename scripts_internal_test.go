@@ -99,6 +99,39 @@ func TestAssemble_Uses(t *testing.T) {
 	}
 }
 
+// Marks place blocks inside a script: "-- (library: a)" a and what it needs that is not placed
+// yet, "-- (library)" every other block asked for, so that what returns before a mark builds
+// none of its blocks. A block a mark names must be asked for; without "-- (library)" the
+// blocks no mark names go before the script.
+func TestAssemble_Marks(t *testing.T) {
+	lib := "--- a\nlocal function a() end\n--- b (needs: a)\nlocal function b() a() end\n" +
+		"--- c (needs: a)\nlocal function c() a() end\n--- d\nlocal function d() end\n"
+	got, err := assemble(lib, "-- uses: b, c, d\nfast()\n-- (library: b)\nmid()\n-- (library)\nrest()\n-- (library: d)\nlast()\n")
+	want := "-- uses: b, c, d\nfast()\nlocal function a() end\nlocal function b() a() end\nmid()\n" +
+		"local function c() a() end\nrest()\nlocal function d() end\nlast()\n"
+	if err != nil || got != want {
+		t.Errorf("assemble with marks = %q, %v; want %q", got, err, want)
+	}
+	got, err = assemble(lib, "-- uses: c, d\nfirst()\n-- (library: d)\nlast()\n")
+	want = "local function a() end\nlocal function c() a() end\n-- uses: c, d\nfirst()\nlocal function d() end\nlast()\n"
+	if err != nil || got != want {
+		t.Errorf("assemble with a partial mark only = %q, %v; want %q", got, err, want)
+	}
+	if _, err := assemble(lib, "-- uses: c\n-- (library: d)\n"); err == nil {
+		t.Error("assemble accepted a mark naming a block the script does not ask for")
+	}
+	// The real scripts: acquire.lua answers a lock held by another before the grant machinery
+	// is built, and both it and release.lua build the batch loop only for a batch.
+	src := scriptAcquire.Src
+	refuse, grant, batch := strings.Index(src, "\nlocal function refuse("), strings.Index(src, "\nlocal function grantFirst("), strings.Index(src, "\nlocal function batched(")
+	if refuse < 0 || grant < refuse || batch < grant || strings.Index(src, "\nif not batch then") > batch {
+		t.Errorf("acquire.lua: refuse at %d, grantFirst at %d, batched at %d: want them in that order, batched after the one-lock return", refuse, grant, batch)
+	}
+	if src := scriptRelease.Src; strings.Index(src, "\nlocal function batched(") < strings.Index(src, "\nif not batch then") {
+		t.Error("release.lua builds the batch loop before its one-lock return")
+	}
+}
+
 // acquire.lua: KEYS = the lock key and its queue keys; ARGV = owner, lease ms, description,
 // mode ("r": re-enter only, "q": queue when held, "": neither), channel, "s" (SPUBLISH) or "p",
 // the client id, for "q" the acceptance window ms, and optionally the entry's place.

@@ -1,4 +1,4 @@
--- uses: publish, grantNotice
+-- uses: released, holderToken, enqueue, queued, announce, nextToken, grantFirst, dropClient, batched
 -- acquire: take the lock, re-enter it as the same owner, or queue for it, in one atomic step;
 -- for one lock, or for several at once (a batch, below).
 -- KEYS[1]  lock key: <prefix>{<name>}
@@ -73,93 +73,26 @@ if ARGV[1] ~= '' then
     return {1, token, 1}
   end
 end
+-- (library: released, holderToken, enqueue)
+-- refuse answers a caller while another owner holds the lock (v, its value: not released): with
+-- mode "q" its entry is queued, or refreshed; the reply has the holder's remaining lease and
+-- token (and the lease, for an adaptive one).
+local function refuse(v, key, q, w, owner, meta, mode, id, win, place, lease)
+  if mode == 'q' then
+    enqueue(q or key .. ':q', w or key .. ':w', id, owner, meta, win, place)
+  end
+  return 0, redis.call('PTTL', key), holderToken(v), lease
+end
+-- The next most common call, one lock with a fixed lease held by another owner, is answered
+-- before the rest of the library is built: it needs none of it.
+if v0 and ARGV[4] ~= 'r' and (ARGV[11] or '') == '' and not (string.byte(v0, #ARGV[1] + 1) == 32
+  and string.find(v0, ARGV[1], 1, true) == 1) then
+  local _, last = released(v0)
+  if not last then
+    return {refuse(v0, KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[3], ARGV[4], ARGV[7], ARGV[8], ARGV[9])}
+  end
+end
 -- (library)
-local batch = ARGV[1] == ''
--- The server's time, read once per call when first needed: µs (and as text), ms.
-local now, nowtext, nowms
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    local s, us = tonumber(t[1]), tonumber(t[2])
-    now, nowms = s * 1000000 + us, s * 1000 + math.floor(us / 1000)
-    nowtext = string.format('%d', now)
-  end
-end
--- suffixed returns the key of every lock of the call with suffix (its queue, its channel).
-local function suffixed(suffix)
-  local out = {}
-  for i, key in ipairs(KEYS) do
-    out[i] = key .. suffix
-  end
-  return out
-end
-local queues = {KEYS[2]} -- of every lock of the call
-if batch then
-  queues = suffixed(':q')
-end
--- queued reports whether the queue q (of a lock of this call) may exist: false only when it
--- surely does not.
-local noqueue
-local function queued(q)
-  if noqueue == nil then
-    local qs = queues
-    local n = redis.call('EXISTS', unpack(qs))
-    noqueue = n == 0
-    if n == #qs then
-      return true
-    end
-  end
-  if noqueue then
-    return false
-  end
-  return redis.call('EXISTS', q) == 1
-end
--- listened reports whether anyone may listen on the release channel rel (of a lock of this
--- call): on a Cluster a subscriber of it (sharded), else a subscriber of any pattern or of it.
-local patterns, listeners
-local function listened(pub, rel)
-  if pub == 's' then
-    return redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0
-  end
-  if patterns == nil then
-    patterns = redis.call('PUBSUB', 'NUMPAT') > 0
-  end
-  if patterns then
-    return true
-  end
-  if not listeners then
-    local chans = {rel}
-    if batch then
-      chans = suffixed(':rel')
-    end
-    listeners = {}
-    local r = redis.call('PUBSUB', 'NUMSUB', unpack(chans))
-    for i = 1, #r, 2 do
-      listeners[r[i]] = r[i + 1]
-    end
-  end
-  return (listeners[rel] or 1) > 0
-end
--- grant announces a grant to entry id as release.lua does: to its client, to the client
--- queued next (queue q), and on the release channel rel if anyone listens there.
-local function grant(q, rel, pub, id, msg)
-  grantNotice(pub, q, rel, id, msg)
-  if listened(pub, rel) then
-    publish(pub, rel, msg)
-  end
-end
--- enqueue queues (or refreshes) entry id of owner in queue q and entries w, now.
-local function enqueue(q, w, id, owner, meta, win, place)
-  clock()
-  local n = tonumber(win)
-  redis.call('ZADD', q, 'NX', tonumber(place or '') or now, id)
-  redis.call('HSET', w, id, string.format('%d', nowms + n) .. ' ' .. win .. ' ' .. owner .. ' ' .. meta)
-  noqueue = false
-  local keep = math.max(n, redis.call('PTTL', q))
-  redis.call('PEXPIRE', q, keep)
-  redis.call('PEXPIRE', w, keep)
-end
-
 -- acquire does one lock, with the keys and arguments above (v: the lock's value, read by the
 -- caller; q, w, h: KEYS[2], KEYS[3], KEYS[4], or nil for <key>:q, <key>:w, <key>:h), and
 -- returns its reply's elements.
@@ -192,104 +125,50 @@ local function acquire(v, key, q, w, h, owner, ttl, meta, mode, rel, pub, id, wi
     if mode == 'r' then
       return 0, -2, 0
     end
-    if string.byte(v, 1) == 45 and string.byte(v, 2) == 32 then
-      last = tonumber(string.sub(v, 3, -3)) -- released: "- <token> 0"
-    end
+    local _
+    _, last = released(v)
     if not last then
-      -- held by another owner (or not a lock value): its remaining lease and its token
-      local t = 0
-      local s1 = string.find(v, ' ', 1, true)
-      if s1 then
-        local s2 = string.find(v, ' ', s1 + 1, true)
-        t = tonumber(string.sub(v, s1 + 1, (s2 or 0) - 1)) or 0
-      end
+      -- held by another owner (or not a lock value)
       if mode == 'q' then
-        enqueue(q or key .. ':q', w or key .. ':w', id, owner, meta, win, place)
+        noqueue = false -- the caller's queue now exists
       end
-      return 0, redis.call('PTTL', key), t, lease
+      return refuse(v, key, q, w, owner, meta, mode, id, win, place, lease)
     end
   elseif mode == 'r' then
     return 0, -2, 0
   end
-  clock()
-  local token, text = now, nowtext
-  if last and last + 16 > token then
-    token = last + 16
-    text = string.format('%d', token)
-  end
   q = q or key .. ':q'
   if queued(q) then
-    -- The first queued client whose entry has not expired, dropping the expired ones before it.
-    w = w or key .. ':w'
-    local first, e
-    while true do
-      first = redis.call('ZRANGE', q, 0, 0)[1]
-      if not first then
-        break
-      end
-      e = redis.call('HGET', w, first)
-      if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > nowms then
-        break
-      end
-      redis.call('ZREM', q, first)
-      redis.call('HDEL', w, first)
-    end
-    -- An entry id is "<client id>.<sequence>": an entry of the caller's own client (an older
-    -- registration it has withdrawn, or not yet) does not stand before the caller.
+    -- A client queued before the caller gets the lock, unless it is of the caller's client (an
+    -- entry id is "<client id>.<sequence>": an older registration it has withdrawn, or not
+    -- yet): that client's entries then leave the queue, and the caller takes the lock.
+    w, rel = w or key .. ':w', rel or key .. ':rel'
     local mine = string.match(id, '^[^.]*%.')
-    if first and mine and string.sub(first, 1, #mine) == mine then
-      for _, other in ipairs(redis.call('ZRANGE', q, 0, -1)) do
-        if string.sub(other, 1, #mine) == mine then
-          redis.call('ZREM', q, other)
-          redis.call('HDEL', w, other)
-        end
-      end
-      first = nil
-    end
-    if first then
-      -- A client queued before the caller: the lock is its until its entry would have lapsed
-      -- (at most the acceptance window: a grant to a client that died waiting costs the others
-      -- no more than its entry would have).
-      local eexp, eowner, emeta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
-      local ewin = string.format('%d', math.max(tonumber(eexp) - nowms, 1))
-      redis.call('ZREM', q, first)
-      redis.call('HDEL', w, first)
-      redis.call('SET', key, eowner .. ' ' .. text .. ' 1 ' .. emeta, 'PX', ewin)
-      grant(q, rel or key .. ':rel', pub, first, 'g ' .. text .. ' ' .. first .. ' ' .. ewin)
+    local ewin, token, msg = grantFirst(key, q, w, rel, pub, last, mine)
+    if ewin then
+      announce(pub, rel, msg, batch)
       if mode == 'q' then
         enqueue(q, w, id, owner, meta, win, place)
+        noqueue = false
       end
       return 0, tonumber(ewin), token, lease
+    elseif ewin == false then
+      dropClient(q, w, mine)
     end
   end
+  local token, text = nextToken(last)
   redis.call('SET', key, owner .. ' ' .. text .. ' 1 ' .. meta, 'PX', lease or ttl)
   return 1, token, 1, lease
-end
-
--- read does one lock of a batch (its value read first, so that an error reading it is that
--- lock's).
-local function read(key, q, owner, ttl, meta, mode, pub, id, win, lo, hi)
-  return acquire(redis.call('GET', key), key, q, nil, nil, owner, ttl, meta, mode, nil, pub, id, win, nil, lo, hi)
 end
 
 if not batch then
   return {acquire(v0, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2],
     ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11])}
 end
-local out, i, g = {}, 0, 2
-while g <= #ARGV do
-  local ttl, meta, mode, pub, win, lo, hi = ARGV[g], ARGV[g + 1], ARGV[g + 2], ARGV[g + 3], ARGV[g + 4], ARGV[g + 5], ARGV[g + 6]
-  local n = tonumber(ARGV[g + 7])
-  for p = g + 8, g + 6 + 2 * n, 2 do
-    i = i + 1
-    local key = KEYS[i]
-    local ok, a, b, c, d = pcall(read, key, queues[i], ARGV[p], ttl, meta, mode, pub, ARGV[p + 1], win, lo, hi)
-    if not ok then
-      a, b, c, d = -1, 0, 0, 0
-    end
-    local o = #out
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = a, b, c, d or 0
-  end
-  g = g + 8 + 2 * n
-end
-return out
+-- (library: batched)
+-- A batch: groups of 7 settings and the count, then pairs (owner, entry id). A lock's value is
+-- read in its own call, so that an error reading it is that lock's.
+return batched(2, 7, 2, true, -1, function(i, g, p)
+  return acquire(redis.call('GET', KEYS[i]), KEYS[i], queues[i], nil, nil, ARGV[p], ARGV[g], ARGV[g + 1],
+    ARGV[g + 2], nil, ARGV[g + 3], ARGV[p + 1], ARGV[g + 4], nil, ARGV[g + 5], ARGV[g + 6])
+end)

@@ -1,4 +1,4 @@
--- uses: publish, clientChannel
+-- uses: publish, clientChannel, set
 -- forceunlock: release a lock whoever holds it (an administrator's "dlock unlock --force"),
 -- exactly as release.lua does for its owner: the last token is kept and waiters are woken.
 -- KEYS[1]  lock key
@@ -25,11 +25,7 @@ if not o or o == '-' then
   return {v, pttl, -1}
 end
 -- As in release.lua: on a server out of memory, a write that needs none lets the SET through.
-local r = redis.pcall('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[1])
-if type(r) == 'table' and r.err then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  redis.call('SET', KEYS[1], '- ' .. t .. ' 0', 'PX', ARGV[1])
-end
+set(KEYS[1], tonumber(ARGV[1]), '- ' .. t .. ' 0', 'PX', ARGV[1])
 local n = 0
 local seen = {}
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do

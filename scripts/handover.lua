@@ -1,3 +1,4 @@
+-- uses: clock
 -- handover: pass a lock from its holder straight to a waiter of the same client, in one atomic
 -- step (the holder's release and the waiter's acquisition in one round trip).
 -- KEYS[1]  lock key
@@ -34,8 +35,8 @@ if tonumber(ARGV[5]) >= tonumber(ARGV[6]) and redis.call('ZCARD', KEYS[2]) > 0 t
     end
   end
 end
-local now = redis.call('TIME')
-local token = now[1] * 1000000 + now[2]
+clock()
+local token = now
 local last = math.max(tonumber(t), tonumber(ARGV[8]) or 0)
 if last >= token then
   token = last + 1

@@ -1,4 +1,4 @@
--- uses: publish
+-- uses: publish, clock
 -- latch: a countdown latch. Read it (creating it on first use), count it down, or only read it.
 -- KEYS[1]  latch key: <prefix>{<name>}:latch, a hash: n = count left, c = initial count,
 --          d = deadline (server time, ms), and "i:<id>" for each id that counted down
@@ -23,8 +23,7 @@
 -- changes nothing. An id is recorded only when it counts, so at most the initial count of them
 -- are kept; they go with the key.
 local k = KEYS[1]
-local now = redis.call('TIME')
-local nowms = now[1] * 1000 + math.floor(now[2] / 1000)
+clock()
 local left = tonumber(redis.call('HGET', k, 'n'))
 local initial, deadline
 if left then

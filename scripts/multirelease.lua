@@ -1,4 +1,4 @@
--- uses: publish, grantNotice
+-- uses: publish, ownedToken, set, leave, grantFirst
 -- multirelease: the final release of several locks of one slot in one call (a multi-lock's
 -- Unlock), each exactly as release.lua releases every hold of its owner: the last token is
 -- kept, and the lock is granted to the first live client in its queue, or announced free.
@@ -17,83 +17,32 @@
 -- The announcements on the release channels are sent at the end, where anyone may listen:
 -- one PUBSUB call for all the channels (and one NUMPAT), not one per lock.
 local channels, payloads = {}, {}
-local function announce(rel, payload)
+local function defer(rel, payload)
   channels[#channels + 1] = rel
   payloads[#payloads + 1] = payload
 end
--- set is release.lua's: a SET refused for memory is made again after a PEXPIRE of the key.
-local function set(k, pexpire, ...)
-  local r = redis.pcall('SET', k, ...)
-  if type(r) == 'table' and r.err then
-    if string.sub(r.err, 1, 3) == 'OOM' and pexpire > 0 then
-      redis.call('PEXPIRE', k, pexpire)
-    end
-    redis.call('SET', k, ...)
-  end
-end
 
 local out = {}
-local now
+local retms = tonumber(ARGV[1])
 for i = 1, #KEYS / 3 do
   local k, q, w = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local o, floor, leaving = ARGV[3 * i], tonumber(ARGV[3 * i + 1]), ARGV[3 * i + 2]
   local rel = k .. ':rel'
-  local function leave()
-    if leaving ~= '' then
-      redis.call('ZREM', q, leaving)
-      redis.call('HDEL', w, leaving)
-    end
-  end
-  local v = redis.call('GET', k)
-  local s2 = v and string.byte(v, #o + 1) == 32 and string.find(v, o, 1, true) == 1 and string.find(v, ' ', #o + 2, true)
-  if not s2 then
-    leave()
+  local t = ownedToken(redis.call('GET', k), o)
+  if not t then
+    leave(q, w, leaving)
     out[i] = -1
   else
-    local t = string.sub(v, #o + 2, s2 - 1)
     if floor and floor > tonumber(t) then
       t = string.format('%d', floor)
     end
-    set(k, tonumber(ARGV[1]), '- ' .. t .. ' 0', 'PX', ARGV[1])
-    leave()
+    set(k, retms, '- ' .. t .. ' 0', 'PX', ARGV[1])
+    leave(q, w, leaving)
     out[i] = 0
-    local granted = false
-    if redis.call('EXISTS', q) == 1 then
-      now = now or redis.call('TIME')
-      local ms = now[1] * 1000 + math.floor(now[2] / 1000)
-      while true do
-        local id = redis.call('ZRANGE', q, 0, 0)[1]
-        if not id then
-          break
-        end
-        local e = redis.call('HGET', w, id)
-        if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > ms then
-          -- The lock is the entry's owner's until its entry would have lapsed (at most the window).
-          local exp, owner, meta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
-          local win = string.format('%d', math.max(tonumber(exp) - ms, 1))
-          local token = now[1] * 1000000 + now[2]
-          if tonumber(t) + 16 > token then
-            token = tonumber(t) + 16
-          end
-          local r = redis.pcall('SET', k, owner .. ' ' .. string.format('%d', token) .. ' 1 ' .. meta, 'PX', win)
-          if type(r) == 'table' and r.err then
-            break -- out of memory: leave it released
-          end
-          redis.call('ZREM', q, id)
-          redis.call('HDEL', w, id)
-          local msg = 'g ' .. string.format('%d', token) .. ' ' .. id .. ' ' .. win
-          grantNotice(ARGV[2], q, rel, id, msg)
-          announce(rel, msg)
-          granted = true
-          break
-        end
-        redis.call('ZREM', q, id)
-        redis.call('HDEL', w, id)
-      end
-    end
-    if not granted then
-      announce(rel, t)
-    end
+    -- The first live entry in the queue gets the lock (a SET refused for memory leaves it
+    -- released, and announced so).
+    local win, _, msg = grantFirst(k, q, w, rel, ARGV[2], tonumber(t), nil, true)
+    defer(rel, win and msg or t)
   end
 end
 if #channels > 0 then

@@ -1,3 +1,4 @@
+-- uses: clock, keepQueue
 -- queue: keep a client's queue entries alive (the renewal loop sends it for every lock its
 -- client waits for, a third of the acceptance window after the last refresh), and tell the
 -- client when each lock may next be free.
@@ -17,8 +18,7 @@
 --            (-1: no expiry); -1 for the others. A waiting client attempts when that time has
 --            passed: a grant to a client that died waiting lapses with its entry, and without
 --            this nobody would look again until the last holder's lease it saw ran out.
-local now = redis.call('TIME')
-local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+clock()
 local n = #KEYS / 3
 local r = {}
 for i = 1, n do
@@ -36,10 +36,8 @@ for i = 1, n do
         rest = string.sub(rest, 1, -2) .. ',"waiting":' .. string.format('%d', c) .. '}'
       end
     end
-    redis.call('HSET', w, id, string.format('%d', ms + win) .. rest)
-    local keep = math.max(win, redis.call('PTTL', q))
-    redis.call('PEXPIRE', q, keep)
-    redis.call('PEXPIRE', w, keep)
+    redis.call('HSET', w, id, string.format('%d', nowms + win) .. rest)
+    keepQueue(q, w, win)
     r[i] = 1
     if ARGV[3 * i] == 'l' then
       local key = KEYS[3 * i]

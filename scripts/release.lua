@@ -1,4 +1,4 @@
--- uses: publish, grantNotice
+-- uses: clock, ownedToken, set, leave, queued, announce, grantFirst, batched
 -- release: give up one hold, or all of them, if and only if the caller owns the lock; a final
 -- release grants the lock to the first live client in the queue, if any. For one lock, or for
 -- several at once (a batch, below).
@@ -93,98 +93,6 @@ if ARGV[1] ~= '' then
   end
 end
 -- (library)
-local batch = ARGV[1] == ''
--- The server's time, read once per call when first needed: µs, ms.
-local now, nowms
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    local s, us = tonumber(t[1]), tonumber(t[2])
-    now, nowms = s * 1000000 + us, s * 1000 + math.floor(us / 1000)
-  end
-end
--- suffixed returns the key of every lock of the call with suffix (its queue, its channel).
-local function suffixed(suffix)
-  local out = {}
-  for i, key in ipairs(KEYS) do
-    out[i] = key .. suffix
-  end
-  return out
-end
-local queues, channels = {KEYS[2]}, {ARGV[3]} -- of every lock of the call
-if batch then
-  queues, channels = suffixed(':q'), suffixed(':rel')
-end
--- queued reports whether the queue q (of a lock of this call) may exist: false only when it
--- surely does not.
-local noqueue
-local function queued(q)
-  if noqueue == nil then
-    local qs = queues
-    local n = redis.call('EXISTS', unpack(qs))
-    noqueue = n == 0
-    if n == #qs then
-      return true
-    end
-  end
-  if noqueue then
-    return false
-  end
-  return redis.call('EXISTS', q) == 1
-end
--- listened reports whether anyone may listen on the release channel rel (of a lock of this
--- call): on a Cluster a subscriber of it (sharded), else a subscriber of any pattern or of it.
-local patterns, listeners
-local function listened(pub, rel)
-  if pub == 's' then
-    return redis.call('PUBSUB', 'SHARDNUMSUB', rel)[2] > 0
-  end
-  if patterns == nil then
-    patterns = redis.call('PUBSUB', 'NUMPAT') > 0
-  end
-  if patterns then
-    return true
-  end
-  if not listeners then
-    listeners = {}
-    local r = redis.call('PUBSUB', 'NUMSUB', unpack(channels))
-    for i = 1, #r, 2 do
-      listeners[r[i]] = r[i + 1]
-    end
-  end
-  return (listeners[rel] or 1) > 0
-end
--- set sets key (see above): a SET refused for memory is made again after a PEXPIRE. Once a
--- write of the call succeeded, none is refused any more: plain calls then.
-local wrote
-local function set(key, pexpire, ...)
-  if wrote then
-    redis.call('SET', key, ...)
-    return
-  end
-  local r = redis.pcall('SET', key, ...)
-  if type(r) == 'table' and r.err then
-    local ms = pexpire or redis.call('PTTL', key)
-    if string.sub(r.err, 1, 3) == 'OOM' and ms > 0 then
-      redis.call('PEXPIRE', key, ms)
-    end
-    redis.call('SET', key, ...)
-  end
-  wrote = true
-end
--- announce sends payload to the release channel rel if anyone may listen there.
-local function announce(pub, rel, payload)
-  if listened(pub, rel) then
-    publish(pub, rel, payload)
-  end
-end
--- leave drops entry id (if not empty) from queue q and its entries w.
-local function leave(q, w, id)
-  if id and id ~= '' then
-    redis.call('ZREM', q, id)
-    redis.call('HDEL', w, id)
-  end
-end
 -- record adds a hold that began at start (µs, the server's clock) to the hold record h, kept
 -- for keep ms. Its write comes after the release's and is skipped on a server out of memory.
 local function record(h, keep, start)
@@ -208,7 +116,8 @@ local function release(v, key, q, w, h, o, ret, retms, rel, all, pub, floor, id,
   if keep == '' then
     keep = nil -- no hold record: other releases pay nothing for it
   end
-  if not v or string.byte(v, #o + 1) ~= 32 or string.find(v, o, 1, true) ~= 1 then
+  local t, s2 = ownedToken(v, o)
+  if t == false then
     if id and id ~= '' then
       leave(q or key .. ':q', w or key .. ':w', id)
     end
@@ -217,12 +126,9 @@ local function release(v, key, q, w, h, o, ret, retms, rel, all, pub, floor, id,
     end
     return -1
   end
-  -- "<owner> <token> <holds> <description>", read with string.find/sub (cheaper than a pattern)
-  local s2 = string.find(v, ' ', #o + 2, true)
-  if not s2 then
+  if not t then
     return -1
   end
-  local t = string.sub(v, #o + 2, s2 - 1)
   if all ~= '1' then
     local s3 = string.find(v, ' ', s2 + 1, true)
     local n = tonumber(string.sub(v, s2 + 1, (s3 or 0) - 1)) or 1
@@ -241,74 +147,37 @@ local function release(v, key, q, w, h, o, ret, retms, rel, all, pub, floor, id,
     t = string.format('%d', tonumber(floor))
   end
   set(key, retms, '- ' .. t .. ' 0', 'PX', ret)
-  q = q or key .. ':q'
   if id and id ~= '' then
-    w = w or key .. ':w'
-    leave(q, w, id)
+    leave(q or key .. ':q', w or key .. ':w', id)
   end
   if keep then
     record(h or key .. ':h', keep, tonumber(start))
   end
+  rel = rel or key .. ':rel'
+  q = q or key .. ':q'
   if queued(q) then
-    w = w or key .. ':w'
-    clock()
-    while true do
-      local first = redis.call('ZRANGE', q, 0, 0)[1]
-      if not first then
-        break
-      end
-      local e = redis.call('HGET', w, first)
-      if e and tonumber(string.sub(e, 1, string.find(e, ' ', 1, true) - 1)) > nowms then
-        -- The lock is the entry's owner's until its entry would have lapsed (at most the window).
-        local exp, owner, meta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
-        local win = string.format('%d', math.max(tonumber(exp) - nowms, 1))
-        local token = now
-        if tonumber(t) + 16 > token then
-          token = tonumber(t) + 16
-        end
-        local r = redis.pcall('SET', key, owner .. ' ' .. string.format('%d', token) .. ' 1 ' .. meta, 'PX', win)
-        if type(r) == 'table' and r.err then
-          break -- out of memory: leave it released
-        end
-        redis.call('ZREM', q, first)
-        redis.call('HDEL', w, first)
-        local msg = 'g ' .. string.format('%d', token) .. ' ' .. first .. ' ' .. win
-        rel = rel or key .. ':rel'
-        grantNotice(pub, q, rel, first, msg)
-        announce(pub, rel, msg)
-        return 0
-      end
-      redis.call('ZREM', q, first)
-      redis.call('HDEL', w, first)
+    -- The first live entry in the queue gets the lock (a SET refused for memory leaves it
+    -- released, and announced so).
+    local win, _, msg = grantFirst(key, q, w or key .. ':w', rel, pub, tonumber(t), nil, true)
+    if win then
+      announce(pub, rel, msg, batch)
+      return 0
     end
   end
-  announce(pub, rel or key .. ':rel', t)
+  announce(pub, rel, t, batch)
   return 0
-end
-
--- read does one lock of a batch (its value read first, so that an error reading it is that
--- lock's).
-local function read(key, q, o, ret, retms, rel, all, pub, floor, id, keep)
-  return release(redis.call('GET', key), key, q, nil, nil, o, ret, retms, rel, all, pub, floor, id, keep)
 end
 
 if not batch then
   return release(v0, KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2],
     tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
 end
-local out, ret, retms, i, g = {}, ARGV[2], tonumber(ARGV[2]), 0, 3
-while g <= #ARGV do
-  local all, pub, keep = ARGV[g], ARGV[g + 1], ARGV[g + 2]
-  local n = tonumber(ARGV[g + 3])
-  for p = g + 4, g + 1 + 3 * n, 3 do
-    i = i + 1
-    local key = KEYS[i]
-    local ok, r = pcall(read, key, queues[i], ARGV[p], ret, retms, channels[i], all, pub, ARGV[p + 1], ARGV[p + 2], keep)
-    if not ok then
-      r = -2
-    end
-    out[i] = r
-  end
-  g = g + 4 + 3 * n
-end
-return out
+-- (library: batched)
+-- A batch: the retention, then groups of 3 settings and the count, then triples (owner, token
+-- floor, entry id). A lock's value is read in its own call, so that an error reading it is that
+-- lock's.
+local ret, retms = ARGV[2], tonumber(ARGV[2])
+return batched(3, 3, 3, false, -2, function(i, g, p)
+  return release(redis.call('GET', KEYS[i]), KEYS[i], queues[i], nil, nil, ARGV[p], ret, retms, nil,
+    ARGV[g], ARGV[g + 1], ARGV[p + 1], ARGV[p + 2], ARGV[g + 2])
+end)

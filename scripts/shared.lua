@@ -1,4 +1,4 @@
--- uses: publish
+-- uses: publish, clock
 -- shared: the read-write lock and the semaphore. Every operation on them is in this one script
 -- so that the grant walk, which most of them end with, exists once (docs/PROTOCOL.md,
 -- "Read-write locks and semaphores").
@@ -42,11 +42,6 @@ local NEVER = 9000000000000000 -- "=x" of a B with no expiry (a sticky size), in
 
 local function fmt(x)
   return string.format('%d', x)
-end
-
-local function clock()
-  local now = redis.call('TIME')
-  return now, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 end
 
 -- A holder's field: lease end, units, holds, token, description. Read with string.find, not a
@@ -184,7 +179,7 @@ local function token(st, kind, units, now)
   if kind == 'rw' and units < ALL and st.ts then
     return st.ts
   end
-  local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local t = now
   if st.t and st.t + 1 > t then
     t = st.t + 1
   end
@@ -399,7 +394,7 @@ if op == 'a' then
     return {1, tonumber(tok), 1}
   end
   if mode == 'q' then
-    local place = tonumber(ARGV[14] or '') or tonumber(now[1]) * 1000000 + tonumber(now[2])
+    local place = tonumber(ARGV[14] or '') or now
     redis.call('ZADD', Q, 'NX', fmt(place), id)
     redis.call('HSET', W, id, fmt(ms + window) .. ' ' .. fmt(window) .. ' ' .. owner .. ' ' .. fmt(units) .. ' ' .. meta)
     -- The queue keys live past every entry: an entry lives a window (at most a second) from its
