@@ -70,6 +70,10 @@ func TestHarness(t *testing.T) {
 	}
 	for _, want := range []string{"### 1.", "**1 goroutine, idle vCPUs**", "**4 goroutines, awake vCPUs (2 nice 19 spinners)**", "| vCPU halts/pair |", "**CPU state.**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
 		"### 7.", "| 1 server, 10 clients × 1, 1 ms held | redislock, 1–10 ms linear |", "| 5 servers, 1 client × 10, empty | dlock quorum (rueidis) |",
+		"| 1 server, 10 clients × 1, empty | dlock (rueidis), turn 200 µs |", "| 1 server, 10 clients × 1, 1 ms held | dlock (rueidis), turn 1 ms |",
+		"| 7, 1 server, 10 clients × 1, empty | dlock (rueidis), turn 200 µs: holds/s ≥ 10× redsync |",
+		"| 7, 1 server, 10 clients × 1, 1 ms held | dlock (rueidis), turn 1 ms: wait max ≤ 30 ms |",
+		"- **dlock (rueidis), turn 1 ms**: as dlock (rueidis), with `dlock.WithTurnSlice(1ms)`",
 		"| 1 server, 10 clients × 1, empty | minimal FIFO handoff |", "| 1 server, 10 clients × 1, 1 ms held | minimal FIFO handoff |",
 		"| raw RESP | ", "| rueidis | ", "one pub/sub message around a ring of 10 processes",
 		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |",

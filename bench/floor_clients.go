@@ -44,7 +44,7 @@ type tokenLock func(context.Context) (uint64, func(context.Context) error, error
 func tokenLockOf(cl client, name string) tokenLock {
 	switch c := cl.(type) {
 	case *dlockClient:
-		m := c.c.Mutex(name)
+		m := c.mutexOf(name)
 		return func(ctx context.Context) (uint64, func(context.Context) error, error) {
 			l, err := m.Lock(ctx)
 			if err != nil {
@@ -290,6 +290,7 @@ func runFloorClients(srv *server, contender string, d, holdFor time.Duration, na
 	slices.Sort(waits)
 	r.waitP50 = waits[len(waits)/2]
 	r.waitP99 = waits[len(waits)*99/100]
+	r.waitMax = waits[len(waits)-1]
 	r.jain, r.minShare = jain(counts)
 	return r
 }
