@@ -250,3 +250,53 @@ func TestReadMostlyCheck(t *testing.T) {
 		t.Errorf("3 permits of 2: most %d, %d violations", most, v)
 	}
 }
+
+// The turn contenders are found by name (the worker processes open them so) as dlock, and are
+// judged by their own targets in the one-server cases only.
+func TestTurnContenders(t *testing.T) {
+	for slice, want := range map[time.Duration]string{turnShort: "dlock (rueidis), turn 200 µs", turnLong: "dlock (rueidis), turn 1 ms"} {
+		if got := turnName(slice); got != want {
+			t.Errorf("turnName(%v) = %q, want %q", slice, got, want)
+		}
+		if c := contenderByName(want); c == nil || c.kind != kindDlock {
+			t.Errorf("contenderByName(%q) = %v, want a dlock contender", want, c)
+		}
+	}
+	cases := clientsCases()
+	rows := map[string]clientsRow{
+		"dlock (rueidis)":   {rate: 2000, minShare: 1, p99Fair: 2, n: 3},
+		"redsync":           {rate: 1000, minShare: 0.1, n: 3},
+		turnName(turnShort): {rate: 10_000, minShare: 0.9, waitMax: 12, n: 3}, // 10×: met, fair, short waits
+		turnName(turnLong):  {rate: 20_000, minShare: 0.4, waitMax: 31, n: 3}, // unfair, one wait too long
+	}
+	fig := newFigures()
+	clientsTargets(fig, 0, cases[0], rows)
+	verdicts := map[string]bool{}
+	for _, r := range fig.targets {
+		if strings.HasPrefix(r.target, "dlock (rueidis), turn") {
+			verdicts[r.target] = r.met
+		}
+	}
+	for target, met := range map[string]bool{
+		"dlock (rueidis), turn 200 µs: holds/s ≥ 10× redsync":              true,
+		"dlock (rueidis), turn 200 µs: every client ≥ half the mean holds": true,
+		"dlock (rueidis), turn 200 µs: wait max ≤ 30 ms":                   true,
+		"dlock (rueidis), turn 1 ms: holds/s ≥ 10× redsync":                true,
+		"dlock (rueidis), turn 1 ms: every client ≥ half the mean holds":   false,
+		"dlock (rueidis), turn 1 ms: wait max ≤ 30 ms":                     false,
+	} {
+		if got, ok := verdicts[target]; !ok || got != met {
+			t.Errorf("target %q: met %v (recorded %v), want met %v", target, got, ok, met)
+		}
+	}
+	if len(verdicts) != 6 {
+		t.Errorf("%d turn targets recorded, want 6: %v", len(verdicts), verdicts)
+	}
+	quorum := newFigures()
+	clientsTargets(quorum, 2, cases[2], map[string]clientsRow{quorumContenders[0].name: {rate: 500, minShare: 1, n: 1}, "redsync": {rate: 1000, n: 1}})
+	for _, r := range quorum.targets {
+		if strings.Contains(r.target, "turn") {
+			t.Errorf("a quorum case has a turn target: %q", r.target)
+		}
+	}
+}

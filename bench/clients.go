@@ -60,8 +60,9 @@ func turnContender(slice time.Duration) *contender {
 	return &contender{
 		name: turnName(slice), kind: kindDlock,
 		config: fmt.Sprintf("as dlock (rueidis), with `dlock.WithTurnSlice(%v)` on its `Mutex`: after its last `Unlock` the "+
-			"client keeps the lock until %v have passed since it got it from the server (at most 16 holds), and a `Lock` "+
-			"meanwhile takes it back locally with the next token; the turn's end releases it to the next client queued", slice, slice),
+			"client keeps the lock until %s have passed since it got it from the server (at most 16 holds), and a `Lock` "+
+			"meanwhile takes it back locally with the next token; the turn's end releases it to the next client queued",
+			slice, strings.TrimPrefix(turnName(slice), "dlock (rueidis), turn ")),
 		open: func(ctx context.Context, addr string, ttl time.Duration) (client, error) {
 			c, err := dlock.Dial(ctx, "redis://"+addr+"/0", dlock.WithTTL(ttl))
 			if err != nil {
