@@ -290,7 +290,6 @@ func runFloorClients(srv *server, contender string, d, holdFor time.Duration, na
 	slices.Sort(waits)
 	r.waitP50 = waits[len(waits)/2]
 	r.waitP99 = waits[len(waits)*99/100]
-	r.waitMax = waits[len(waits)-1]
 	r.jain, r.minShare = jain(counts)
 	return r
 }
