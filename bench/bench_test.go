@@ -70,6 +70,10 @@ func TestHarness(t *testing.T) {
 	}
 	for _, want := range []string{"### 1.", "**1 goroutine, idle vCPUs**", "**4 goroutines, awake vCPUs (2 nice 19 spinners)**", "| vCPU halts/pair |", "**CPU state.**", "### 2.", "### 3.", "### 4.", "| dlock quorum (rueidis) | no fault |", "### 5.", "### 6.", "| one round trip per lease per period | 300 |", "| rueidislock |", "| raw rueidis |", "exact",
 		"### 7.", "| 1 server, 10 clients × 1, 1 ms held | redislock, 1–10 ms linear |", "| 5 servers, 1 client × 10, empty | dlock quorum (rueidis) |",
+		"| 1 server, 10 clients × 1, empty | dlock (rueidis), turn 200 µs |", "| 1 server, 10 clients × 1, 1 ms held | dlock (rueidis), turn 1 ms |",
+		"| 7, 1 server, 10 clients × 1, empty | dlock (rueidis), turn 200 µs: holds/s ≥ 10× redsync |",
+		"| 7, 1 server, 10 clients × 1, 1 ms held | dlock (rueidis), turn 1 ms: wait max ≤ 30 ms |",
+		"- **dlock (rueidis), turn 1 ms**: as dlock (rueidis), with `dlock.WithTurnSlice(1ms)`",
 		"| 1 server, 10 clients × 1, empty | minimal FIFO handoff |", "| 1 server, 10 clients × 1, 1 ms held | minimal FIFO handoff |",
 		"| raw RESP | ", "| rueidis | ", "one pub/sub message around a ring of 10 processes",
 		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |",
@@ -244,5 +248,55 @@ func TestReadMostlyCheck(t *testing.T) {
 	permits := []rmHoldRec{{kind: 'p', acquired: 1, released: 5}, {kind: 'p', acquired: 2, released: 6}, {kind: 'p', acquired: 3, released: 7}}
 	if most, v := rmCheck(permits, 2); v != 1 || most != 3 {
 		t.Errorf("3 permits of 2: most %d, %d violations", most, v)
+	}
+}
+
+// The turn contenders are found by name (the worker processes open them so) as dlock, and are
+// judged by their own targets in the one-server cases only.
+func TestTurnContenders(t *testing.T) {
+	for slice, want := range map[time.Duration]string{turnShort: "dlock (rueidis), turn 200 µs", turnLong: "dlock (rueidis), turn 1 ms"} {
+		if got := turnName(slice); got != want {
+			t.Errorf("turnName(%v) = %q, want %q", slice, got, want)
+		}
+		if c := contenderByName(want); c == nil || c.kind != kindDlock {
+			t.Errorf("contenderByName(%q) = %v, want a dlock contender", want, c)
+		}
+	}
+	cases := clientsCases()
+	rows := map[string]clientsRow{
+		"dlock (rueidis)":   {rate: 2000, minShare: 1, p99Fair: 2, n: 3},
+		"redsync":           {rate: 1000, minShare: 0.1, n: 3},
+		turnName(turnShort): {rate: 10_000, minShare: 0.9, waitMax: 12, n: 3}, // 10×: met, fair, short waits
+		turnName(turnLong):  {rate: 20_000, minShare: 0.4, waitMax: 31, n: 3}, // unfair, one wait too long
+	}
+	fig := newFigures()
+	clientsTargets(fig, 0, cases[0], rows)
+	verdicts := map[string]bool{}
+	for _, r := range fig.targets {
+		if strings.HasPrefix(r.target, "dlock (rueidis), turn") {
+			verdicts[r.target] = r.met
+		}
+	}
+	for target, met := range map[string]bool{
+		"dlock (rueidis), turn 200 µs: holds/s ≥ 10× redsync":              true,
+		"dlock (rueidis), turn 200 µs: every client ≥ half the mean holds": true,
+		"dlock (rueidis), turn 200 µs: wait max ≤ 30 ms":                   true,
+		"dlock (rueidis), turn 1 ms: holds/s ≥ 10× redsync":                true,
+		"dlock (rueidis), turn 1 ms: every client ≥ half the mean holds":   false,
+		"dlock (rueidis), turn 1 ms: wait max ≤ 30 ms":                     false,
+	} {
+		if got, ok := verdicts[target]; !ok || got != met {
+			t.Errorf("target %q: met %v (recorded %v), want met %v", target, got, ok, met)
+		}
+	}
+	if len(verdicts) != 6 {
+		t.Errorf("%d turn targets recorded, want 6: %v", len(verdicts), verdicts)
+	}
+	quorum := newFigures()
+	clientsTargets(quorum, 2, cases[2], map[string]clientsRow{quorumContenders[0].name: {rate: 500, minShare: 1, n: 1}, "redsync": {rate: 1000, n: 1}})
+	for _, r := range quorum.targets {
+		if strings.Contains(r.target, "turn") {
+			t.Errorf("a quorum case has a turn target: %q", r.target)
+		}
 	}
 }

@@ -47,9 +47,46 @@ func (r *linearRamp) NextBackoff() time.Duration {
 	return min(time.Duration(r.n)*r.step, r.max)
 }
 
+// The turn slices of scenario 7's turn contenders: dlock (rueidis) with dlock.WithTurnSlice on
+// its Mutex, so that a client re-locking the name within its turn does so locally.
+const (
+	turnShort = 200 * time.Microsecond
+	turnLong  = time.Millisecond
+)
+
+// turnContender is dlock (rueidis) whose Mutexes keep the lock for a turn of slice after their
+// last Unlock (dlock.WithTurnSlice).
+func turnContender(slice time.Duration) *contender {
+	return &contender{
+		name: turnName(slice), kind: kindDlock,
+		config: fmt.Sprintf("as dlock (rueidis), with `dlock.WithTurnSlice(%v)` on its `Mutex`: after its last `Unlock` the "+
+			"client keeps the lock until %s have passed since it got it from the server (at most 16 holds), and a `Lock` "+
+			"meanwhile takes it back locally with the next token; the turn's end releases it to the next client queued",
+			slice, strings.TrimPrefix(turnName(slice), "dlock (rueidis), turn ")),
+		open: func(ctx context.Context, addr string, ttl time.Duration) (client, error) {
+			c, err := dlock.Dial(ctx, "redis://"+addr+"/0", dlock.WithTTL(ttl))
+			if err != nil {
+				return nil, err
+			}
+			return &dlockClient{c: c, opts: []dlock.Option{dlock.WithTurnSlice(slice)}}, nil
+		},
+		key: func(name string) string { return dlock.DefaultPrefix + "{" + name + "}" },
+	}
+}
+
+// turnName is the name of the turn contender of slice ("dlock (rueidis), turn 200 µs").
+func turnName(slice time.Duration) string {
+	if slice < time.Millisecond {
+		return fmt.Sprintf("dlock (rueidis), turn %d µs", slice.Microseconds())
+	}
+	return "dlock (rueidis), turn " + msText(slice)
+}
+
 // clientsOnly are contenders that only scenario 7 measures (contenderByName finds them, for the
 // worker processes).
 var clientsOnly = []*contender{
+	turnContender(turnShort),
+	turnContender(turnLong),
 	{
 		name: "redislock, 1–10 ms linear", kind: kindPeer,
 		config: "bsm/redislock v0.9.4, go-redis pool of 64, `Obtain` retrying with a linear backoff: the n-th retry waits n ms, " +
@@ -76,7 +113,7 @@ type clientsCase struct {
 }
 
 func clientsCases() []clientsCase {
-	one := []string{"dlock (rueidis)", "dlock (go-redis)", "redsync", "redislock, 1–10 ms linear", "rueidislock"}
+	one := []string{"dlock (rueidis)", turnName(turnShort), turnName(turnLong), "dlock (go-redis)", "redsync", "redislock, 1–10 ms linear", "rueidislock"}
 	quorum := []string{quorumContenders[0].name, quorumContenders[1].name} // dlock quorum, redsync with 5 pools
 	return []clientsCase{
 		{name: fmt.Sprintf("1 server, %d clients × 1, empty", clientsN), procs: clientsN, goroutines: 1, locks: one},
@@ -103,6 +140,7 @@ func kindOf(name string, quorum bool) kind {
 // measured something.
 type clientsRow struct {
 	rate, changes, minShare, p50, p99, p99Fair float64
+	waitMax                                    float64 // ms: the longest wait of every repetition
 	n                                          int
 	overlaps                                   int64
 	checked                                    int
@@ -121,6 +159,7 @@ func aggregateClients(rs []hotProcsResult, holders int) clientsRow {
 		if x.handoffs == 0 {
 			continue
 		}
+		r.waitMax = max(r.waitMax, ms(x.waitMax))
 		rate := x.rate()
 		rates = append(rates, rate)
 		changes = append(changes, float64(x.changes)/x.elapsed.Seconds())
@@ -309,15 +348,53 @@ func runFrozen(servers []*server, ttls []time.Duration, tries int, tag string) (
 	return out, nil
 }
 
+// Scenario 7's targets for the turn contenders (turns per process) in the one-server cases.
+const (
+	turnVsRedsync = 10                    // holds/s ≥ this × redsync's
+	turnMaxWait   = 30 * time.Millisecond // no hold waits longer, over every repetition
+)
+
 // clientsTargets records the targets of case ci of scenario 7 for dlock (rueidis transport),
-// against redsync in the same case.
+// against redsync in the same case: plain dlock's, whose every Unlock releases (one hold per
+// turn), then, in the one-server cases, the turn contenders'.
 func clientsTargets(fig *figures, ci int, cs clientsCase, rows map[string]clientsRow) {
+	if fig == nil {
+		return
+	}
+	strictTargets(fig, cs, rows)
+	if cs.quorum {
+		return
+	}
+	rs := rows["redsync"]
+	sc := "7, " + cs.name
+	for _, slice := range []time.Duration{turnShort, turnLong} {
+		name := turnName(slice)
+		t, ok := rows[name]
+		if !ok {
+			continue
+		}
+		if t.rate == 0 {
+			fig.target(sc, name+": measured", false, "no repetition measured a hold")
+			continue
+		}
+		if rs.rate > 0 {
+			fig.target(sc, fmt.Sprintf("%s: holds/s ≥ %d× redsync", name, turnVsRedsync), t.rate >= turnVsRedsync*rs.rate,
+				"%s (%s vs %s)", ratio(t.rate, rs.rate), thousands(t.rate), thousands(rs.rate))
+		}
+		fig.target(sc, name+": every client ≥ half the mean holds", t.minShare >= 0.5, "least served %.2f", t.minShare)
+		fig.target(sc, fmt.Sprintf("%s: wait max ≤ %s", name, msText(turnMaxWait)), t.waitMax <= ms(turnMaxWait),
+			"longest %.2f ms (of %d repetitions)", t.waitMax, t.n)
+	}
+}
+
+// strictTargets records plain dlock's targets of a case of scenario 7.
+func strictTargets(fig *figures, cs clientsCase, rows map[string]clientsRow) {
 	dn := "dlock (rueidis)"
 	if cs.quorum {
 		dn = quorumContenders[0].name
 	}
 	d, rs := rows[dn], rows["redsync"]
-	if fig == nil || d.rate == 0 {
+	if d.rate == 0 {
 		return
 	}
 	sc := "7, " + cs.name
@@ -425,7 +502,8 @@ func measureClients(srv *server, cfg config) (string, bool) {
 		"(the bench's) with an empty critical section and with a %s one (`time.Sleep` while holding: "+
 		"at most 1 / %s = %s holds/s, \"of the limit\"); %d more private servers (a Redlock quorum) "+
 		"with %d clients, and with one client (process) of %d goroutines. "+
-		"Wait = from calling Lock to holding the lock, over every hold of the case. Least served = the fewest holds "+
+		"Wait = from calling Lock to holding the lock, over every hold of the case; wait max is the longest of every "+
+		"repetition, not a median. Least served = the fewest holds "+
 		"of a client (goroutine, for 1 client × %d) / the mean. Fair-share wait = (%d − 1) × the mean hold "+
 		"cycle (1 / holds/s): what a holder waits when the others each take one turn before it; "+
 		"\"p99 ÷ fair share\" above 1 means the slowest 1%% waited longer than a full round. "+
@@ -433,8 +511,8 @@ func measureClients(srv *server, cfg config) (string, bool) {
 		"acquisition time otherwise).\n\n",
 		clientsN, cfg.clientsDuration, cfg.reps, msText(clientsHold), msText(clientsHold), thousands(float64(time.Second/clientsHold)),
 		redlockServers, clientsN, clientsN, clientsN, clientsN)
-	b.WriteString("| case | contender | holds/s (median) | × best peer | of the limit | to another holder /s | least served | wait p50 | wait p99 | p99 ÷ fair share | mutual exclusion |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| case | contender | holds/s (median) | × best peer | of the limit | to another holder /s | least served | wait p50 | wait p99 | wait max | p99 ÷ fair share | mutual exclusion |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for ci, cs := range cases {
 		rows := map[string]clientsRow{}
 		var best float64
@@ -453,7 +531,7 @@ func measureClients(srv *server, cfg config) (string, bool) {
 				mx = fmt.Sprintf("**BROKEN**: %d overlapping holds of %s", r.overlaps, thousands(float64(r.checked)))
 			}
 			if r.n == 0 {
-				fmt.Fprintf(&b, "| %s | %s | error: %s | | | | | | | | %s |\n", cs.name, name, oneLine(r.err), mx)
+				fmt.Fprintf(&b, "| %s | %s | error: %s | | | | | | | | | %s |\n", cs.name, name, oneLine(r.err), mx)
 				continue
 			}
 			if r.err != nil {
@@ -463,8 +541,8 @@ func measureClients(srv *server, cfg config) (string, bool) {
 			if cs.hold > 0 {
 				limit = fmt.Sprintf("%.0f %%", 100*r.rate*cs.hold.Seconds())
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.2f | %.2f ms | %.2f ms | %.1f | %s |\n", cs.name, name,
-				thousands(r.rate), ratio(r.rate, best), limit, thousands(r.changes), r.minShare, r.p50, r.p99, r.p99Fair, mx)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.2f | %.2f ms | %.2f ms | %.2f ms | %.1f | %s |\n", cs.name, name,
+				thousands(r.rate), ratio(r.rate, best), limit, thousands(r.changes), r.minShare, r.p50, r.p99, r.waitMax, r.p99Fair, mx)
 		}
 	}
 	b.WriteString("\n")

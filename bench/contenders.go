@@ -175,12 +175,16 @@ func openNamed(ctx context.Context, name string, addrs []string, ttl time.Durati
 // --- dlock
 
 type dlockClient struct {
-	c   *dlock.Client
-	rdb *redis.Client
+	c    *dlock.Client
+	rdb  *redis.Client
+	opts []dlock.Option // the options of every Mutex this client makes (WithTurnSlice)
 }
 
+// mutexOf is the client's Mutex of name, with the contender's Mutex options.
+func (d *dlockClient) mutexOf(name string) *dlock.Mutex { return d.c.Mutex(name, d.opts...) }
+
 func (d *dlockClient) mutex(name string) lockFunc {
-	m := d.c.Mutex(name)
+	m := d.mutexOf(name)
 	return func(ctx context.Context) (func(context.Context) error, error) {
 		l, err := m.Lock(ctx)
 		if err != nil {

@@ -44,7 +44,7 @@ type tokenLock func(context.Context) (uint64, func(context.Context) error, error
 func tokenLockOf(cl client, name string) tokenLock {
 	switch c := cl.(type) {
 	case *dlockClient:
-		m := c.c.Mutex(name)
+		m := c.mutexOf(name)
 		return func(ctx context.Context) (uint64, func(context.Context) error, error) {
 			l, err := m.Lock(ctx)
 			if err != nil {

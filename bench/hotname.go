@@ -17,6 +17,7 @@ type hotResult struct {
 	elapsed     time.Duration
 	waitP50     time.Duration
 	waitP99     time.Duration
+	waitMax     time.Duration // the longest wait (set by the multi-process measurements)
 	jain        float64
 	minShare    float64
 	changes     int64 // holds by a different goroutine than the previous hold

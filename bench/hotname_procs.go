@@ -69,7 +69,7 @@ func runWorker(args []string) int {
 	locks := make([]func(context.Context) (uint64, func(context.Context) error, error), g)
 	for i := range locks {
 		if dc, ok := cl.(*dlockClient); ok {
-			m := dc.c.Mutex(args[2])
+			m := dc.mutexOf(args[2])
 			locks[i] = func(ctx context.Context) (uint64, func(context.Context) error, error) {
 				l, err := m.Lock(ctx)
 				if err != nil {
@@ -307,6 +307,7 @@ func runProcs(run procsRun) hotProcsResult {
 	slices.Sort(waits)
 	r.waitP50 = waits[len(waits)/2]
 	r.waitP99 = waits[len(waits)*99/100]
+	r.waitMax = waits[len(waits)-1]
 	r.jain, r.minShare = jain(counts)
 	return r
 }
