@@ -73,8 +73,8 @@ type leaseState struct {
 	// acquisition. Re-entries get Leases of their own.
 	first Lease
 	// local: how many times the lock passed within this client (local handoffs, parked turns)
-	// since the server gave it a token; turn: mono ns when this client got it from the server
-	// (its turn began: WithTurnSlice).
+	// since the server gave it a token; turn (WithTurnSlice): mono ns when this client got it
+	// from the server (the reply, or the grant, arrived): its turn began.
 	local int
 	turn  int64
 	// exact: token is the one the server stored (one server, taken by an attempt): its release
@@ -83,7 +83,12 @@ type leaseState struct {
 }
 
 func newLeaseState(e *engine, spec *lockSpec, parent context.Context, owner string, token uint64, sent int64) *leaseState {
-	st := &leaseState{e: e, spec: spec, owner: owner, token: token, lastSent: sent, holds: 1, parent: parent, idx: -1, turn: sent}
+	st := &leaseState{e: e, spec: spec, owner: owner, token: token, lastSent: sent, holds: 1, parent: parent, idx: -1}
+	if spec.slice > 0 {
+		// The turn begins now, as the client gets the lock: sent dates the lease's validity
+		// (before the wait, for a grant), not the turn.
+		st.turn = mono()
+	}
 	st.ttl.Store(int64(spec.ttl))
 	st.deadline.Store(sent + int64(spec.ttl-drift(spec.ttl)))
 	if e.obs != nil {

@@ -245,3 +245,62 @@ func TestTurnSlice_Invalid(t *testing.T) {
 		}
 	}
 }
+
+// A client that waited for the lock gets a turn too: the turn begins when the grant reaches it,
+// not when it queued, so its re-Lock right after its Unlock is local (the next token).
+func TestTurnSlice_GrantedClientGetsItsTurn(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		s := redistest.Start(t)
+		ctx := ctxT(t)
+		turn := dlock.WithTurnSlice(500 * time.Millisecond)
+		a, b := tr.dial(t, s.URL()), tr.dial(t, s.URL())
+		held, err := a.Mutex("granted-turn", dlock.WithTurnSlice(0)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb := b.Mutex("granted-turn", turn)
+		got := make(chan *dlock.Lease, 1)
+		errs := make(chan error, 1)
+		go func() {
+			l, err := mb.Lock(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			got <- l
+		}()
+		waitFor(t, 10*time.Second, "b queued on the server", func(context.Context) error {
+			if n := redisDo(t, s, "ZCARD", dlock.DefaultPrefix+"{granted-turn}:q"); n != "1" {
+				return fmt.Errorf("%s queued", n)
+			}
+			return nil
+		})
+		// A wait longer than the slice before the grant: the turn must not count it.
+		time.Sleep(600 * time.Millisecond)
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var l *dlock.Lease
+		select {
+		case l = <-got:
+		case err := <-errs:
+			t.Fatal(err)
+		case <-ctx.Done():
+			t.Fatal("b never got the lock")
+		}
+		start := time.Now()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l2, err := mb.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(start) < 400*time.Millisecond && l2.Token() != l.Token()+1 {
+			t.Errorf("re-Lock after a granted hold: token %d, want %d (taken back within the turn)", l2.Token(), l.Token()+1)
+		}
+		if err := l2.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
