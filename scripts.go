@@ -50,122 +50,154 @@ func assemble(lib, src string) (string, error) {
 	if !ok {
 		return src, nil
 	}
-	type block struct {
-		name  string
-		needs []string
-		text  strings.Builder
+	l := parseLibrary(lib)
+	want := map[string]bool{}
+	for _, name := range names(uses) {
+		if err := l.with(want, name); err != nil {
+			return "", err
+		}
 	}
-	var blocks []*block
-	byName := map[string]*block{}
-	var cur *block
+	lines := strings.SplitAfter(src, "\n")
+	marks, claimed, full, err := findMarks(lines, want)
+	if err != nil {
+		return "", err
+	}
+	unclaimed := func() []string {
+		var out []string
+		for name := range want {
+			if !claimed[name] {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	placed := map[string]bool{}
+	if !full {
+		// The blocks no mark names go first, before the script's text.
+		text, err := l.place(placed, unclaimed())
+		if err != nil {
+			return "", err
+		}
+		lines[0] = text + lines[0]
+	}
+	for _, m := range marks {
+		todo := m.named
+		if todo == nil {
+			todo = unclaimed()
+		}
+		text, err := l.place(placed, todo)
+		if err != nil {
+			return "", err
+		}
+		lines[m.line] = text
+	}
+	return strings.Join(lines, ""), nil
+}
+
+// library is the script library's blocks, in its file's order, and by name.
+type library struct {
+	blocks []*libBlock
+	byName map[string]*libBlock
+}
+
+type libBlock struct {
+	name  string
+	needs []string
+	text  strings.Builder
+}
+
+// parseLibrary reads the blocks of lib: each starts at a line "--- <name>", optionally
+// followed by "(needs: a, b)".
+func parseLibrary(lib string) *library {
+	l := &library{byName: map[string]*libBlock{}}
+	var cur *libBlock
 	for _, line := range strings.SplitAfter(lib, "\n") {
 		if head, ok := strings.CutPrefix(line, "--- "); ok {
 			name, rest, _ := strings.Cut(strings.TrimSpace(head), " ")
-			cur = &block{name: name}
+			cur = &libBlock{name: name}
 			if needs, ok := strings.CutPrefix(strings.TrimSpace(rest), "(needs:"); ok {
 				for _, n := range strings.Split(strings.TrimSuffix(needs, ")"), ",") {
 					cur.needs = append(cur.needs, strings.TrimSpace(n))
 				}
 			}
-			blocks = append(blocks, cur)
-			byName[name] = cur
+			l.blocks = append(l.blocks, cur)
+			l.byName[name] = cur
 			continue
 		}
 		if cur != nil {
 			cur.text.WriteString(line)
 		}
 	}
-	// with adds name and every block it needs to set.
-	var with func(set map[string]bool, name string) error
-	with = func(set map[string]bool, name string) error {
-		b := byName[name]
-		if b == nil {
-			return fmt.Errorf("uses %q, which the script library does not have", name)
-		}
-		if set[name] {
-			return nil
-		}
-		set[name] = true
-		for _, n := range b.needs {
-			if err := with(set, n); err != nil {
-				return err
-			}
-		}
+	return l
+}
+
+// with adds name and every block it needs to set.
+func (l *library) with(set map[string]bool, name string) error {
+	b := l.byName[name]
+	if b == nil {
+		return fmt.Errorf("uses %q, which the script library does not have", name)
+	}
+	if set[name] {
 		return nil
 	}
-	want := map[string]bool{}
-	for _, name := range names(uses) {
-		if err := with(want, name); err != nil {
+	set[name] = true
+	for _, n := range b.needs {
+		if err := l.with(set, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// place returns the text of the blocks todo and those they need, in the library's order, but
+// for those placed already (recorded in placed).
+func (l *library) place(placed map[string]bool, todo []string) (string, error) {
+	set := map[string]bool{}
+	for _, name := range todo {
+		if err := l.with(set, name); err != nil {
 			return "", err
 		}
 	}
-	// The marks, in the script's order; the blocks each places are decided below.
-	lines := strings.SplitAfter(src, "\n")
-	type mark struct {
-		line  int
-		named []string // nil: "-- (library)"
+	var out strings.Builder
+	for _, b := range l.blocks {
+		if set[b.name] && !placed[b.name] {
+			placed[b.name] = true
+			out.WriteString(strings.TrimRight(b.text.String(), "\n"))
+			out.WriteString("\n")
+		}
 	}
-	var marks []mark
-	claimed := map[string]bool{} // named at a partial mark
-	full := false
+	return out.String(), nil
+}
+
+// libMark is a library mark in a script: at line, the blocks named (nil: "-- (library)", the
+// blocks no other mark names).
+type libMark struct {
+	line  int
+	named []string
+}
+
+// findMarks finds the library marks in a script's lines, in order, with the blocks named at
+// partial marks (claimed; each must be one the script asks for, in want) and whether a full
+// mark is among them.
+func findMarks(lines []string, want map[string]bool) (marks []libMark, claimed map[string]bool, full bool, err error) {
+	claimed = map[string]bool{}
 	for i, line := range lines {
 		t := strings.TrimSpace(line)
 		if t == libraryMark {
-			marks = append(marks, mark{line: i})
+			marks = append(marks, libMark{line: i})
 			full = true
 		} else if rest, ok := strings.CutPrefix(t, libraryMarkOf); ok && strings.HasSuffix(rest, ")") {
-			m := mark{line: i, named: names(strings.TrimSuffix(rest, ")"))}
+			m := libMark{line: i, named: names(strings.TrimSuffix(rest, ")"))}
 			for _, n := range m.named {
 				if !want[n] {
-					return "", fmt.Errorf("places %q at a mark, but its first line does not ask for it", n)
+					return nil, nil, false, fmt.Errorf("places %q at a mark, but its first line does not ask for it", n)
 				}
 				claimed[n] = true
 			}
 			marks = append(marks, m)
 		}
 	}
-	placed := map[string]bool{}
-	place := func(set map[string]bool) string {
-		var out strings.Builder
-		for _, b := range blocks {
-			if set[b.name] && !placed[b.name] {
-				placed[b.name] = true
-				out.WriteString(strings.TrimRight(b.text.String(), "\n"))
-				out.WriteString("\n")
-			}
-		}
-		return out.String()
-	}
-	if !full {
-		// The blocks no mark names go first, before the script's text.
-		rest := map[string]bool{}
-		for name := range want {
-			if !claimed[name] {
-				if err := with(rest, name); err != nil {
-					return "", err
-				}
-			}
-		}
-		lines[0] = place(rest) + lines[0]
-	}
-	for _, m := range marks {
-		todo := m.named
-		if todo == nil {
-			for name := range want {
-				if !claimed[name] {
-					todo = append(todo, name)
-				}
-			}
-		}
-		set := map[string]bool{}
-		for _, name := range todo {
-			if err := with(set, name); err != nil {
-				return "", err
-			}
-		}
-		lines[m.line] = place(set)
-	}
-	return strings.Join(lines, ""), nil
+	return marks, claimed, full, nil
 }
 
 // names splits a list "a, b" into its names.
