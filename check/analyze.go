@@ -25,29 +25,33 @@ type findings struct {
 	Seed     uint64
 	Duration time.Duration
 
-	Ops            int // register operations that reached the resource (reads + writes)
-	Writes         int // writes applied
-	Cycles         int // acquisitions that completed Lock
-	LocalHandoffs  int // ...that took the lock from another goroutine of the same process without the server
-	Faults         int
-	Overlaps       int // critical sections still open on the resource when a newer lease's section began
-	OverlapMax     int // the most newer sections one of them straddled
-	LostUpdates    int64
-	StaleRejected  int // refused by the fence
-	StaleLanded    int // unfenced: applied although a newer token had been seen
-	AcquireP50     time.Duration
-	AcquireP99     time.Duration
-	AcquireErrors  int
-	Recovery       []time.Duration // per fault: fault start → next successful acquisition
-	Signals        int             // lost-lock signals (lease context cancelled with ErrLost)
-	SignalsBefore  int             // ...observed before the server granted the lock to the next holder
-	SignalsLate    int             // ...observed later, but no check of that lease said "held" after the grant (paused or descheduled)
-	SignalsAfter   int             // ...and a check of that lease said "held" after the grant
-	SignalMargins  []time.Duration // for signals before: how long before the next grant
-	LiveAfterNext  int             // context checks that said "held" after the next holder was granted the lock
-	UnsureLive     int             // ...during the next holder's Lock call, grant instant unknown
-	Linearizable   porcupine.CheckResult
-	TokenOrderBugs int
+	Ops           int // register operations that reached the resource (reads + writes)
+	Writes        int // writes applied
+	Cycles        int // acquisitions that completed Lock
+	LocalHandoffs int // ...that took the lock from another goroutine of the same process without the server (turn rows: or took back a parked lock)
+	Faults        int
+	// Turn rows (turns.go): the between-holds faults by where they found the lock, and the
+	// longest the other processes waited for it after one that found it parked.
+	TurnParked, TurnHeld, TurnReleased int
+	TurnParkedWaitMax                  time.Duration
+	Overlaps                           int // critical sections still open on the resource when a newer lease's section began
+	OverlapMax                         int // the most newer sections one of them straddled
+	LostUpdates                        int64
+	StaleRejected                      int // refused by the fence
+	StaleLanded                        int // unfenced: applied although a newer token had been seen
+	AcquireP50                         time.Duration
+	AcquireP99                         time.Duration
+	AcquireErrors                      int
+	Recovery                           []time.Duration // per fault: fault start → next successful acquisition
+	Signals                            int             // lost-lock signals (lease context cancelled with ErrLost)
+	SignalsBefore                      int             // ...observed before the server granted the lock to the next holder
+	SignalsLate                        int             // ...observed later, but no check of that lease said "held" after the grant (paused or descheduled)
+	SignalsAfter                       int             // ...and a check of that lease said "held" after the grant
+	SignalMargins                      []time.Duration // for signals before: how long before the next grant
+	LiveAfterNext                      int             // context checks that said "held" after the next holder was granted the lock
+	UnsureLive                         int             // ...during the next holder's Lock call, grant instant unknown
+	Linearizable                       porcupine.CheckResult
+	TokenOrderBugs                     int
 
 	// Memory pressure, in the scenarios with a memory limit.
 	Dials              int   // workers' Dials
@@ -117,6 +121,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	a.checkHitHoldersTold(signalled)
 	a.checkLeaseContexts()
 	a.checkRecovery()
+	a.checkTurnFaults()
 	a.checkWaiterStalls()
 	a.checkEvictions()
 	a.checkOutOfMemory()
@@ -393,6 +398,9 @@ func (a *analysis) checkHitHoldersTold(signalled map[uint64]bool) {
 		return
 	}
 	for _, flt := range a.d.faults {
+		if isBetweenHolds(flt.Variant) {
+			continue // it hit the process after that lease's Unlock (turns.go): no holder to tell
+		}
 		if !signalled[flt.Token] {
 			a.fail("%s at %s: %s (token %d) never got a lost-lock signal", flt.Kind, ts(flt.Start, a.d.start), flt.who(), flt.Token)
 		}
@@ -773,13 +781,15 @@ func (a *analysis) checkRegister(linTimeout time.Duration) {
 
 // localHandoff reports whether a was a local handoff from p, the acquisition with the token
 // just below: the lock passed, inside p's Unlock, to another goroutine of p's process, which got
-// p's token + 1 without asking the server (dlock's Lease.handOver). A token from the server is
+// p's token + 1 without asking the server (dlock's Lease.handOver); or, where the workers take
+// turns (turns.go), p's Unlock parked it and a Lock of that process (p's goroutine's own
+// included) took it back, inside that Lock call, with p's token + 1. A token from the server is
 // not that in practice: acquire.lua keeps new tokens at least 16 past the stored one, and
 // handover.lua (run inside an Unlock too, so its grant lies there as well) gives the server's
 // TIME in µs unless the previous token is ahead of it, which 15 local handoffs in a row, each
 // a whole cycle long, never make it.
 func localHandoff(p, a acq) bool {
-	return a.tok == p.tok+1 && a.w.sameProcess(p.w) && a.w.G != p.w.G
+	return a.tok == p.tok+1 && a.w.sameProcess(p.w)
 }
 
 // placeGrants sorts acqs by token and bounds each one's grant instant (lo, hi): a local

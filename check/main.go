@@ -93,7 +93,8 @@ Scenarios (faults start ~1 s into traffic, one at a time, on a schedule fixed by
 Not run (the deployment or API is not in the library yet):
 %s
 Findings per run: register operations, cycles (acquisitions), local handoffs (acquisitions
-whose token is the previous holder's + 1, from another goroutine of its process), overlaps
+whose token is the previous holder's + 1, from another goroutine of its process, or in the
+turn-* scenarios taken back from the process's parked turn), overlaps
 (critical sections of two clients intersecting on the resource's timeline), lost updates
 (writes applied minus the final register), stale operations refused by the fence (or,
 unfenced, applied although a newer token had been seen), acquire latency p50/p99, recovery

@@ -55,6 +55,8 @@ type opRecord struct {
 // request of whichever worker goroutine holds the lock at that moment springs it.
 type trap struct {
 	op byte // 'R' or 'W'
+	// only, if set, limits the trap to the requests it accepts (by goroutine and token).
+	only func(w who, token uint64) bool
 	// fire runs in the request's goroutine before the request is applied. It returns the
 	// work time to hand back to the worker and whether to drop the request unanswered.
 	fire func(w who, token uint64) (work time.Duration, drop bool)
@@ -265,7 +267,7 @@ func parseRequest(line string) (request, error) {
 func (r *resource) do(req request) (string, bool) {
 	r.mu.Lock()
 	t := r.trap
-	if t != nil && t.op == req.op {
+	if t != nil && t.op == req.op && (t.only == nil || t.only(req.w, req.token)) {
 		r.trap = nil
 	} else {
 		t = nil
