@@ -34,24 +34,27 @@ type findings struct {
 	// longest the other processes waited for it after one that found it parked.
 	TurnParked, TurnHeld, TurnReleased int
 	TurnParkedWaitMax                  time.Duration
-	Overlaps                           int // critical sections still open on the resource when a newer lease's section began
-	OverlapMax                         int // the most newer sections one of them straddled
-	LostUpdates                        int64
-	StaleRejected                      int // refused by the fence
-	StaleLanded                        int // unfenced: applied although a newer token had been seen
-	AcquireP50                         time.Duration
-	AcquireP99                         time.Duration
-	AcquireErrors                      int
-	Recovery                           []time.Duration // per fault: fault start → next successful acquisition
-	Signals                            int             // lost-lock signals (lease context cancelled with ErrLost)
-	SignalsBefore                      int             // ...observed before the server granted the lock to the next holder
-	SignalsLate                        int             // ...observed later, but no check of that lease said "held" after the grant (paused or descheduled)
-	SignalsAfter                       int             // ...and a check of that lease said "held" after the grant
-	SignalMargins                      []time.Duration // for signals before: how long before the next grant
-	LiveAfterNext                      int             // context checks that said "held" after the next holder was granted the lock
-	UnsureLive                         int             // ...during the next holder's Lock call, grant instant unknown
-	Linearizable                       porcupine.CheckResult
-	TokenOrderBugs                     int
+	// ...and the local handoffs in which a goroutine took back the lock its own Unlock had
+	// parked (the next token, the same goroutine): a lower bound of the parked turns taken back.
+	TakenBack      int
+	Overlaps       int // critical sections still open on the resource when a newer lease's section began
+	OverlapMax     int // the most newer sections one of them straddled
+	LostUpdates    int64
+	StaleRejected  int // refused by the fence
+	StaleLanded    int // unfenced: applied although a newer token had been seen
+	AcquireP50     time.Duration
+	AcquireP99     time.Duration
+	AcquireErrors  int
+	Recovery       []time.Duration // per fault: fault start → next successful acquisition
+	Signals        int             // lost-lock signals (lease context cancelled with ErrLost)
+	SignalsBefore  int             // ...observed before the server granted the lock to the next holder
+	SignalsLate    int             // ...observed later, but no check of that lease said "held" after the grant (paused or descheduled)
+	SignalsAfter   int             // ...and a check of that lease said "held" after the grant
+	SignalMargins  []time.Duration // for signals before: how long before the next grant
+	LiveAfterNext  int             // context checks that said "held" after the next holder was granted the lock
+	UnsureLive     int             // ...during the next holder's Lock call, grant instant unknown
+	Linearizable   porcupine.CheckResult
+	TokenOrderBugs int
 
 	// Memory pressure, in the scenarios with a memory limit.
 	Dials              int   // workers' Dials
@@ -298,9 +301,12 @@ func (a *analysis) collectAcquisitions() {
 	}
 	f.Cycles = len(a.acqs)
 	granted := placeGrants(a.acqs, a.d.events, clocks) // and sorts acqs by token
-	for _, q := range a.acqs {
+	for i, q := range a.acqs {
 		if q.local {
 			f.LocalHandoffs++
+			if q.w == a.acqs[i-1].w {
+				f.TakenBack++ // only a parked turn gives one goroutine the next token (turns.go)
+			}
 		}
 	}
 	if !clocks.ok {

@@ -50,12 +50,21 @@ func markdownTable(all []*findings) string {
 		if len(f.SignalMargins) > 0 {
 			margin = " (" + ms(slices.Min(f.SignalMargins)) + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s | %s |\n",
-			f.Scenario, f.Mode, f.Ops, f.Cycles, f.LocalHandoffs, faultsCell(f), f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s | %s |\n",
+			f.Scenario, f.Mode, f.Ops, f.Cycles, handoffsCell(f), faultsCell(f), f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
 			ms(f.AcquireP50), ms(f.AcquireP99), rec, f.Signals, f.SignalsBefore, margin, f.SignalsLate, f.SignalsAfter,
 			live, f.Linearizable, memoryCell(f), verdict)
 	}
 	return b.String()
+}
+
+// handoffsCell is the report's count of local handoffs; a turn row's says how many of them were
+// a goroutine taking back the lock its own Unlock had parked.
+func handoffsCell(f *findings) string {
+	if s, ok := scenarioNamed(f.Scenario); ok && s.turnSlice > 0 {
+		return fmt.Sprintf("%d (%d taken back by the unlocking goroutine)", f.LocalHandoffs, f.TakenBack)
+	}
+	return fmt.Sprint(f.LocalHandoffs)
 }
 
 // faultsCell is the report's count of a run's faults; a turn row's says how many came between

@@ -57,9 +57,12 @@ func TestAnalyze_TakenBackFromParkedTurn(t *testing.T) {
 	h.rmw(w0, 501, 2, 1, 8, 9, true)
 	h.unl(w0, 501, 10, 10.1)
 	f := analyze(h.d, 10*time.Second)
-	if f.LocalHandoffs != 1 || f.LiveAfterNext != 0 || f.UnsureLive != 0 || len(f.Failures) != 0 {
-		t.Fatalf("local handoffs %d, live after next %d, unsure %d, failures %q: want 1, 0, 0, none",
-			f.LocalHandoffs, f.LiveAfterNext, f.UnsureLive, f.Failures)
+	if f.LocalHandoffs != 1 || f.TakenBack != 1 || f.LiveAfterNext != 0 || f.UnsureLive != 0 || len(f.Failures) != 0 {
+		t.Fatalf("local handoffs %d (taken back %d), live after next %d, unsure %d, failures %q: want 1 (1), 0, 0, none",
+			f.LocalHandoffs, f.TakenBack, f.LiveAfterNext, f.UnsureLive, f.Failures)
+	}
+	if c := handoffsCell(f); c != "1 (1 taken back by the unlocking goroutine)" {
+		t.Fatalf("local handoffs cell %q", c)
 	}
 }
 
