@@ -26,10 +26,11 @@ import (
 //
 // A plain fault springs on a holder's request to the resource, inside its critical section.
 // A turn row's fault also comes, in turn with those, between holds (the between-holds
-// variant): its trap springs on the write of the goroutine of the polling process that waits
-// in Lock (its sibling polls with TryLock every 10 ms, so it is seldom waiting when this one
-// unlocks, and the Unlock parks the lock), early in the process's turn (its token, the server's
-// clock at the turn's start, says when that was), answers it with a think time that keeps that
+// variant): its trap springs on the write of a lease its goroutine took back from a parked turn
+// (its turn is young, and its sibling was not waiting), or, when none comes within turnSeek, on
+// that of the goroutine of the polling process that waits in Lock (its sibling polls with
+// TryLock every 10 ms, so it is seldom waiting when this one unlocks) early in its turn (its
+// token, the server's clock at the turn's start, says when that was); it answers it with a think time that keeps that
 // goroutine from locking again at once, waits for its Unlock in the process's log, and then
 // hits the process (SIGSTOP, SIGKILL or a cut). It then records where the lock was at that
 // instant: parked (the server's key still held by the process's last token, no goroutine of it
@@ -46,6 +47,11 @@ const turnSlice = 2 * time.Millisecond
 // before it locks again: longer than a turn, so that it does not take the parked lock back
 // itself before the fault lands.
 const turnThink = 20 * time.Millisecond
+
+// turnSeek is how long a between-holds trap waits for the write of a lease taken back from a
+// parked turn before it settles for any lease early in its turn (the schedule gives a trap
+// 10 s to spring).
+const turnSeek = 5 * time.Second
 
 // The between-holds variant, and where such a fault found the lock (faultRec.Variant).
 const (
@@ -134,10 +140,20 @@ func cutTurn(_ *runner, s *slot, pid int, p plannedFault, in *injection) func() 
 // where the lock is, and hits.
 func (r *runner) betweenHolds(p plannedFault, in *injection, hit turnHit) *trap {
 	poller := len(r.slots) - 1 // its goroutine 0 polls (spawn)
+	armed := time.Now()
 	return &trap{
 		op: 'W',
 		only: func(w who, tok uint64) bool {
-			if !r.sc.noPoll && (w.Slot != poller || w.G == 0) {
+			// Best, the write of a lease its goroutine took back from a parked turn (the
+			// previous lease on the record is its own, token - 1): that turn is young and
+			// parks, and its sibling was not waiting. Such leases are few (a waiter granted the
+			// lock by a release seldom parks: see the note on docs/CORRECTNESS.md's turn rows),
+			// so after turnSeek any lease early in its turn of the polling process's goroutine
+			// that waits in Lock will do.
+			if p, ok := r.res.prevLease(tok); ok && p.Token == tok-1 && p.who() == w {
+				return true
+			}
+			if time.Since(armed) < turnSeek || (!r.sc.noPoll && (w.Slot != poller || w.G == 0)) {
 				return false
 			}
 			// Early in its turn, so that some of it is left once the write is answered and the
