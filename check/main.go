@@ -25,7 +25,8 @@
 // limits of the scenarios that put the server under memory pressure, and the filler that loads
 // an evicting server as a cache; waiter.go the faults that hit a process queued for the lock on
 // the server rather than the holder, and the stalls they cause; adaptive.go the lease of the
-// adaptive-lease rows (dlock.WithAdaptiveTTL); analyze.go the figures and
+// adaptive-lease rows (dlock.WithAdaptiveTTL); turns.go the turn rows (dlock.WithTurnSlice) and
+// their faults between holds; analyze.go the figures and
 // guarantees of a run; report.go the
 // printed table and the docs section; clock.go the one clock every process stamps events with;
 // stop_linux.go the wait for a SIGSTOPped process to freeze; main.go the command line.
