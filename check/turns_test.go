@@ -132,3 +132,32 @@ func TestLogTail(t *testing.T) {
 		t.Fatal("a hold seen after its Unlock")
 	}
 }
+
+// End to end, turn-kill: the kill between holds lands on a process that stopped itself right
+// after its Unlock, and the checker found where the lock was; the lock is taken back from
+// parked turns; no guarantee breaks, and the lock comes back within the kill bound.
+func TestRun_TurnKillBetweenHolds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and five worker processes")
+	}
+	d, f := runForTest(t, runConf{
+		Scenario: "turn-kill", Fenced: true, Seed: 1, Workers: 5, Goroutines: 2, TTL: 500 * time.Millisecond,
+		Cycles: 60, MinFaults: 2, MaxRun: 40 * time.Second, Short: true,
+	})
+	if len(f.Failures) != 0 {
+		t.Fatalf("failures: %q", f.Failures)
+	}
+	var between []string
+	for _, flt := range d.faults {
+		if isBetweenHolds(flt.Variant) {
+			between = append(between, flt.Variant)
+		}
+	}
+	if len(between) != 1 || (between[0] != turnParked && between[0] != turnHeld && between[0] != turnReleased) {
+		t.Fatalf("faults between holds %q: want one, placed after a self-stop", between)
+	}
+	if f.TakenBack == 0 || f.Faults != 2 || len(f.Recovery) != 2 {
+		t.Fatalf("taken back %d, faults %d, recoveries %v", f.TakenBack, f.Faults, f.Recovery)
+	}
+	t.Logf("between holds: %s; %d taken back of %d local handoffs; recovery %v", between[0], f.TakenBack, f.LocalHandoffs, f.Recovery)
+}
