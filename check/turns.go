@@ -26,19 +26,20 @@ import (
 //
 // A plain fault springs on a holder's request to the resource, inside its critical section.
 // A turn row's fault also comes, in turn with those, between holds (the between-holds
-// variant): its trap springs on the write of a lease its goroutine took back from a parked turn
-// (its turn is young, and its sibling was not waiting), or, when none comes within turnSeek, on
-// that of the goroutine of the polling process that waits in Lock (its sibling polls with
-// TryLock every 10 ms, so it is seldom waiting when this one unlocks) early in its turn (its
-// token, the server's clock at the turn's start, says when that was); it answers it with a think time that keeps that
-// goroutine from locking again at once, waits for its Unlock in the process's log, and then
-// hits the process (SIGSTOP, SIGKILL or a cut). It then records where the lock was at that
-// instant: parked (the server's key still held by the process's last token, no goroutine of it
-// holding), held (a sibling had taken it), or released (the turn was over, or the lock passed
-// to another process). A pause or a cut of a parked lock past the TTL must not let the process
-// take it back after it ran out (a Lock then goes to the server): two holders at once, stale
-// writes and lost updates fail such a row as any other; a kill of a parked lock holds the
-// others for up to the TTL, which the kill row's bound (TTL + killRecoverySlack) checks.
+// variant). Its trap springs on the write of a lease its goroutine took back from a parked turn
+// (such a turn is young, and that goroutine's sibling was not waiting), or, when none comes
+// within turnSeek, on that of the polling process's goroutine that waits in Lock (its sibling
+// polls with TryLock every 10 ms, so it is seldom waiting when this one unlocks) early in its
+// turn (its token, the server's clock at the turn's start, says when that was). The answer to
+// the write tells the worker to stop its own process right after that lease's Unlock, and then
+// to think a while before its next Lock. Once the process is stopped the checker records where
+// the lock was: parked (the server's key still held with the process's tokens, no goroutine of
+// it holding), held (a sibling had taken it), or released (the turn was over, or the lock had
+// gone to another process); then it keeps it frozen, kills it, or cuts it off. A pause or a cut
+// past the TTL must not let the process take back a parked lock that ran out (its Lock must go
+// to the server): two holders at once, stale writes and lost updates fail such a row as any
+// other; a kill of a parked lock holds the others for up to the TTL, which the kill row's bound
+// (TTL + killRecoverySlack) checks.
 
 // turnSlice is the turn slice of the turn rows' workers.
 const turnSlice = 2 * time.Millisecond
