@@ -25,11 +25,18 @@ type findings struct {
 	Seed     uint64
 	Duration time.Duration
 
-	Ops            int // register operations that reached the resource (reads + writes)
-	Writes         int // writes applied
-	Cycles         int // acquisitions that completed Lock
-	LocalHandoffs  int // ...that took the lock from another goroutine of the same process without the server
-	Faults         int
+	Ops           int // register operations that reached the resource (reads + writes)
+	Writes        int // writes applied
+	Cycles        int // acquisitions that completed Lock
+	LocalHandoffs int // ...that took the lock from another goroutine of the same process without the server (turn rows: or took back a parked lock)
+	Faults        int
+	// Turn rows (turns.go): the between-holds faults by where they found the lock, and the
+	// longest the other processes waited for it after one that found it parked.
+	TurnParked, TurnHeld, TurnReleased int
+	TurnParkedWaitMax                  time.Duration
+	// ...and the local handoffs in which a goroutine took back the lock its own Unlock had
+	// parked (the next token, the same goroutine): a lower bound of the parked turns taken back.
+	TakenBack      int
 	Overlaps       int // critical sections still open on the resource when a newer lease's section began
 	OverlapMax     int // the most newer sections one of them straddled
 	LostUpdates    int64
@@ -117,6 +124,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	a.checkHitHoldersTold(signalled)
 	a.checkLeaseContexts()
 	a.checkRecovery()
+	a.checkTurnFaults()
 	a.checkWaiterStalls()
 	a.checkEvictions()
 	a.checkOutOfMemory()
@@ -293,9 +301,12 @@ func (a *analysis) collectAcquisitions() {
 	}
 	f.Cycles = len(a.acqs)
 	granted := placeGrants(a.acqs, a.d.events, clocks) // and sorts acqs by token
-	for _, q := range a.acqs {
+	for i, q := range a.acqs {
 		if q.local {
 			f.LocalHandoffs++
+			if q.w == a.acqs[i-1].w {
+				f.TakenBack++ // only a parked turn gives one goroutine the next token (turns.go)
+			}
 		}
 	}
 	if !clocks.ok {
@@ -393,6 +404,9 @@ func (a *analysis) checkHitHoldersTold(signalled map[uint64]bool) {
 		return
 	}
 	for _, flt := range a.d.faults {
+		if isBetweenHolds(flt.Variant) {
+			continue // it hit the process after that lease's Unlock (turns.go): no holder to tell
+		}
 		if !signalled[flt.Token] {
 			a.fail("%s at %s: %s (token %d) never got a lost-lock signal", flt.Kind, ts(flt.Start, a.d.start), flt.who(), flt.Token)
 		}
@@ -773,13 +787,15 @@ func (a *analysis) checkRegister(linTimeout time.Duration) {
 
 // localHandoff reports whether a was a local handoff from p, the acquisition with the token
 // just below: the lock passed, inside p's Unlock, to another goroutine of p's process, which got
-// p's token + 1 without asking the server (dlock's Lease.handOver). A token from the server is
+// p's token + 1 without asking the server (dlock's Lease.handOver); or, where the workers take
+// turns (turns.go), p's Unlock parked it and a Lock of that process (p's goroutine's own
+// included) took it back, inside that Lock call, with p's token + 1. A token from the server is
 // not that in practice: acquire.lua keeps new tokens at least 16 past the stored one, and
 // handover.lua (run inside an Unlock too, so its grant lies there as well) gives the server's
 // TIME in µs unless the previous token is ahead of it, which 15 local handoffs in a row, each
 // a whole cycle long, never make it.
 func localHandoff(p, a acq) bool {
-	return a.tok == p.tok+1 && a.w.sameProcess(p.w) && a.w.G != p.w.G
+	return a.tok == p.tok+1 && a.w.sameProcess(p.w)
 }
 
 // placeGrants sorts acqs by token and bounds each one's grant instant (lo, hi): a local

@@ -151,6 +151,14 @@ func (in *injection) describe(variant string) {
 	r.mu.Unlock()
 }
 
+// startAt moves the fault's recorded start to t (it was sprung earlier: turns.go).
+func (in *injection) startAt(t int64) {
+	r := in.r
+	r.mu.Lock()
+	r.faults[in.i].Start = t
+	r.mu.Unlock()
+}
+
 // end records the end of the fault and lets the schedule go on.
 func (in *injection) end() { in.endAt(mono()) }
 

@@ -25,7 +25,8 @@
 // limits of the scenarios that put the server under memory pressure, and the filler that loads
 // an evicting server as a cache; waiter.go the faults that hit a process queued for the lock on
 // the server rather than the holder, and the stalls they cause; adaptive.go the lease of the
-// adaptive-lease rows (dlock.WithAdaptiveTTL); analyze.go the figures and
+// adaptive-lease rows (dlock.WithAdaptiveTTL); turns.go the turn rows (dlock.WithTurnSlice) and
+// their faults between holds; analyze.go the figures and
 // guarantees of a run; report.go the
 // printed table and the docs section; clock.go the one clock every process stamps events with;
 // stop_linux.go the wait for a SIGSTOPped process to freeze; main.go the command line.
@@ -93,7 +94,8 @@ Scenarios (faults start ~1 s into traffic, one at a time, on a schedule fixed by
 Not run (the deployment or API is not in the library yet):
 %s
 Findings per run: register operations, cycles (acquisitions), local handoffs (acquisitions
-whose token is the previous holder's + 1, from another goroutine of its process), overlaps
+whose token is the previous holder's + 1, from another goroutine of its process, or in the
+turn-* scenarios taken back from the process's parked turn), overlaps
 (critical sections of two clients intersecting on the resource's timeline), lost updates
 (writes applied minus the final register), stale operations refused by the fence (or,
 unfenced, applied although a newer token had been seen), acquire latency p50/p99, recovery

@@ -50,12 +50,36 @@ func markdownTable(all []*findings) string {
 		if len(f.SignalMargins) > 0 {
 			margin = " (" + ms(slices.Min(f.SignalMargins)) + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s | %s |\n",
-			f.Scenario, f.Mode, f.Ops, f.Cycles, f.LocalHandoffs, f.Faults, f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s | %s |\n",
+			f.Scenario, f.Mode, f.Ops, f.Cycles, handoffsCell(f), faultsCell(f), f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
 			ms(f.AcquireP50), ms(f.AcquireP99), rec, f.Signals, f.SignalsBefore, margin, f.SignalsLate, f.SignalsAfter,
 			live, f.Linearizable, memoryCell(f), verdict)
 	}
 	return b.String()
+}
+
+// handoffsCell is the report's count of local handoffs; a turn row's says how many of them were
+// a goroutine taking back the lock its own Unlock had parked.
+func handoffsCell(f *findings) string {
+	if s, ok := scenarioNamed(f.Scenario); ok && s.turnSlice > 0 {
+		return fmt.Sprintf("%d (%d taken back by the unlocking goroutine)", f.LocalHandoffs, f.TakenBack)
+	}
+	return fmt.Sprint(f.LocalHandoffs)
+}
+
+// faultsCell is the report's count of a run's faults; a turn row's says how many came between
+// holds and found the lock parked (with the longest wait of the others after one), held by a
+// sibling, or released (turns.go).
+func faultsCell(f *findings) string {
+	s, ok := scenarioNamed(f.Scenario)
+	if !ok || s.turnSlice == 0 {
+		return fmt.Sprint(f.Faults)
+	}
+	wait := ""
+	if f.TurnParked > 0 {
+		wait = ", others waited ≤ " + ms(f.TurnParkedWaitMax) + " ms"
+	}
+	return fmt.Sprintf("%d (between holds: %d parked%s, %d held, %d released)", f.Faults, f.TurnParked, wait, f.TurnHeld, f.TurnReleased)
 }
 
 // memoryCell is the report's memory-pressure figures of a run: what its scenario's row

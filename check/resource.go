@@ -55,6 +55,9 @@ type opRecord struct {
 // request of whichever worker goroutine holds the lock at that moment springs it.
 type trap struct {
 	op byte // 'R' or 'W'
+	// only, if set, limits the trap to the requests it accepts (by goroutine and token). It is
+	// called with the resource's lock held: it may read the record (prevLease), nothing more.
+	only func(w who, token uint64) bool
 	// fire runs in the request's goroutine before the request is applied. It returns the
 	// work time to hand back to the worker and whether to drop the request unanswered.
 	fire func(w who, token uint64) (work time.Duration, drop bool)
@@ -96,6 +99,17 @@ func startResource(fenced bool, store registerStore) (*resource, error) {
 }
 
 func (r *resource) Addr() string { return r.ln.Addr().String() }
+
+// prevLease returns the last operation recorded of a lease other than tok's, if any. The caller
+// holds r.mu (a trap's only).
+func (r *resource) prevLease(tok uint64) (opRecord, bool) {
+	for i := len(r.log) - 1; i >= 0 && i >= len(r.log)-8; i-- {
+		if r.log[i].Token != tok {
+			return r.log[i], true
+		}
+	}
+	return opRecord{}, false
+}
 
 // arm sets the trap for the next matching request, replacing an unfired one.
 func (r *resource) arm(t *trap) {
@@ -265,7 +279,7 @@ func parseRequest(line string) (request, error) {
 func (r *resource) do(req request) (string, bool) {
 	r.mu.Lock()
 	t := r.trap
-	if t != nil && t.op == req.op {
+	if t != nil && t.op == req.op && (t.only == nil || t.only(req.w, req.token)) {
 		r.trap = nil
 	} else {
 		t = nil

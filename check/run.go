@@ -121,7 +121,7 @@ type runner struct {
 	exe    string
 	lock   string
 	// keys reads the lock's keys on the server directly (not through a proxy), where the
-	// scenario hits waiters (waiter.go); else nil.
+	// scenario hits waiters (waiter.go) or takes turns (turns.go); else nil.
 	keys         *redis.Client
 	waiterMisses atomic.Int64
 
@@ -227,6 +227,10 @@ func run(conf runConf) (*runData, error) {
 				return nil, fmt.Errorf("filler: %w", err)
 			}
 		}
+	}
+	if sc.turnSlice > 0 { // turns.go: where a between-holds fault left the lock
+		r.keys = redis.NewClient(&redis.Options{Addr: r.srvs[0].Addr})
+		defer r.keys.Close()
 	}
 	if sc.hitsWaiters() {
 		r.keys = redis.NewClient(&redis.Options{Addr: r.srvs[0].Addr})
@@ -415,6 +419,7 @@ func (r *runner) spawn(s *slot) error {
 	if r.sc.adaptive {
 		conf.AdaptiveMin = adaptiveMin
 	}
+	conf.TurnSlice = r.sc.turnSlice
 	b, _ := json.Marshal(conf)
 	cmd := exec.Command(r.exe)
 	cmd.Env = append(os.Environ(), roleEnv+"=worker", confEnv+"="+string(b))

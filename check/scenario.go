@@ -25,6 +25,11 @@ type scenario struct {
 	unsafeEviction bool
 	// adaptive: the workers lock with the adaptive lease, at most the TTL (adaptive.go).
 	adaptive bool
+	// turnSlice > 0: the workers' Mutex takes WithTurnSlice(turnSlice), so between holds the
+	// lock stays with the process for the rest of its turn, parked (turns.go). A parked lock
+	// is a held lock: such a row is held to the guarantees of its plain counterpart, and its
+	// fault (turnFault) also lands between holds, where the lock may be parked.
+	turnSlice time.Duration
 
 	fault fault
 	// minFaults is the least number of faults a run plays out, whatever --min-faults says: the
@@ -183,6 +188,36 @@ var scenarios = []scenario{
 		help:       "cut the link to Redis of the holder's process (its proxy holds every byte) past the TTL while the holder works",
 		deploy:     standalone,
 		fault:      cutHolderOff,
+		mustSignal: true,
+	},
+	// Turns per process (turns.go): as pause, kill and partition, the workers' Mutex keeping
+	// the lock for a turn of 2 ms after its last Unlock; every other fault (every third for
+	// pause) hits the process right after a holder's Unlock, while its lock may be parked.
+	{
+		name:       "turn-pause",
+		help:       "as pause, the workers' Mutex taking WithTurnSlice(2ms); one fault in three freezes the process right after a holder's Unlock, while the lock may be parked for the rest of its turn",
+		deploy:     standalone,
+		turnSlice:  turnSlice,
+		fault:      turnFault(pauseHolder, len(pauseVariants), pauseTurn),
+		minFaults:  len(pauseVariants) + 1,
+		mustSignal: true,
+	},
+	{
+		name:            "turn-kill",
+		help:            "as kill, the workers' Mutex taking WithTurnSlice(2ms); every other fault kills the process right after a holder's Unlock, while the lock may be parked: the others wait out its lease",
+		deploy:          standalone,
+		turnSlice:       turnSlice,
+		fault:           turnFault(killHolder, 1, killTurn),
+		minFaults:       2,
+		boundedRecovery: true,
+	},
+	{
+		name:       "turn-partition",
+		help:       "as partition, the workers' Mutex taking WithTurnSlice(2ms); every other fault cuts the process off right after a holder's Unlock, while the lock may be parked",
+		deploy:     standalone,
+		turnSlice:  turnSlice,
+		fault:      turnFault(cutHolderOff, 1, cutTurn),
+		minFaults:  2,
 		mustSignal: true,
 	},
 	{

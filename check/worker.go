@@ -74,6 +74,8 @@ type workerConf struct {
 	Accounts int `json:"accounts"`
 	// AdaptiveMin > 0: lock with WithAdaptiveTTL(AdaptiveMin, TTL) (adaptive.go).
 	AdaptiveMin time.Duration `json:"adaptive_min,omitempty"`
+	// TurnSlice > 0: the Mutex takes WithTurnSlice(TurnSlice) (turns.go).
+	TurnSlice time.Duration `json:"turn_slice,omitempty"`
 }
 
 // who is one participant of the workload: goroutine G of incarnation Inc of the worker process
@@ -226,6 +228,10 @@ type worker struct {
 	g    int
 	poll bool // TryLock every 10 ms instead of Lock
 	seq  int64
+	// think > 0: a between-holds fault (turns.go) asked, in the resource's answer to the write,
+	// that the process stop itself (SIGSTOP) right after the cycle's Unlock and then wait this
+	// long before the next Lock. 0 for every other answer.
+	think time.Duration
 
 	res  *resConn
 	keys *redis.Client // ReadBack, else nil
@@ -298,7 +304,11 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	}
 	log.add(event{K: "dial", S: ds, R: mono(), Res: "ok"})
 	defer client.Close()
-	m := client.Mutex(conf.Lock)
+	var mopts []dlock.Option
+	if conf.TurnSlice > 0 {
+		mopts = append(mopts, dlock.WithTurnSlice(conf.TurnSlice))
+	}
+	m := client.Mutex(conf.Lock, mopts...)
 	var keys *redis.Client // ReadBack: reads the lock's key after each Unlock
 	if conf.ReadBack {
 		ropts, err := redis.ParseURL(conf.RedisURLs[0])
@@ -353,6 +363,13 @@ func (w *worker) run(ctx context.Context, m *dlock.Mutex) error {
 		}
 		if ok {
 			backoff = 5 * time.Millisecond
+			if w.think > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(w.think):
+				}
+				w.think = 0
+			}
 			continue
 		}
 		// Redis unreachable (restart, partition): retry, bounded by ctx.
@@ -423,6 +440,11 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 		uerr := l.Unlock(uctx)
 		ucancel()
 		w.add(event{K: "unl", S: us, R: mono(), Tok: tok, Res: errString(uerr), Is: kindsOf(uerr)})
+		if w.think > 0 {
+			// A between-holds fault (turns.go): the process is to be hit right after this
+			// Unlock, while its lock may be parked; the checker takes it from here.
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
 		if w.keys != nil {
 			w.readBack(ctx, tok)
 		}
@@ -454,7 +476,7 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 		return true, nil
 	}
 	ws := mono()
-	st, _, _, err = w.res.call(fmt.Sprintf("W %d %d %d %d %d %d\n", w.conf.Slot, w.conf.Inc, w.g, seq, tok, val+1))
+	st, _, w.think, err = w.res.call(fmt.Sprintf("W %d %d %d %d %d %d\n", w.conf.Slot, w.conf.Inc, w.g, seq, tok, val+1))
 	if err != nil {
 		return true, fmt.Errorf("resource write: %w", err)
 	}
