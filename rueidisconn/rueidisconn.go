@@ -42,7 +42,6 @@ import (
 	"github.com/dlock-go/dlock/internal/waitbatch"
 )
 
-
 // sentinelRefresh is how often a Sentinel client re-asks the Sentinels for the master, besides
 // following their +switch-master announcements (in case it missed one).
 const sentinelRefresh = 2 * time.Second
