@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -190,4 +192,38 @@ func (h *helperProc) signal(t *testing.T, sig syscall.Signal) {
 	if err := h.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		t.Fatal(err)
 	}
+	if sig == syscall.SIGSTOP {
+		// kill(2) returns before the process is frozen: a thread running on the other core goes
+		// on for a while (milliseconds on a loaded machine), and may yet take a grant the test
+		// means to reach a paused process. Return once every thread is stopped.
+		pid := h.cmd.Process.Pid
+		waitFor(t, 10*time.Second, "helper "+strconv.Itoa(pid)+" stopped", func(context.Context) error { return allStopped(pid) })
+	}
+}
+
+// allStopped reports (nil) whether every thread of process pid is stopped ('T' or 't' in
+// /proc/PID/task/TID/stat); without /proc, it cannot tell and says so as nil.
+func allStopped(pid int) error {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		if _, serr := os.Stat("/proc/self"); serr != nil {
+			return nil // no /proc here
+		}
+		return fmt.Errorf("process %d: no tasks in /proc", pid)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue // the thread exited
+		}
+		s := string(b) // the state follows the parenthesised command name, which may hold spaces
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || i+2 >= len(s) {
+			return fmt.Errorf("process %d: unreadable %s", pid, task)
+		}
+		if st := s[i+2]; st != 'T' && st != 't' {
+			return fmt.Errorf("thread %s in state %c", filepath.Base(filepath.Dir(task)), st)
+		}
+	}
+	return nil
 }
