@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,18 +12,6 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
-
-// calls returns how many times the server ran cmd since its statistics were reset.
-func calls(t testing.TB, s *redistest.Server, cmd string) int {
-	t.Helper()
-	for _, line := range strings.Split(redisDo(t, s, "INFO", "commandstats"), "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-			return n
-		}
-	}
-	return 0
-}
 
 // lockFree reports whether the lock called name is free on s (no key, or the released value).
 func lockFree(t testing.TB, s *redistest.Server, name string) error {
@@ -67,7 +54,7 @@ func TestTurnSlice_RelockIsLocal(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if n := calls(t, s, "evalsha") + calls(t, s, "eval"); n != 0 && time.Since(start) < 300*time.Millisecond {
+		if n := scriptCalls(t, s); n != 0 && time.Since(start) < 300*time.Millisecond {
 			t.Errorf("5 re-Locks within the slice ran %d scripts, want none", n)
 		}
 		if lockFree(t, s, "turn") == nil && time.Since(start) < 250*time.Millisecond {

@@ -203,11 +203,16 @@ type attemptFunc func(ctx context.Context, reg *registration) (*leaseState, hold
 
 // newRegistration makes a registration for the lock of spec, not yet on the server.
 func (e *engine) newRegistration(spec *lockSpec) *registration {
+	reg := &registration{}
+	e.initRegistration(reg, e.clientID+"."+strconv.FormatUint(e.seq.Add(1), 10), spec)
+	return reg
+}
+
+// initRegistration makes *reg a registration with entry id for the lock of spec, with a new
+// owner secret, not yet on the server.
+func (e *engine) initRegistration(reg *registration, id string, spec *lockSpec) {
 	w := acceptWindow(spec.leastTTL())
-	reg := &registration{
-		id: e.clientID + "." + strconv.FormatUint(e.seq.Add(1), 10), owner: e.newOwner(),
-		spec: spec, window: w, winArg: spec.winArg(w), idx: -1,
-	}
+	*reg = registration{id: id, owner: e.newOwner(), spec: spec, window: w, winArg: spec.winArg(w), idx: -1}
 	if n := e.traits.servers; n == 1 {
 		reg.sentOn, reg.seenOn = reg.sentOn1[:], reg.seenOn1[:]
 	} else {
@@ -218,7 +223,6 @@ func (e *engine) newRegistration(spec *lockSpec) *registration {
 		// way everywhere, so that the servers grant the lock to the same one.
 		reg.place = strconv.FormatInt(time.Now().UnixMicro(), 10)
 	}
-	return reg
 }
 
 // acquireWaiting takes spec's lock for a caller that may wait. With callers of this client
@@ -266,13 +270,10 @@ func (e *engine) firstRegistration(spec *lockSpec) *registration {
 	reg, _ := e.spareRegs.Get().(*registration)
 	if reg == nil {
 		reg = e.newRegistration(spec)
-		reg.fresh = true
-		return reg
+	} else {
+		e.initRegistration(reg, reg.id, spec)
 	}
-	w := acceptWindow(spec.leastTTL())
-	id := reg.id
-	*reg = registration{id: id, owner: e.newOwner(), spec: spec, window: w, winArg: spec.winArg(w), idx: -1, fresh: true}
-	reg.sentOn, reg.seenOn = reg.sentOn1[:], reg.seenOn1[:]
+	reg.fresh = true
 	return reg
 }
 
