@@ -40,8 +40,9 @@ type renewer struct {
 	sentAt   int64           // mono ns when the round in flight was handed to the sender
 	inFlight bool            // a round is in flight
 	stopped  bool
-	wakeAt   int64 // mono ns the loop's timer is set for, -1 when it sleeps until poked
-	checkDue int64 // mono ns when the next eviction check is due
+	wakeAt   int64       // mono ns the loop's timer is set for, -1 when it sleeps until poked
+	timer    *time.Timer // the loop's; reset only under mu (nextWake, wakeBy)
+	checkDue int64       // mono ns when the next eviction check is due
 
 	kick   chan struct{} // capacity 1: the earliest due time changed, or there is a release
 	quit   chan struct{}
@@ -107,13 +108,27 @@ func (r *renewer) add(st *leaseState) bool {
 	}
 	st.due = dueAfter(st, st.lastSent)
 	heap.Push(&r.h, st)
-	if st.idx == 0 && (r.wakeAt < 0 || st.due < r.wakeAt) {
-		// The loop sleeps past this lease's due time (or indefinitely): wake it to re-arm its
-		// timer. Otherwise it wakes in time anyway, and a lock taken and released at once (the
-		// common case) costs the loop nothing.
-		r.poke()
+	if st.idx == 0 {
+		r.wakeBy(st.due)
 	}
 	return true
+}
+
+// wakeBy makes sure the loop wakes by at (mono ns); r.mu is held. When its timer is set for
+// later, or not at all (it sleeps until poked), the timer is set for at here, on the caller's
+// goroutine, instead of waking the loop to set it: a lease or queue entry that ends before it is
+// due (a lock taken and released at once, a wait that is granted at once: the common cases)
+// then costs the loop nothing, not one wake-up each. A loop that is awake sets its timer from
+// every due time when it next sleeps (nextWake), so nothing is missed either way.
+func (r *renewer) wakeBy(at int64) {
+	if r.timer == nil || (r.wakeAt >= 0 && r.wakeAt <= at) {
+		if r.timer == nil {
+			r.poke() // the loop has not started: its first nextWake sees at
+		}
+		return
+	}
+	r.wakeAt = at
+	r.timer.Reset(max(time.Duration(at-mono()), 0))
 }
 
 // dueAfter returns when st must next be renewed after a successful request sent at sent.
@@ -148,7 +163,7 @@ func (r *renewer) reschedule(st *leaseState) {
 	st.due = dueAfter(st, sent)
 	heap.Fix(&r.h, st.idx)
 	if st.idx == 0 {
-		r.poke()
+		r.wakeBy(st.due)
 	}
 }
 
@@ -234,11 +249,13 @@ func (r *renewer) run() {
 		r.send()
 	}()
 	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	r.mu.Lock()
+	r.timer = timer
+	r.mu.Unlock()
 	defer timer.Stop()
 	for {
-		if wait := r.nextWake(); wait >= 0 {
-			timer.Reset(wait)
-		}
+		r.nextWake()
 		select {
 		case <-r.quit:
 			r.mu.Lock()
@@ -261,7 +278,6 @@ func (r *renewer) run() {
 		case res := <-r.done:
 			r.apply(res)
 		}
-		timer.Stop()
 		r.next()
 	}
 }
@@ -304,11 +320,11 @@ func (r *renewer) sendRound(rd sendReq) sendRes {
 	return res
 }
 
-// nextWake returns how long the loop may sleep (and records until when in wakeAt): until the
-// earliest lease or background release is due or, while a round is in flight, until the
-// earliest deadline among the leases that cannot be renewed before it comes back. -1 means
-// until kicked.
-func (r *renewer) nextWake() time.Duration {
+// nextWake sets the loop's timer (and records until when in wakeAt) for how long the loop may
+// sleep: until the earliest lease or background release is due or, while a round is in
+// flight, until the earliest deadline among the leases that cannot be renewed before it comes
+// back; with none, it stops the timer (the loop sleeps until kicked, or until wakeBy sets it).
+func (r *renewer) nextWake() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	at := int64(-1)
@@ -338,11 +354,12 @@ func (r *renewer) nextWake() time.Duration {
 			earliest(r.checkDue)
 		}
 	}
-	r.wakeAt = at // add compares a new lease's due time with it, under the same lock
+	r.wakeAt = at // wakeBy compares a new due time with it, under the same lock
 	if at < 0 {
-		return -1
+		r.timer.Stop()
+		return
 	}
-	return max(time.Duration(at-mono()), 0)
+	r.timer.Reset(max(time.Duration(at-mono()), 0))
 }
 
 // holding reports whether any lease is held; r.mu is held.
@@ -555,8 +572,8 @@ func (r *renewer) addEntry(reg *registration) {
 	from, _ := reg.validFrom(1<<len(reg.sentOn) - 1) // the least recently refreshed server
 	reg.due = max(from, mono()-int64(reg.window)) + int64(reg.window/3)
 	heap.Push(&r.entries, reg)
-	if reg.idx == 0 && (r.wakeAt < 0 || reg.due < r.wakeAt) {
-		r.poke()
+	if reg.idx == 0 {
+		r.wakeBy(reg.due)
 	}
 }
 

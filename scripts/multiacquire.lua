@@ -26,8 +26,7 @@
 --          ti    the token of lock i when this call took or claimed it, else 0
 -- Locks after the first busy one are not looked at. A free lock whose queue holds a live entry
 -- of another client first is granted to that entry, and announced, as acquire.lua does (to the
--- entry's client's channel <key>:rel:<client id>, to the channel of the client queued next,
--- and on the release channel <key>:rel when anyone may listen there: a subscriber of it, or,
+-- entry's client's channel <key>:rel:<client id>, and on the release channel <key>:rel when anyone may listen there: a subscriber of it, or,
 -- not on a Cluster, of any pattern), and counts as busy.
 -- New tokens follow acquire.lua's rule: max(last token + 16, server time in microseconds).
 local n = #KEYS / 3

@@ -11,7 +11,7 @@
 -- Reply      per lock: 0 released (and granted or announced), -1 not held by that owner (its
 --            entry, if given, is dropped all the same)
 -- Announcements as release.lua's: "g <token> <entry id> <window ms>" to the grantee's client
--- channel <key>:rel:<client id> and to the channel of the client queued next, "<token>" for a
+-- channel <key>:rel:<client id> (only: the clients queued behind hear at their next refresh), "<token>" for a
 -- release that granted nothing; either also on the release channel <key>:rel when anyone may
 -- listen there (a subscriber of it, or, not on a Cluster, of any pattern). On a server out of memory the releases still work, as release.lua's do.
 -- The announcements on the release channels are sent at the end, where anyone may listen:
@@ -36,12 +36,13 @@ for i = 1, #KEYS / 3 do
     if floor and floor > tonumber(t) then
       t = string.format('%d', floor)
     end
-    set(k, retms, '- ' .. t .. ' 0', 'PX', ARGV[1])
     leave(q, w, leaving)
     out[i] = 0
-    -- The first live entry in the queue gets the lock (a SET refused for memory leaves it
-    -- released, and announced so).
-    local win, _, msg = grantFirst(k, q, w, rel, ARGV[2], tonumber(t), nil, true)
+    -- The first live entry in the queue gets the lock: its SET is the release's only one.
+    local win, _, msg = grantFirst(k, q, w, rel, ARGV[2], tonumber(t))
+    if not win then
+      set(k, retms, '- ' .. t .. ' 0', 'PX', ARGV[1])
+    end
     defer(rel, win and msg or t)
   end
 end

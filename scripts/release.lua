@@ -28,9 +28,10 @@
 -- Announcements: "g <token> <entry id> <ms>" for a grant: the lock now belongs to that entry's
 -- owner until its entry would have lapsed (ms: at most the window; its client then renews it),
 -- with a new token. It goes to the
--- grantee's client channel and to the channel of the client queued next (which watches the
--- grant: if the grantee never renews, the grant lapses and that client tries). "<token>" for
--- a release that granted nothing. Either also goes to the release channel, when anyone listens
+-- grantee's client channel only: the clients queued behind learn of the grant at their next
+-- entry refresh (queue.lua reports how long the lock is granted for; if the grantee never
+-- renews, the grant lapses and the next of them tries). "<token>" for a release that granted
+-- nothing. Either also goes to the release channel, when anyone listens
 -- there (PUBSUB NUMSUB, NUMPAT): waiting clients do not, so a busy lock costs one or two messages per
 -- release, not one per waiting client.
 --
@@ -38,8 +39,9 @@
 -- reached under the noeviction policy). There Redis refuses a script's first write that may
 -- need memory (SET), but not one that cannot (PEXPIRE), and lets a script that has written
 -- finish. So a SET refused for memory is made again after a PEXPIRE of the same key (to
--- pexpire ms, or, when nil, to the key's remaining time). Having written, the script may go on
--- writing, so a final release still grants the lock to the first live queue entry; queue
+-- pexpire ms, or, when nil, to the key's remaining time). A final release that grants removes
+-- the grantee's entry (writes that need no memory) before its one SET, so it still grants the
+-- lock to the first live queue entry; queue
 -- entries themselves are neither made nor refreshed on a full server (their writes come first
 -- in their scripts), so they lapse and the queue empties within a window.
 --
@@ -146,25 +148,24 @@ local function release(v, key, q, w, h, o, ret, retms, rel, all, pub, floor, id,
   if floor ~= t and floor and floor ~= '' and tonumber(floor) > tonumber(t) then
     t = string.format('%d', tonumber(floor))
   end
-  set(key, retms, '- ' .. t .. ' 0', 'PX', ret)
   if id and id ~= '' then
     leave(q or key .. ':q', w or key .. ':w', id)
+  end
+  rel = rel or key .. ':rel'
+  q = q or key .. ':q'
+  -- The first live entry in the queue gets the lock: its SET is the release's only one.
+  local win, _, msg
+  if queued(q) then
+    win, _, msg = grantFirst(key, q, w or key .. ':w', rel, pub, tonumber(t))
+  end
+  if not win then
+    set(key, retms, '- ' .. t .. ' 0', 'PX', ret)
+    msg = t
   end
   if keep then
     record(h or key .. ':h', keep, tonumber(start))
   end
-  rel = rel or key .. ':rel'
-  q = q or key .. ':q'
-  if queued(q) then
-    -- The first live entry in the queue gets the lock (a SET refused for memory leaves it
-    -- released, and announced so).
-    local win, _, msg = grantFirst(key, q, w or key .. ':w', rel, pub, tonumber(t), nil, true)
-    if win then
-      announce(pub, rel, msg, batch)
-      return 0
-    end
-  end
-  announce(pub, rel, t, batch)
+  announce(pub, rel, msg, batch)
   return 0
 end
 

@@ -29,22 +29,6 @@ local function clientChannel(rel, id)
   return rel .. ':' .. (string.match(id, '^([^.]*)%.') or id)
 end
 
---- grantNotice (needs: publish, clientChannel)
--- grantNotice tells of a grant to queue entry id of the lock whose release channel is rel and
--- queue q: msg goes to the grantee's client, and to the client queued next when that is
--- another (it then knows the lock is taken and by when to look again).
-local function grantNotice(pub, q, rel, id, msg)
-  local to = clientChannel(rel, id)
-  publish(pub, to, msg)
-  local nxt = redis.call('ZRANGE', q, 0, 0)[1]
-  if nxt then
-    local after = clientChannel(rel, nxt)
-    if after ~= to then
-      publish(pub, after, msg)
-    end
-  end
-end
-
 --- clock
 -- clock reads the server's time once per call, when first needed: now (µs) and nowms (ms),
 -- which it returns; every later call of the script reads the same time. nowtext is now in
@@ -86,9 +70,10 @@ end
 -- For a script with a one-lock and a batch form (acquire.lua, release.lua): batch is whether
 -- the call is a batch (ARGV[1] is "", never an owner), queues the queue of every lock of the
 -- call (KEYS[2]; in a batch <key>:q of each of KEYS, the lock keys). queued reports whether the
--- queue q of a lock of the call may exist: false only when it surely does not. The first call
--- asks EXISTS of all the queues at once; while none exists (noqueue: a script that queues sets
--- it false), none is asked again.
+-- queue q of a lock of the call may exist: false only when it surely does not. In a batch, the
+-- first call asks EXISTS of all the queues at once; while none exists (noqueue: a script that
+-- queues sets it false), none is asked again. For one lock it asks nothing: reading the queue
+-- costs what asking would.
 local batch = ARGV[1] == ''
 local queues = {KEYS[2]}
 if batch then
@@ -96,6 +81,9 @@ if batch then
 end
 local noqueue
 local function queued(q)
+  if not batch then
+    return true -- one lock: its queue is read at once (grantFirst's ZRANGE of no key is empty)
+  end
   if noqueue == nil then
     local n = redis.call('EXISTS', unpack(queues))
     noqueue = n == 0
@@ -240,9 +228,12 @@ end
 
 --- keepQueue
 -- keepQueue makes queue q and its entries w live at least win ms (a number) from now: an entry
--- made or refreshed now lives that long.
+-- made or refreshed now lives that long. No window is longer than a second (the client's
+-- acceptWindow), so both keys are set to live a second (or win, if ever longer) without asking
+-- how long they had left: they outlive their last entry by less than a second, and what reads
+-- them checks each entry's own expiry.
 local function keepQueue(q, w, win)
-  local keep = math.max(win, redis.call('PTTL', q))
+  local keep = math.max(win, 1000)
   redis.call('PEXPIRE', q, keep)
   redis.call('PEXPIRE', w, keep)
 end
@@ -271,22 +262,23 @@ local function dropClient(q, w, mine)
   end
 end
 
---- grantFirst (needs: clock, nextToken, grantNotice)
+--- grantFirst (needs: clock, nextToken, publish, clientChannel)
 -- grantFirst gives a free lock key (no key, or released with the last token last) to the first
 -- live entry of its queue q (entries w), dropping the expired entries before it: the lock is
 -- that entry's owner's, with a new token (nextToken), until the entry would have lapsed (at
 -- most its window: a grant to a client that died waiting costs the others no more than its
--- entry would have), and the entry leaves the queue. The grantee's client and the client
--- queued next are told (grantNotice, on the client channels of the release channel rel; nil
--- for <key>:rel). It
--- returns the grant's time (ms, in decimal), its token, and the announcement for the release
--- channel, "g <token> <entry id> <ms>" (the caller sends it: announce); nil when the queue
--- holds no live entry; false, granting nothing, when the first live entry is of the client
--- whose entry ids start with mine ("<client id>.": the caller's, which takes the lock itself).
--- With checked (a release, whose SET may be refused for memory), the SET comes first, and a
--- refused one changes nothing more and returns nil; else the entry leaves first (writes that
--- need no memory, after which the SET is not refused).
-local function grantFirst(key, q, w, rel, pub, last, mine, checked)
+-- entry would have), and the entry leaves the queue. One message tells the grantee's client,
+-- on its client channel of the release channel rel (nil for <key>:rel); the clients queued
+-- behind learn of the grant when they next refresh their entries (queue.lua reports how long
+-- the lock is granted for). It returns the grant's time (ms, in decimal), its token, and the
+-- announcement for the release channel, "g <token> <entry id> <ms>" (the caller sends it:
+-- announce); nil when the queue holds no live entry; false, granting nothing, when the first
+-- live entry is of the client whose entry ids start with mine ("<client id>.": the caller's,
+-- which takes the lock itself).
+-- The entry leaves (ZREM, HDEL) before the lock's SET: on a server out of memory (see set) a
+-- script's first write that may need memory is refused, and those need none but are writes,
+-- so the SET that follows is never refused.
+local function grantFirst(key, q, w, rel, pub, last, mine)
   local id, e
   while true do
     id = redis.call('ZRANGE', q, 0, 0)[1]
@@ -304,22 +296,13 @@ local function grantFirst(key, q, w, rel, pub, last, mine, checked)
   if mine and string.sub(id, 1, #mine) == mine then
     return false
   end
+  redis.call('ZREM', q, id)
+  redis.call('HDEL', w, id)
   local token, text = nextToken(last)
   local exp, owner, meta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
   local win = string.format('%d', math.max(tonumber(exp) - nowms, 1))
-  local value = owner .. ' ' .. text .. ' 1 ' .. meta
-  if checked then
-    local r = redis.pcall('SET', key, value, 'PX', win)
-    if type(r) == 'table' and r.err then
-      return nil
-    end
-  end
-  redis.call('ZREM', q, id)
-  redis.call('HDEL', w, id)
-  if not checked then
-    redis.call('SET', key, value, 'PX', win)
-  end
+  redis.call('SET', key, owner .. ' ' .. text .. ' 1 ' .. meta, 'PX', win)
   local msg = 'g ' .. text .. ' ' .. id .. ' ' .. win
-  grantNotice(pub, q, rel or key .. ':rel', id, msg)
+  publish(pub, clientChannel(rel or key .. ':rel', id), msg)
   return win, token, msg
 end
