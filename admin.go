@@ -30,8 +30,9 @@ type Info struct {
 	Holder Holder
 	// Waiters is the number of clients waiting for the lock: the clients in its queue on the
 	// server (a client queues once however many of its goroutines wait; an entry that expired
-	// may count until it is cleared). From ForceUnlock: the number of clients its release
-	// notice reached (queued clients, and listeners of the release channel); -1 when unknown.
+	// may count until it is cleared). From ForceUnlock: the number of clients its announcement
+	// reached (the client it granted the lock to, and listeners of the release channel); -1
+	// when unknown.
 	Waiters int
 	// WaitingGoroutines is the number of goroutines waiting for the lock in the clients
 	// queued for it on the server, as each client last reported in its queue entry (it
@@ -218,12 +219,14 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 }
 
 // ForceUnlock releases the lock called name whoever holds it, as an administrator would: in
-// one atomic step it writes the released value (keeping the token for the retention, so the next
-// holder's token is larger) and publishes the release notice, which wakes the waiters. The
+// one atomic step it does what the holder's Unlock would: the first client queued for the lock
+// gets it (a grant, with a larger token), or, with nobody queued, it writes the released value
+// (keeping the token for the retention, so the next holder's token is larger) and publishes the
+// release notice. The
 // holder's lease is then lost: its next renewal fails and its lease context is cancelled with
 // ErrLost (until then it may still believe it holds the lock: fencing tokens protect the
-// resource). It returns what was held, with Waiters set to the number of clients the notice
-// reached; when the lock was not held it changes nothing and returns an error wrapping
+// resource). It returns what was held, with Waiters set to the number of clients the
+// announcement reached (the grantee's, and any listener of the release channel); when the lock was not held it changes nothing and returns an error wrapping
 // ErrNotHeld, with the Info of the free lock.
 func (c *Client) ForceUnlock(ctx context.Context, name string) (Info, error) {
 	if err := c.checkAdmin(name); err != nil {

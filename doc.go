@@ -642,14 +642,15 @@
 // # Inspection
 //
 //   - Inspect and List only read, and see every kind of lock of a name.
-//   - ForceUnlock releases a lock whoever holds it and wakes its waiters; the former holder's
-//     lease is lost at its next renewal.
+//   - ForceUnlock releases a lock whoever holds it, as its Unlock would (the first queued
+//     client gets it); the former holder's lease is lost at its next renewal.
 //
 // Client.Inspect reads one lock (held or free, holder's host, pid and label, token, holds,
 // remaining lease, waiting clients and their waiting goroutines, the inspecting client's own
 // waiting goroutines, and for an adaptive lock its hold statistics), Client.List the held locks
 // by name prefix (with SCAN),
-// and Client.ForceUnlock releases a lock whoever holds it, waking its waiters; the former
+// and Client.ForceUnlock releases a lock whoever holds it, granting it to the first queued
+// client as the holder's Unlock would; the former
 // holder's lease is lost at its next renewal. They see read-write locks and semaphores too
 // (Info.Kind, Info.Shared: readers, writer, permits and size, each holder, callers queued): a
 // name's Mutex first, then its read-write lock, then its semaphore. Client.ResizeSemaphore

@@ -57,12 +57,16 @@
 -- their release channels (PUBSUB NUMPAT, then one PUBSUB NUMSUB of all the channels).
 --
 -- The fast path comes first, before any function is built: one lock (not a batch) with a fixed
--- lease, free (no key, or released) and with no queue, is taken with GET, EXISTS, TIME and SET.
+-- lease, free and with no queue, is taken with GET, TIME and SET, and EXISTS of the queue when
+-- there is no key. A released value ("- <token> 0", which stays for the token retention after
+-- a release) means no queue: release.lua writes it only when no live entry is left to grant
+-- the lock to (forceunlock.lua likewise), and nobody queues while the lock is free (an attempt
+-- queues only when refused).
 local v0
 if ARGV[1] ~= '' then
   v0 = redis.call('GET', KEYS[1])
-  if ARGV[4] ~= 'r' and (ARGV[11] or '') == '' and (not v0 or (string.byte(v0, 1) == 45 and string.byte(v0, 2) == 32))
-    and redis.call('EXISTS', KEYS[2]) == 0 then
+  if ARGV[4] ~= 'r' and (ARGV[11] or '') == '' and (v0 and string.byte(v0, 1) == 45 and string.byte(v0, 2) == 32
+    or not v0 and redis.call('EXISTS', KEYS[2]) == 0) then
     local t = redis.call('TIME')
     local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
     local last = v0 and tonumber(string.sub(v0, 3, -3))

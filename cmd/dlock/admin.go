@@ -626,8 +626,9 @@ With --json the output is one JSON array of such objects ([] when no lock is hel
 
 func runUnlock(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("unlock", "--force NAME", `
-Release the lock NAME whoever holds it, as an administrator: its waiters are woken and the
-next holder's fencing token is larger than the released one. The holder is not told at once:
+Release the lock NAME whoever holds it, as an administrator, as its holder's unlock would: the
+first client queued for it gets it, and the next holder's fencing token is larger than the
+released one. The holder is not told at once:
 its next renewal fails (within a third of its lease) and its lease context is cancelled then;
 a holder started with "dlock run" terminates its command and exits with 76. It prints who held
 the lock. When the lock NAME is not held, a held read-write lock or semaphore of that name is
@@ -671,8 +672,8 @@ Examples:
 		fmt.Fprintln(std.out, sharedReleased(info)) // a read-write lock or semaphore (shared.go)
 		return exitOK
 	}
-	fmt.Fprintf(std.out, "released %s: it was held by %s (token %d, %s, %v of lease left); %s woken\n",
+	fmt.Fprintf(std.out, "released %s: it was held by %s (token %d, %s, %v of lease left); %s notified\n",
 		display(info.Name), holderText(info.Holder), info.Token, plural(info.Holds, "hold", "holds"), info.TTL,
-		plural(info.Waiters, "waiting client", "waiting clients"))
+		plural(info.Waiters, "client", "clients"))
 	return exitOK
 }

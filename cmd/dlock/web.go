@@ -539,8 +539,9 @@ const unlockBody = `the body must be JSON: {"name": ..., "token": ...} or {"name
 
 type unlockReply struct {
 	Released webInfo `json:"released"`
-	// Reached is the number of clients the release notice reached: the queued clients and the
-	// listeners of the release channel, this server's pattern subscription among them.
+	// Reached is the number of clients the announcement reached: the client granted the lock
+	// (the first queued), and the listeners of the release channel, this server's pattern
+	// subscription among them.
 	Reached int `json:"reached"`
 }
 
