@@ -788,8 +788,8 @@ func TestGrant_ResumedPastTheWindowGetsALiveLease(t *testing.T) {
 }
 
 // An uncontended Lock and Unlock do the least server work a fenced, queued lock can: two script
-// calls whose commands are, all told, GET, EXISTS, TIME, SET (the acquisition: the lock is free
-// and nobody queues) and GET, EXISTS, SET, PUBSUB NUMPAT, PUBSUB NUMSUB (the release: no queue
+// calls whose commands are, all told, GET, TIME, SET (the acquisition: the lock is released,
+// so nobody queues) and GET, EXISTS, SET, PUBSUB NUMPAT, PUBSUB NUMSUB (the release: no queue
 // to grant from, nobody listening), counted by the server's INFO commandstats. No queue entry,
 // no hold record, no renewal, no message.
 func TestUncontendedPair_ServerWork(t *testing.T) {
