@@ -142,7 +142,8 @@ local function acquire(v, key, q, w, h, owner, ttl, meta, mode, rel, pub, id, wi
     return 0, -2, 0
   end
   q = q or key .. ':q'
-  if queued(q) then
+  -- A released value means an empty queue (see the fast path): only a missing key needs a look.
+  if not v and queued(q) then
     -- A client queued before the caller gets the lock, unless it is of the caller's client (an
     -- entry id is "<client id>.<sequence>": an older registration it has withdrawn, or not
     -- yet): that client's entries then leave the queue, and the caller takes the lock.

@@ -59,7 +59,10 @@ for i = 1, n do
     end
   end
   if not claim[i] then
-    local win, t, msg = grantFirst(k, q, w, nil, ARGV[5], last, mine)
+    local win, t, msg
+    if not v then -- a released value means an empty queue (see acquire.lua)
+      win, t, msg = grantFirst(k, q, w, nil, ARGV[5], last, mine)
+    end
     if win then
       -- A client queued before the caller (not of its client) has the lock now.
       announce(ARGV[5], k .. ':rel', msg)

@@ -1,0 +1,115 @@
+package dlock_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+)
+
+// BenchmarkDataModel: what each data model costs the server for one uncontended hold, the
+// figure behind docs/PROTOCOL.md's "One data model?". A Mutex keeps a plain string value; a
+// read-write lock and a semaphore keep a hash of holders (shared.lua). A writer of a
+// RWMutex is an exclusive hold in the hash model: Mutex against RWMutex-writer is what
+// serving every kind from the hash would cost the Mutex. Each sub-benchmark takes and releases
+// a hold of its kind on its own names (one goroutine, the rueidis transport) and reports the
+// scripts' time inside the server per pair (INFO commandstats: EVALSHA's usec over its calls,
+// the scripts' own commands included) and the server commands per pair.
+//
+//	go test -run XXX -bench BenchmarkDataModel -count 5 .
+func BenchmarkDataModel(b *testing.B) {
+	needShared(b)
+	ctx := context.Background()
+	c := transports[0].dial(b, shared.URL())
+	kinds := []struct {
+		name string
+		pair func(name string) func() error
+	}{
+		{"mutex", func(name string) func() error {
+			m := c.Mutex(name)
+			return func() error { return lockUnlock(ctx, m.Lock) }
+		}},
+		{"rwmutex-writer", func(name string) func() error {
+			m := c.RWMutex(name)
+			return func() error { return lockUnlock(ctx, m.Lock) }
+		}},
+		{"rwmutex-reader", func(name string) func() error {
+			m := c.RWMutex(name)
+			return func() error { return lockUnlock(ctx, m.RLock) }
+		}},
+		{"semaphore-1-of-3", func(name string) func() error {
+			s := c.Semaphore(name, 3)
+			return func() error {
+				return lockUnlock(ctx, func(ctx context.Context) (*dlock.Lease, error) { return s.Acquire(ctx, 1) })
+			}
+		}},
+	}
+	for _, k := range kinds {
+		b.Run(k.name, func(b *testing.B) {
+			pairs := make([]func() error, 8)
+			for i := range pairs {
+				pairs[i] = k.pair("model:" + k.name + ":" + strconv.FormatInt(benchSeq.Add(1), 10))
+				if err := pairs[i](); err != nil { // scripts loaded, each name released once
+					b.Fatal(err)
+				}
+			}
+			before := commandStats(b)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := pairs[i%len(pairs)](); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			after := commandStats(b)
+			ev := after["evalsha"].sub(before["evalsha"])
+			var inner int64
+			for cmd, st := range after {
+				if cmd != "evalsha" && cmd != "info" {
+					inner += st.sub(before[cmd]).calls
+				}
+			}
+			b.ReportMetric(float64(ev.usec)/float64(b.N), "script-µs/pair")
+			b.ReportMetric(float64(inner)/float64(b.N), "commands/pair")
+		})
+	}
+}
+
+func lockUnlock(ctx context.Context, lock func(context.Context) (*dlock.Lease, error)) error {
+	l, err := lock(ctx)
+	if err != nil {
+		return err
+	}
+	return l.Unlock(ctx)
+}
+
+type cmdStat struct{ calls, usec int64 }
+
+func (s cmdStat) sub(o cmdStat) cmdStat { return cmdStat{s.calls - o.calls, s.usec - o.usec} }
+
+// commandStats reads the shared server's INFO commandstats: calls and usec per command.
+func commandStats(b *testing.B) map[string]cmdStat {
+	b.Helper()
+	out := map[string]cmdStat{}
+	for _, line := range strings.Split(redisDo(b, shared, "INFO", "commandstats"), "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var st cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				st.calls = n
+			case "usec":
+				st.usec = n
+			}
+		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = st
+	}
+	return out
+}
