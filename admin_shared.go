@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Inspection and administration of read-write locks and semaphores: what Inspect, List and
@@ -178,12 +180,12 @@ func (c *Client) listShared(ctx context.Context, prefix string) ([]Info, error) 
 	}
 	var out []Info
 	for _, k := range sharedKinds {
-		err := c.scanKeys(ctx, keyPattern(c.opts.prefix, prefix)+k.suffix, prefix, func(keys []string) error {
+		err := c.scanKeys(ctx, protocol.KeyPattern(c.opts.prefix, prefix)+k.suffix, prefix, func(keys []string) error {
 			for _, key := range keys {
 				if len(key) <= len(k.suffix) {
 					continue
 				}
-				name, ok := nameOfKey(c.opts.prefix, key[:len(key)-len(k.suffix)])
+				name, ok := protocol.NameOfKey(c.opts.prefix, key[:len(key)-len(k.suffix)])
 				if !ok {
 					continue
 				}
@@ -216,7 +218,7 @@ func (c *Client) forceShared(ctx context.Context, name string) (Info, bool, erro
 		key := c.lockKey(name) + k.suffix
 		kindArg := (&sharedSpec{kind: k.kind}).kindArg()
 		reply, err := c.e.b.evalAny(ctx, scriptShared, sharedKeys(key),
-			sharedForceArgs(ms(c.opts.retention), releaseChannel(key), kindArg, c.e.traits.sharded)...)
+			sharedForceArgs(ms(c.opts.retention), protocol.ReleaseChannel(key), kindArg, c.e.traits.sharded)...)
 		if err != nil {
 			return Info{}, false, c.e.redisErr("force unlock "+strconv.Quote(name), err)
 		}

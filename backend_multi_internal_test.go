@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // The calls and replies of multiacquire.lua, multirelease.lua and latch.lua, as the header of
@@ -73,7 +75,7 @@ func TestLatchArgs_Call(t *testing.T) {
 func TestMultiOrderAndGroups(t *testing.T) {
 	var specs []*lockSpec
 	for _, n := range []string{"x}2", "b", "x}1", "a"} {
-		specs = append(specs, &lockSpec{name: n, key: lockKey("p:", n)})
+		specs = append(specs, &lockSpec{name: n, key: protocol.LockKey("p:", n)})
 	}
 	slices.SortFunc(specs, multiOrder)
 	for i := 1; i < len(specs); i++ {

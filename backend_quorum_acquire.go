@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // quorumTimeout is how long an acquisition waits for the servers' answers: small against the
@@ -203,7 +204,7 @@ func (a acquireArgs) lateReply() func(reply) {
 // releaseOwner releases, in the background, every hold of owner on every server: after an
 // acquisition that did not reach a quorum, no server may keep it.
 func (q *quorum) releaseOwner(keys []string, owner string) {
-	call := releaseArgs{keys: keys, owner: owner, retention: q.retention, channel: releaseChannel(keys[0]), all: true}.call()
+	call := releaseArgs{keys: keys, owner: owner, retention: q.retention, channel: protocol.ReleaseChannel(keys[0]), all: true}.call()
 	p := q.pendingOf(owner)
 	q.bg.Add(len(q.nodes))
 	for i, n := range q.nodes {

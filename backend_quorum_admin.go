@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // ping sends PING to every server and returns nil as soon as a majority answered, the
@@ -95,7 +96,7 @@ func (q *quorum) inspect(ctx context.Context, keys []string) (any, error) {
 // answered.
 func (q *quorum) forceUnlock(ctx context.Context, key, channel string) (any, error) {
 	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
-		qk, _ := queueKeys(key)
+		qk, _ := protocol.QueueKeys(key)
 		return evalStrings(ctx, cn, scriptForceUnlock, []string{key, qk}, q.retention, channel)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/slot"
 )
 
@@ -343,7 +344,7 @@ func (s *oneServer) inspect(ctx context.Context, keys []string) (any, error) {
 func inspectKeys(keys []string) []string {
 	out := make([]string, 0, 3*len(keys))
 	for _, k := range keys {
-		q, w := queueKeys(k)
+		q, w := protocol.QueueKeys(k)
 		out = append(out, k, q, w)
 	}
 	return out
@@ -357,7 +358,7 @@ func (s *oneServer) forceUnlock(ctx context.Context, key, channel string) (any, 
 	if s.cluster {
 		args = append(args, "s")
 	}
-	q, _ := queueKeys(key)
+	q, _ := protocol.QueueKeys(key)
 	return evalStrings(ctx, s.cn, scriptForceUnlock, []string{key, q}, args...)
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/rueidisconn"
 )
 
@@ -428,9 +429,9 @@ func replicasShort(ctx context.Context, b backend, n int) error {
 func probe(ctx context.Context, b backend, prefix string) error {
 	var nonce [6]byte
 	rand.Read(nonce[:])
-	key := lockKey(prefix, "dlock-probe:"+hex.EncodeToString(nonce[:]))
-	q, w := queueKeys(key)
-	denied, addr, err := b.probe(ctx, []string{key, q, w}, releaseChannel(key))
+	key := protocol.LockKey(prefix, "dlock-probe:"+hex.EncodeToString(nonce[:]))
+	q, w := protocol.QueueKeys(key)
+	denied, addr, err := b.probe(ctx, []string{key, q, w}, protocol.ReleaseChannel(key))
 	switch {
 	case len(denied) > 0:
 		return fmt.Errorf("%w: server %s refuses this user the commands %s that dlock's scripts run: add +%s to its ACL rule (docs/SECURITY.md)",

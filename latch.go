@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // DefaultLatchTTL is a latch's life when no WithTTL option is given to Client.Latch.
@@ -78,13 +80,13 @@ func (c *Client) Latch(name string, count int, opts ...Option) *Latch {
 		l.ttl = DefaultLatchTTL
 	}
 	l.key = latchKey(c.opts.prefix, name)
-	l.channel = releaseChannel(l.key)
+	l.channel = protocol.ReleaseChannel(l.key)
 	return l
 }
 
 // latchKey returns the key of the latch called name under prefix: the lock key's form (the
 // name is the Cluster hash tag) with ":latch" after it, so that it is never a lock's key.
-func latchKey(prefix, name string) string { return lockKey(prefix, name) + ":latch" }
+func latchKey(prefix, name string) string { return protocol.LockKey(prefix, name) + ":latch" }
 
 // Name returns the latch name.
 func (l *Latch) Name() string {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Mutex is a handle on one named lock. It is cheap to make (no I/O) and safe for concurrent
@@ -25,7 +27,7 @@ type Mutex struct {
 // lease and the holder description it stores. Leases and waiters point to it.
 type lockSpec struct {
 	name    string
-	key     string   // lockKey: the name is the cluster hash tag
+	key     string   // protocol.LockKey: the name is the cluster hash tag
 	keys    []string // key and its queue keys, for script calls
 	keyArr  [3]string
 	channel string // where releases are announced to listeners other than waiting clients
@@ -67,7 +69,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	if err := checkName(name); err != nil {
 		m.err = err
 	}
-	key, qkey, wkey, channel, grants := lockNames(o.prefix, name, c.e.clientID)
+	key, qkey, wkey, channel, grants := protocol.LockNames(o.prefix, name, c.e.clientID)
 	m.own = lockSpec{
 		name: name, key: key, keyArr: [3]string{key, qkey, wkey}, channel: channel, grants: grants,
 		ttl: o.ttl, ttlArg: o.ttlArg(), renew: o.renew, meta: c.meta,

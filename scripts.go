@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // The Lua scripts, and for each the one function that builds its call and the one that reads
@@ -400,7 +401,7 @@ func queueCall(lockKeys, ids, windows, waiting []string, watch []bool) conn.Call
 	keys := make([]string, 0, 3*len(lockKeys))
 	args := make([]string, 0, 4*len(lockKeys))
 	for i, k := range lockKeys {
-		q, w := queueKeys(k)
+		q, w := protocol.QueueKeys(k)
 		keys = append(keys, q, w, k)
 		l := ""
 		if i < len(watch) && watch[i] {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // The calls of shared.lua, the script of the read-write locks and semaphores, and the readers
@@ -44,7 +45,7 @@ func (s *sharedSpec) kindArg() string {
 // sharedKeys returns the keys of the read-write lock or semaphore whose hash is key, in the
 // order shared.lua takes them: the hash (its holders), its queue and the queue's entries.
 func sharedKeys(key string) []string {
-	q, w := queueKeys(key)
+	q, w := protocol.QueueKeys(key)
 	return []string{key, q, w}
 }
 

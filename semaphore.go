@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // MaxSemaphoreSize is the largest size a Semaphore may have.
@@ -150,7 +152,7 @@ func (c *Client) resizeSemaphore(ctx context.Context, name string, size int) (Se
 	}
 	key := c.lockKey(name) + semSuffix
 	reply, err := c.e.b.evalAny(ctx, scriptShared, sharedKeys(key),
-		sharedResizeArgs(size, ms(c.opts.retention), releaseChannel(key), c.e.traits.sharded)...)
+		sharedResizeArgs(size, ms(c.opts.retention), protocol.ReleaseChannel(key), c.e.traits.sharded)...)
 	if err != nil {
 		return SemaphoreResize{}, c.e.redisErr(what+" "+strconv.Quote(name), err)
 	}

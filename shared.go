@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // What RWMutex (rwmutex.go) and Semaphore (semaphore.go) share: a hold of either is a lease
@@ -47,9 +49,9 @@ func (c *Client) newSharedHandle(name, suffix, what string, opts []Option) share
 		h.err = fmt.Errorf("%w: %s %q: not available in quorum mode (docs/PROTOCOL.md, \"Read-write locks and semaphores\")", ErrInvalid, what, name)
 	}
 	o.slice = 0 // a client default for Mutexes
-	key := lockKey(o.prefix, name) + suffix
+	key := protocol.LockKey(o.prefix, name) + suffix
 	h.base = lockSpec{
-		name: name, key: key, keys: sharedKeys(key), channel: releaseChannel(key),
+		name: name, key: key, keys: sharedKeys(key), channel: protocol.ReleaseChannel(key),
 		ttl: o.ttl, ttlArg: ms(o.ttl), renew: o.renew, meta: c.meta,
 		ack: replicaAck{n: o.ackN, wait: o.ackWait}, wait: o.wait,
 	}
