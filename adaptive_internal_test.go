@@ -3,6 +3,8 @@ package dlock
 import (
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // The adaptive lease's arguments and replies, as acquire.lua and release.lua lay them out,
@@ -15,9 +17,9 @@ func TestAcquireArgs_CallAdaptive(t *testing.T) {
 	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w", "dlock:{n}:h"}
 	a := acquireArgs{keys: keys, owner: "secret:1", ttl: "3000", meta: "{}", channel: "dlock:{n}:rel", client: "c1",
 		adaptLo: "100", adaptHi: "3000"}
-	checkCall(t, "adaptive", a.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "", "dlock:{n}:rel", "p", "c1", "", "", "100", "3000"})
+	checkCall(t, "adaptive", a.call(), protocol.ScriptAcquire, keys, []string{"secret:1", "3000", "{}", "", "dlock:{n}:rel", "p", "c1", "", "", "100", "3000"})
 	a.queue, a.window, a.place = true, "900", "1796000000000000"
-	checkCall(t, "adaptive, queued at a place", a.call(), scriptAcquire, keys,
+	checkCall(t, "adaptive, queued at a place", a.call(), protocol.ScriptAcquire, keys,
 		[]string{"secret:1", "3000", "{}", "q", "dlock:{n}:rel", "p", "c1", "900", "1796000000000000", "100", "3000"})
 }
 
@@ -46,9 +48,9 @@ func TestReadAcquire_Adaptive(t *testing.T) {
 func TestReleaseArgs_CallRecord(t *testing.T) {
 	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w", "dlock:{n}:h"}
 	a := releaseArgs{keys: keys, owner: "secret:1", retention: "60000", channel: "dlock:{n}:rel", all: true, floor: 42, record: "86400000"}
-	checkCall(t, "record", a.call(), scriptRelease, keys, []string{"secret:1", "60000", "dlock:{n}:rel", "1", "p", "42", "", "86400000"})
+	checkCall(t, "record", a.call(), protocol.ScriptRelease, keys, []string{"secret:1", "60000", "dlock:{n}:rel", "1", "p", "42", "", "86400000"})
 	a.leave = "c1.7"
-	checkCall(t, "record and leave", a.call(), scriptRelease, keys, []string{"secret:1", "60000", "dlock:{n}:rel", "1", "p", "42", "c1.7", "86400000"})
+	checkCall(t, "record and leave", a.call(), protocol.ScriptRelease, keys, []string{"secret:1", "60000", "dlock:{n}:rel", "1", "p", "42", "c1.7", "86400000"})
 }
 
 // A quorum's lease is the need-th longest of the servers' choices (a majority holds the lock

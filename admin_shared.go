@@ -134,7 +134,7 @@ var sharedKinds = []struct {
 // whether the server has its state (held, or its last token kept).
 func (c *Client) inspectShared(ctx context.Context, name, suffix string, kind sharedKind) (Info, bool, error) {
 	key := c.lockKey(name) + suffix
-	reply, err := c.e.b.evalAny(ctx, scriptShared, sharedKeys(key), sharedInspectArgs...)
+	reply, err := c.e.b.evalAny(ctx, protocol.ScriptShared, sharedKeys(key), sharedInspectArgs...)
 	if err != nil {
 		return Info{}, false, c.e.redisErr("inspect "+strconv.Quote(name), err)
 	}
@@ -217,7 +217,7 @@ func (c *Client) forceShared(ctx context.Context, name string) (Info, bool, erro
 	for _, k := range sharedKinds {
 		key := c.lockKey(name) + k.suffix
 		kindArg := (&sharedSpec{kind: k.kind}).kindArg()
-		reply, err := c.e.b.evalAny(ctx, scriptShared, sharedKeys(key),
+		reply, err := c.e.b.evalAny(ctx, protocol.ScriptShared, sharedKeys(key),
 			sharedForceArgs(ms(c.opts.retention), protocol.ReleaseChannel(key), kindArg, c.e.traits.sharded)...)
 		if err != nil {
 			return Info{}, false, c.e.redisErr("force unlock "+strconv.Quote(name), err)

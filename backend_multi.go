@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // multiBackend is what a deployment whose locks live on one server (standalone, Sentinel, or a
@@ -27,12 +28,6 @@ type multiBackend interface {
 }
 
 var _ multiBackend = (*oneServer)(nil)
-
-var (
-	scriptMultiAcquire = mustScript("multiacquire.lua")
-	scriptMultiRelease = mustScript("multirelease.lua")
-	scriptLatch        = mustScript("latch.lua")
-)
 
 func (s *oneServer) oneSlot() bool { return s.cluster }
 
@@ -112,7 +107,7 @@ func (a multiReleaseArgs) call() conn.Call {
 		keys = append(keys, r.keys...)
 		args = append(args, r.owner, strconv.FormatUint(r.floor, 10), r.leave)
 	}
-	return conn.Call{Script: scriptMultiRelease, Keys: keys, Args: args}
+	return conn.Call{Script: protocol.ScriptMultiRelease, Keys: keys, Args: args}
 }
 
 // readMultiRelease returns, per lock, whether its owner held it (it is released now).
@@ -157,7 +152,7 @@ func (a multiArgs) call() conn.Call {
 	if a.entry == "" {
 		at = ""
 	}
-	return conn.Call{Script: scriptMultiAcquire, Keys: a.keys, Args: []string{
+	return conn.Call{Script: protocol.ScriptMultiAcquire, Keys: a.keys, Args: []string{
 		a.owner, a.ttl, a.meta, mode, pubArg(a.sharded), a.entry, at, a.eowner, a.window,
 	}}
 }
@@ -194,7 +189,7 @@ type latchArgs struct {
 }
 
 func (a latchArgs) call() conn.Call {
-	return conn.Call{Script: scriptLatch, Keys: []string{a.key}, Args: []string{
+	return conn.Call{Script: protocol.ScriptLatch, Keys: []string{a.key}, Args: []string{
 		string(a.op), strconv.Itoa(a.count), a.ttl, a.retention, a.channel, pubArg(a.sharded), a.id,
 	}}
 }

@@ -56,7 +56,7 @@ func (q *quorum) probe(ctx context.Context, keys []string, channel string) ([]st
 		err    error
 	}
 	res := inParallel(q.nodes, func(_ int, n conn.Conn) ans {
-		reply, err := evalStrings(ctx, n, scriptProbe, keys, channel, "p")
+		reply, err := evalStrings(ctx, n, protocol.ScriptProbe, keys, channel, "p")
 		return ans{probeDenied(reply), err}
 	})
 	for i, r := range res {
@@ -88,7 +88,7 @@ func (q *quorum) first(ctx context.Context, f func(context.Context, conn.Conn) (
 
 func (q *quorum) inspect(ctx context.Context, keys []string) (any, error) {
 	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
-		return evalStrings(ctx, cn, scriptInspect, inspectKeys(keys))
+		return evalStrings(ctx, cn, protocol.ScriptInspect, inspectKeys(keys))
 	})
 }
 
@@ -97,7 +97,7 @@ func (q *quorum) inspect(ctx context.Context, keys []string) (any, error) {
 func (q *quorum) forceUnlock(ctx context.Context, key, channel string) (any, error) {
 	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
 		qk, _ := protocol.QueueKeys(key)
-		return evalStrings(ctx, cn, scriptForceUnlock, []string{key, qk}, q.retention, channel)
+		return evalStrings(ctx, cn, protocol.ScriptForceUnlock, []string{key, qk}, q.retention, channel)
 	})
 }
 

@@ -337,7 +337,7 @@ func (s *oneServer) listen(ctx context.Context, h conn.Handler) (conn.Listener, 
 
 // inspect runs inspect.lua on the locks whose keys are given (with their queues).
 func (s *oneServer) inspect(ctx context.Context, keys []string) (any, error) {
-	return evalStrings(ctx, s.cn, scriptInspect, inspectKeys(keys))
+	return evalStrings(ctx, s.cn, protocol.ScriptInspect, inspectKeys(keys))
 }
 
 // inspectKeys gives each lock key with its queue keys, as inspect.lua takes them.
@@ -359,7 +359,7 @@ func (s *oneServer) forceUnlock(ctx context.Context, key, channel string) (any, 
 		args = append(args, "s")
 	}
 	q, _ := protocol.QueueKeys(key)
-	return evalStrings(ctx, s.cn, scriptForceUnlock, []string{key, q}, args...)
+	return evalStrings(ctx, s.cn, protocol.ScriptForceUnlock, []string{key, q}, args...)
 }
 
 func (s *oneServer) scan(ctx context.Context, cursor, pattern string) (any, error) {
@@ -427,7 +427,7 @@ func evalStrings(ctx context.Context, cn conn.Conn, s *conn.Script, keys []strin
 }
 
 func (s *oneServer) probe(ctx context.Context, keys []string, channel string) ([]string, string, error) {
-	reply, err := evalStrings(ctx, s.cn, scriptProbe, keys, channel, pubArg(s.cluster))
+	reply, err := evalStrings(ctx, s.cn, protocol.ScriptProbe, keys, channel, pubArg(s.cluster))
 	return probeDenied(reply), s.cn.Addr(), err
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Batching: a client's concurrent acquisitions and releases on one server (standalone or
@@ -370,7 +371,7 @@ func acquireBatchCall(ps []*batchedAcquire) conn.Call {
 			ps = append(ps, p)
 		}
 	}
-	return conn.Call{Script: scriptAcquire, Keys: keys, Args: args}
+	return conn.Call{Script: protocol.ScriptAcquire, Keys: keys, Args: args}
 }
 
 // releaseBatchCall builds the call of a batch of releases: release.lua's batch form (one
@@ -412,7 +413,7 @@ func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 			ps = append(ps, p)
 		}
 	}
-	return conn.Call{Script: scriptRelease, Keys: keys, Args: args}
+	return conn.Call{Script: protocol.ScriptRelease, Keys: keys, Args: args}
 }
 
 // batchAnswer is one lock's answer in a batch.

@@ -374,7 +374,7 @@ func TestAcquireScript_ReenterOnlyNeverTakesAFreeLock(t *testing.T) {
 	key := protocol.LockKey(DefaultPrefix, t.Name())
 	a := acquireArgs{keys: []string{key, key + ":q", key + ":w"}, owner: "owner:1", ttl: "10000", meta: "{}", reenterOnly: true}
 	c := a.call()
-	args := append([]string{"EVAL", scriptAcquire.Src, "3"}, c.Keys...)
+	args := append([]string{"EVAL", protocol.ScriptAcquire.Src, "3"}, c.Keys...)
 	out := doT(t, s, append(args, c.Args...)...)
 	if !strings.Contains(out, "-2") {
 		t.Fatalf("re-entry of a missing key: %q, want {0, -2, 0}", out)

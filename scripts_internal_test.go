@@ -1,18 +1,16 @@
 package dlock
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
-// The calls and replies of the scripts, as the header of each script in scripts/ lays them out
+// The calls and replies of the scripts, as the header of each script in internal/protocol/scripts/ lays them out
 // (the reference docs/PROTOCOL.md explains), checked without a server: each builder puts its
 // keys and arguments where the script reads them, and each reader maps every documented reply
 // (and nothing else) to its meaning.
@@ -29,106 +27,11 @@ func checkCall(t *testing.T, what string, c conn.Call, script *conn.Script, keys
 	}
 }
 
-// Scripts lists every embedded script (for SCRIPT LOAD ahead of time), each with the SHA-1 of
-// its source.
-func TestScripts_ListsEveryEmbeddedScript(t *testing.T) {
-	files, err := scriptFS.ReadDir("scripts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listed := map[string]bool{}
-	for _, s := range Scripts() {
-		listed[s.Name] = true
-		sum := sha1.Sum([]byte(s.Src))
-		if s.SHA != hex.EncodeToString(sum[:]) {
-			t.Errorf("%s: SHA %s is not the SHA-1 of its source", s.Name, s.SHA)
-		}
-	}
-	n := 0
-	for _, f := range files {
-		if f.IsDir() {
-			continue // scripts/lib: the library scripts are assembled from
-		}
-		n++
-		if !listed[f.Name()] {
-			t.Errorf("scripts/%s is embedded but not in Scripts()", f.Name())
-		}
-	}
-	if len(listed) != n {
-		t.Errorf("Scripts() lists %d scripts, scripts/ holds %d", len(listed), n)
-	}
-}
-
-// A script's first line "-- uses: ..." puts those blocks of the library before it, each once,
-// in the library's order, with the blocks they need; a name the library lacks is an error;
-// a script without the line is left as it is.
-func TestAssemble_Uses(t *testing.T) {
-	lib := "-- header\n\n--- a\nlocal function a() end\n\n--- b (needs: a)\nlocal function b() a() end\n\n--- c\nlocal function c() end\n"
-	got, err := assemble(lib, "-- uses: b\nreturn b()\n")
-	if want := "local function a() end\nlocal function b() a() end\n-- uses: b\nreturn b()\n"; err != nil || got != want {
-		t.Errorf("assemble(uses b) = %q, %v; want %q", got, err, want)
-	}
-	got, err = assemble(lib, "-- uses: c, a, c\nreturn 1\n")
-	if want := "local function a() end\nlocal function c() end\n-- uses: c, a, c\nreturn 1\n"; err != nil || got != want {
-		t.Errorf("assemble(uses c, a, c) = %q, %v; want %q", got, err, want)
-	}
-	if _, err := assemble(lib, "-- uses: nope\n"); err == nil {
-		t.Error("assemble accepted a block the library lacks")
-	}
-	if got, _ := assemble(lib, "return 1\n"); got != "return 1\n" {
-		t.Errorf("a script without uses became %q", got)
-	}
-	// Every block of the real library is a function its name says, and is used by a script.
-	used := map[string]bool{}
-	for _, s := range Scripts() {
-		for _, line := range strings.Split(s.Src, "\n") {
-			if name, ok := strings.CutPrefix(line, "local function "); ok {
-				name, _, _ = strings.Cut(name, "(")
-				used[name] = true
-			}
-		}
-	}
-	src, _ := scriptFS.ReadFile("scripts/lib/common.lua")
-	for _, line := range strings.Split(string(src), "\n") {
-		if head, ok := strings.CutPrefix(line, "--- "); ok {
-			name, _, _ := strings.Cut(head, " ")
-			if !used[name] {
-				t.Errorf("library block %q is used by no script", name)
-			}
-		}
-	}
-}
-
-// Marks place blocks inside a script: "-- (library: a)" a and what it needs that is not placed
-// yet, "-- (library)" every other block asked for, so that what returns before a mark builds
-// none of its blocks. A block a mark names must be asked for; without "-- (library)" the
-// blocks no mark names go before the script.
-func TestAssemble_Marks(t *testing.T) {
-	lib := "--- a\nlocal function a() end\n--- b (needs: a)\nlocal function b() a() end\n" +
-		"--- c (needs: a)\nlocal function c() a() end\n--- d\nlocal function d() end\n"
-	got, err := assemble(lib, "-- uses: b, c, d\nfast()\n-- (library: b)\nmid()\n-- (library)\nrest()\n-- (library: d)\nlast()\n")
-	want := "-- uses: b, c, d\nfast()\nlocal function a() end\nlocal function b() a() end\nmid()\n" +
-		"local function c() a() end\nrest()\nlocal function d() end\nlast()\n"
-	if err != nil || got != want {
-		t.Errorf("assemble with marks = %q, %v; want %q", got, err, want)
-	}
-	got, err = assemble(lib, "-- uses: c, d\nfirst()\n-- (library: d)\nlast()\n")
-	want = "local function a() end\nlocal function c() a() end\n-- uses: c, d\nfirst()\nlocal function d() end\nlast()\n"
-	if err != nil || got != want {
-		t.Errorf("assemble with a partial mark only = %q, %v; want %q", got, err, want)
-	}
-	if _, err := assemble(lib, "-- uses: c\n-- (library: d)\n"); err == nil {
-		t.Error("assemble accepted a mark naming a block the script does not ask for")
-	}
-	// The real scripts: acquire.lua answers a lock held by another before the grant machinery
-	// is built, and both it and release.lua build the batch loop only for a batch.
-	src := scriptAcquire.Src
-	refuse, grant, batch := strings.Index(src, "\nlocal function refuse("), strings.Index(src, "\nlocal function grantFirst("), strings.Index(src, "\nlocal function batched(")
-	if refuse < 0 || grant < refuse || batch < grant || strings.Index(src, "\nif not batch then") > batch {
-		t.Errorf("acquire.lua: refuse at %d, grantFirst at %d, batched at %d: want them in that order, batched after the one-lock return", refuse, grant, batch)
-	}
-	if src := scriptRelease.Src; strings.Index(src, "\nlocal function batched(") < strings.Index(src, "\nif not batch then") {
-		t.Error("release.lua builds the batch loop before its one-lock return")
+// The root's Scripts is the protocol's list, in its order (internal/protocol's tests check
+// that list against the embedded files).
+func TestScripts_AsTheProtocolLists(t *testing.T) {
+	if got, want := Scripts(), protocol.Scripts(); !slices.Equal(got, want) {
+		t.Errorf("Scripts() = %v; want protocol.Scripts() = %v", got, want)
 	}
 }
 
@@ -138,15 +41,15 @@ func TestAssemble_Marks(t *testing.T) {
 func TestAcquireArgs_Call(t *testing.T) {
 	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w"}
 	a := acquireArgs{keys: keys, owner: "secret:1", ttl: "3000", meta: "{}", channel: "dlock:{n}:rel", client: "c1"}
-	checkCall(t, "acquire", a.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "", "dlock:{n}:rel", "p", "c1", ""})
+	checkCall(t, "acquire", a.call(), protocol.ScriptAcquire, keys, []string{"secret:1", "3000", "{}", "", "dlock:{n}:rel", "p", "c1", ""})
 	r := a
 	r.reenterOnly = true
-	checkCall(t, "re-enter only", r.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "r", "dlock:{n}:rel", "p", "c1", ""})
+	checkCall(t, "re-enter only", r.call(), protocol.ScriptAcquire, keys, []string{"secret:1", "3000", "{}", "r", "dlock:{n}:rel", "p", "c1", ""})
 	q := a
 	q.queue, q.sharded, q.window = true, true, "900"
-	checkCall(t, "queue, sharded", q.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "q", "dlock:{n}:rel", "s", "c1", "900"})
+	checkCall(t, "queue, sharded", q.call(), protocol.ScriptAcquire, keys, []string{"secret:1", "3000", "{}", "q", "dlock:{n}:rel", "s", "c1", "900"})
 	q.place = "1796000000000000"
-	checkCall(t, "queue at a place", q.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "q", "dlock:{n}:rel", "s", "c1", "900", "1796000000000000"})
+	checkCall(t, "queue at a place", q.call(), protocol.ScriptAcquire, keys, []string{"secret:1", "3000", "{}", "q", "dlock:{n}:rel", "s", "c1", "900", "1796000000000000"})
 }
 
 func TestReadAcquire(t *testing.T) {
@@ -192,7 +95,7 @@ func TestReleaseArgs_Call(t *testing.T) {
 	} {
 		a := base
 		tc.edit(&a)
-		checkCall(t, tc.what, a.call(), scriptRelease, keys, append([]string{"secret:1", "60000", "dlock:{n}:rel"}, tc.tail...))
+		checkCall(t, tc.what, a.call(), protocol.ScriptRelease, keys, append([]string{"secret:1", "60000", "dlock:{n}:rel"}, tc.tail...))
 	}
 }
 
@@ -220,7 +123,7 @@ func TestReadRelease(t *testing.T) {
 // renew.lua: KEYS = lock keys; ARGV = owner and lease ms of each key, in turn.
 func TestRenewCall(t *testing.T) {
 	keys := []string{"dlock:{a}", "dlock:{b}"}
-	checkCall(t, "renew", renewCall(keys, []string{"oa", "ob"}, []string{"300", "600"}), scriptRenew, keys, []string{"oa", "300", "ob", "600"})
+	checkCall(t, "renew", renewCall(keys, []string{"oa", "ob"}, []string{"300", "600"}), protocol.ScriptRenew, keys, []string{"oa", "300", "ob", "600"})
 	got, err := readRenew([]int64{1, 0, 1}, 3)
 	if err != nil || !slices.Equal(got, []bool{true, false, true}) {
 		t.Errorf("readRenew({1, 0, 1}) = %v, %v", got, err)
@@ -234,7 +137,7 @@ func TestRenewCall(t *testing.T) {
 // PTTL, or -2 when owner does not hold it.
 func TestPTTLCall(t *testing.T) {
 	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w"}
-	checkCall(t, "pttl", pttlCall(keys, "secret:1"), scriptPTTL, keys[:1], []string{"secret:1"})
+	checkCall(t, "pttl", pttlCall(keys, "secret:1"), protocol.ScriptPTTL, keys[:1], []string{"secret:1"})
 	if d, ok, err := readPTTL([]int64{1500}); d != 1500*time.Millisecond || !ok || err != nil {
 		t.Errorf("readPTTL({1500}) = %v, %v, %v", d, ok, err)
 	}
@@ -254,10 +157,10 @@ func TestPTTLCall(t *testing.T) {
 // gone, then per entry the lock's time left in ms (0 free, -1 not told).
 func TestQueueCall(t *testing.T) {
 	c := queueCall([]string{"dlock:{a}", "dlock:{b}:rw"}, []string{"ida", "idb"}, []string{"900", "1200"}, nil, []bool{true, false})
-	checkCall(t, "queue", c, scriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{a}", "dlock:{b}:rw:q", "dlock:{b}:rw:w", "dlock:{b}:rw"},
+	checkCall(t, "queue", c, protocol.ScriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{a}", "dlock:{b}:rw:q", "dlock:{b}:rw:w", "dlock:{b}:rw"},
 		[]string{"ida", "900", "l", "idb", "1200", ""})
 	c = queueCall([]string{"dlock:{a}", "dlock:{b}"}, []string{"ida", "idb"}, []string{"900", "1200"}, []string{"3", "1"}, nil)
-	checkCall(t, "queue", c, scriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{a}", "dlock:{b}:q", "dlock:{b}:w", "dlock:{b}"},
+	checkCall(t, "queue", c, protocol.ScriptQueue, []string{"dlock:{a}:q", "dlock:{a}:w", "dlock:{a}", "dlock:{b}:q", "dlock:{b}:w", "dlock:{b}"},
 		[]string{"ida", "900", "", "idb", "1200", "", "3", "1"})
 	got, left, err := readQueue([]int64{0, 1, 1, -1, 0, 350}, 3)
 	if err != nil || !slices.Equal(got, []bool{false, true, true}) ||
@@ -276,7 +179,7 @@ func TestHandoverArgs_Call(t *testing.T) {
 	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w"}
 	h := handoverArgs{keys: keys, holder: "old:1", owner: "new:2", ttl: "3000", meta: "{}", streak: 3, checkAt: 15,
 		client: "c1", holderTk: 77}
-	checkCall(t, "handover", h.call(), scriptHandover, keys[:2], []string{"old:1", "new:2", "3000", "{}", "3", "15", "c1", "77"})
+	checkCall(t, "handover", h.call(), protocol.ScriptHandover, keys[:2], []string{"old:1", "new:2", "3000", "{}", "3", "15", "c1", "77"})
 }
 
 func TestReadHandover(t *testing.T) {

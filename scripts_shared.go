@@ -72,7 +72,7 @@ func (a sharedAcquireArgs) call() conn.Call {
 	if a.sharded {
 		pub = "s"
 	}
-	return conn.Call{Script: scriptShared, Keys: a.spec.keys, Args: []string{
+	return conn.Call{Script: protocol.ScriptShared, Keys: a.spec.keys, Args: []string{
 		"a", a.owner, a.lease, a.spec.meta, mode, a.spec.channel, pub, a.entry, a.window,
 		sp.kindArg(), strconv.Itoa(sp.units), strconv.Itoa(sp.size), a.parent, a.place,
 	}}
@@ -119,7 +119,7 @@ func sharedReleaseCall(r releaseReq, retention string, sharded bool) conn.Call {
 	if sharded {
 		pub = "s"
 	}
-	return conn.Call{Script: scriptShared, Keys: r.keys, Args: []string{
+	return conn.Call{Script: protocol.ScriptShared, Keys: r.keys, Args: []string{
 		"r", r.owner, retention, r.channel, pub, all, r.shared.kindArg(), strconv.Itoa(r.shared.size), r.leave,
 		strconv.Itoa(r.shared.units),
 	}}
@@ -134,13 +134,13 @@ func sharedRenewCall(keys, owners, ttls []string) conn.Call {
 	for i := range keys {
 		args = append(args, owners[i], ttls[i])
 	}
-	return conn.Call{Script: scriptShared, Keys: keys, Args: args}
+	return conn.Call{Script: protocol.ScriptShared, Keys: keys, Args: args}
 }
 
 // sharedPTTLCall: the pttl operation reads the lease left to owner's hold. Its reply reads as
 // pttl.lua's (readPTTL).
 func sharedPTTLCall(keys []string, owner string) conn.Call {
-	return conn.Call{Script: scriptShared, Keys: keys[:1], Args: []string{"t", owner}}
+	return conn.Call{Script: protocol.ScriptShared, Keys: keys[:1], Args: []string{"t", owner}}
 }
 
 // sharedResizeArgs: the resize operation stores a semaphore's new size, sticky, and grants

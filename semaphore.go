@@ -151,7 +151,7 @@ func (c *Client) resizeSemaphore(ctx context.Context, name string, size int) (Se
 		what = "reset the size of semaphore"
 	}
 	key := c.lockKey(name) + semSuffix
-	reply, err := c.e.b.evalAny(ctx, scriptShared, sharedKeys(key),
+	reply, err := c.e.b.evalAny(ctx, protocol.ScriptShared, sharedKeys(key),
 		sharedResizeArgs(size, ms(c.opts.retention), protocol.ReleaseChannel(key), c.e.traits.sharded)...)
 	if err != nil {
 		return SemaphoreResize{}, c.e.redisErr(what+" "+strconv.Quote(name), err)

@@ -215,7 +215,7 @@ func (e *engine) sharedNotAcquired(ctx context.Context, spec *lockSpec, token ui
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	na := &NotAcquiredError{Name: spec.name, Waited: waited, Cause: cause}
-	reply, err := e.b.evalAny(rctx, scriptShared, spec.keys, sharedInspectArgs...)
+	reply, err := e.b.evalAny(rctx, protocol.ScriptShared, spec.keys, sharedInspectArgs...)
 	if err == nil {
 		if s, err := readSharedState(reply); err == nil {
 			na.Holder = sharedInfo(spec.name, spec.shared.kind, s)
