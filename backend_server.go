@@ -71,7 +71,7 @@ func (s *oneServer) acquire(ctx context.Context, a acquireArgs, ack replicaAck) 
 
 func (s *oneServer) releaseCall(r releaseReq) conn.Call {
 	if r.shared != nil {
-		return sharedReleaseCall(r, s.retention, s.cluster)
+		return r.args(s.retention, s.cluster).sharedCall(r.shared)
 	}
 	return r.args(s.retention, s.cluster).call()
 }
@@ -392,23 +392,6 @@ func evalRead[T any](ctx context.Context, cn conn.Conn, c conn.Call, read func([
 		return zero, err
 	}
 	return read(r)
-}
-
-// pubArg is the scripts' announcement argument: "s" for SPUBLISH (Redis Cluster, sharded
-// pub/sub), "p" for PUBLISH.
-func pubArg(sharded bool) string {
-	if sharded {
-		return "s"
-	}
-	return "p"
-}
-
-// flagArg is a script's yes-or-no argument: "1" or "0".
-func flagArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }
 
 // evalStrings runs s through Conn.Command, so that its reply may hold strings: by SHA, and

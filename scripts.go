@@ -20,6 +20,23 @@ func Scripts() []*conn.Script { return protocol.Scripts() }
 // ms is a duration as the scripts take it: whole milliseconds, in decimal.
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
+// pubArg is the scripts' announcement argument: "s" for SPUBLISH (Redis Cluster, sharded
+// pub/sub), "p" for PUBLISH.
+func pubArg(sharded bool) string {
+	if sharded {
+		return "s"
+	}
+	return "p"
+}
+
+// flagArg is a script's yes-or-no argument: "1" or "0".
+func flagArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 // acquireArgs: acquire.lua takes the lock for owner, re-enters it when owner holds it, or,
 // when it is held, queues the caller's client for it.
 type acquireArgs struct {

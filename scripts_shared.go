@@ -52,7 +52,10 @@ func sharedKeys(key string) []string {
 // sharedAcquireArgs: the acquire operation takes units for owner, re-enters owner's hold,
 // takes a read hold under a write hold, or, when they do not fit, queues the caller.
 type sharedAcquireArgs struct {
-	spec    *lockSpec
+	keys    []string    // the hash and its queue keys (sharedKeys)
+	meta    string      // the holder description stored with the hold
+	channel string      // where a grant is announced
+	shared  *sharedSpec // the kind of hold and its units
 	owner   string
 	lease   string // ms
 	mode    byte   // 0: take if free; 'q': queue when busy; 'r': re-enter owner's hold only; 'd': a read hold under parent's write hold
@@ -64,7 +67,7 @@ type sharedAcquireArgs struct {
 }
 
 func (a sharedAcquireArgs) call() conn.Call {
-	sp := a.spec.shared
+	sp := a.shared
 	mode, pub := "", "p"
 	if a.mode != 0 {
 		mode = string(a.mode)
@@ -72,8 +75,8 @@ func (a sharedAcquireArgs) call() conn.Call {
 	if a.sharded {
 		pub = "s"
 	}
-	return conn.Call{Script: protocol.ScriptShared, Keys: a.spec.keys, Args: []string{
-		"a", a.owner, a.lease, a.spec.meta, mode, a.spec.channel, pub, a.entry, a.window,
+	return conn.Call{Script: protocol.ScriptShared, Keys: a.keys, Args: []string{
+		"a", a.owner, a.lease, a.meta, mode, a.channel, pub, a.entry, a.window,
 		sp.kindArg(), strconv.Itoa(sp.units), strconv.Itoa(sp.size), a.parent, a.place,
 	}}
 }
@@ -108,20 +111,21 @@ func readSharedAcquire(r []int64) (sharedAcquired, error) {
 	return res, nil
 }
 
-// sharedReleaseCall: the release operation gives up one hold of owner, or all of them (r.all),
-// withdraws the queue entry r.leave, and grants the units freed to the clients queued. Its
-// reply reads as release.lua's (readRelease).
-func sharedReleaseCall(r releaseReq, retention string, sharded bool) conn.Call {
+// sharedCall: the release operation of shared.lua gives up one hold of a.owner, the hold
+// sp, or all of them (a.all), withdraws the queue entry a.leave, and grants the units freed
+// to the clients queued. a.floor and a.record are release.lua's alone. Its reply reads as
+// release.lua's (readRelease).
+func (a releaseArgs) sharedCall(sp *sharedSpec) conn.Call {
 	all, pub := "0", "p"
-	if r.all {
+	if a.all {
 		all = "1"
 	}
-	if sharded {
+	if a.sharded {
 		pub = "s"
 	}
-	return conn.Call{Script: protocol.ScriptShared, Keys: r.keys, Args: []string{
-		"r", r.owner, retention, r.channel, pub, all, r.shared.kindArg(), strconv.Itoa(r.shared.size), r.leave,
-		strconv.Itoa(r.shared.units),
+	return conn.Call{Script: protocol.ScriptShared, Keys: a.keys, Args: []string{
+		"r", a.owner, a.retention, a.channel, pub, all, sp.kindArg(), strconv.Itoa(sp.size), a.leave,
+		strconv.Itoa(sp.units),
 	}}
 }
 

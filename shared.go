@@ -103,6 +103,13 @@ func (e *engine) acquireShared(ctx context.Context, spec *lockSpec, wait bool) (
 		})
 }
 
+// sharedArgs is shared.lua's acquire operation for a hold of this read-write lock or
+// semaphore, with lease (ms), announcing with SPUBLISH when sharded; the caller sets the
+// owner and the mode.
+func (s *lockSpec) sharedArgs(lease string, sharded bool) sharedAcquireArgs {
+	return sharedAcquireArgs{keys: s.keys, meta: s.meta, channel: s.channel, shared: s.shared, lease: lease, sharded: sharded}
+}
+
 // sharedAttempt runs shared.lua's acquire once for spec: with a new owner secret, or, with
 // w, with its registration (queueing the caller when its units do not fit). It returns the
 // lease, or the refusal (when to look again), or an error. A refusal with pending set means
@@ -112,7 +119,7 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 	if err := e.guard.refusal(ctx); err != nil {
 		return nil, sharedAcquired{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
 	}
-	a := sharedAcquireArgs{spec: spec, lease: spec.ttlArg, sharded: e.traits.sharded}
+	a := spec.sharedArgs(spec.ttlArg, e.traits.sharded)
 	var reg *registration
 	if w != nil {
 		reg = w.reg
@@ -164,7 +171,9 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 // the caller's context: same token, one more hold, as Mutex re-entry.
 func (e *engine) reenterShared(ctx context.Context, st *leaseState) (*Lease, error) {
 	return e.reentry(st, func(ttl time.Duration) (bool, error) {
-		r, _, err := e.b.run(ctx, sharedAcquireArgs{spec: st.spec, owner: st.owner, lease: ms(ttl), mode: 'r', sharded: e.traits.sharded}.call(), replicaAck{})
+		a := st.spec.sharedArgs(ms(ttl), e.traits.sharded)
+		a.owner, a.mode = st.owner, 'r'
+		r, _, err := e.b.run(ctx, a.call(), replicaAck{})
 		if err != nil {
 			return false, err
 		}
@@ -181,7 +190,8 @@ func (e *engine) downgrade(ctx context.Context, spec *lockSpec, w *leaseState) (
 	}
 	owner := e.newOwner()
 	sent := mono()
-	a := sharedAcquireArgs{spec: spec, owner: owner, lease: spec.ttlArg, mode: 'd', parent: w.owner, sharded: e.traits.sharded}
+	a := spec.sharedArgs(spec.ttlArg, e.traits.sharded)
+	a.owner, a.mode, a.parent = owner, 'd', w.owner
 	r, acked, err := e.b.run(ctx, a.call(), spec.ack)
 	var res sharedAcquired
 	if err == nil {
