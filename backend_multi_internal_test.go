@@ -46,7 +46,7 @@ func TestMultiReleaseArgs_Call(t *testing.T) {
 		[]string{"p:{a}", "p:{a}:q", "p:{a}:w", "p:{b}", "p:{b}:q", "p:{b}:w"},
 		[]string{"60000", "p", "o:1", "7", "", "o:2", "0", "c.3"})
 	got, err := readMultiRelease([]int64{0, -1}, 2)
-	if err != nil || !got[0].owned || got[1].owned {
+	if err != nil || !got[0].Owned || got[1].Owned {
 		t.Errorf("readMultiRelease = %+v, %v", got, err)
 	}
 	if _, err := readMultiRelease([]int64{0}, 2); err == nil {

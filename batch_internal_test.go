@@ -372,8 +372,8 @@ func lockValueOf(t *testing.T, s *redistest.Server, name string) []string {
 func TestAcquireScript_ReenterOnlyNeverTakesAFreeLock(t *testing.T) {
 	s := redistest.Start(t)
 	key := protocol.LockKey(DefaultPrefix, t.Name())
-	a := acquireArgs{keys: []string{key, key + ":q", key + ":w"}, owner: "owner:1", ttl: "10000", meta: "{}", reenterOnly: true}
-	c := a.call()
+	a := protocol.AcquireArgs{Keys: []string{key, key + ":q", key + ":w"}, Owner: "owner:1", TTL: "10000", Meta: "{}", ReenterOnly: true}
+	c := a.Call()
 	args := append([]string{"EVAL", protocol.ScriptAcquire.Src, "3"}, c.Keys...)
 	out := doT(t, s, append(args, c.Args...)...)
 	if !strings.Contains(out, "-2") {

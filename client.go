@@ -196,8 +196,8 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	e.renewer.lockEnds = e.waits.lockEnds
 	e.renewer.waiting = e.waits.entryWaiters
 	e.sharedWaits = newSharedWaits(e)
-	o.ttlMS, o.ttlMSFor = ms(o.ttl), o.ttl
-	c := &Client{e: e, opts: o, meta: holderMeta(o.label), retentionArg: ms(o.retention)}
+	o.ttlMS, o.ttlMSFor = protocol.Millis(o.ttl), o.ttl
+	c := &Client{e: e, opts: o, meta: holderMeta(o.label), retentionArg: protocol.Millis(o.retention)}
 	c.bg.Add(2)
 	go func() { defer c.bg.Done(); e.renewer.run() }()
 	go func() { defer c.bg.Done(); e.notices.run() }()

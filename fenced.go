@@ -80,7 +80,7 @@ func (c *Client) FencedSet(ctx context.Context, key, value string, token uint64,
 	if ttl < 0 || (ttl > 0 && ttl < time.Millisecond) {
 		return fmt.Errorf("%w: fenced set %q: ttl %v: give 0 (no expiry) or at least 1ms", ErrInvalid, key, ttl)
 	}
-	_, err := c.fencedInts(ctx, "set", "s", key, token, value, ms(ttl))
+	_, err := c.fencedInts(ctx, "set", "s", key, token, value, protocol.Millis(ttl))
 	return err
 }
 

@@ -224,7 +224,7 @@ func (l *Latch) Inspect(ctx context.Context) (LatchInfo, error) {
 		return info, err
 	}
 	mb := l.e.traits.multi
-	st, err := mb.latch(ctx, latchArgs{key: l.key, op: 's', ttl: ms(l.ttl), channel: l.channel})
+	st, err := mb.latch(ctx, latchArgs{key: l.key, op: 's', ttl: protocol.Millis(l.ttl), channel: l.channel})
 	if err != nil {
 		return info, l.callErr(ctx, "inspect", err)
 	}
@@ -252,7 +252,7 @@ func (l *Latch) usable(ctx context.Context) error {
 
 func (l *Latch) call(ctx context.Context, op byte, id string) (latchState, error) {
 	mb := l.e.traits.multi // Latch checked it
-	return mb.latch(ctx, latchArgs{key: l.key, op: op, count: l.count, ttl: ms(l.ttl), channel: l.channel, id: id})
+	return mb.latch(ctx, latchArgs{key: l.key, op: op, count: l.count, ttl: protocol.Millis(l.ttl), channel: l.channel, id: id})
 }
 
 func (l *Latch) callErr(ctx context.Context, op string, err error) error {
