@@ -65,8 +65,8 @@ func (spec *lockSpec) kind() string {
 	return KindRWMutex
 }
 
-// sharedInfo makes the Info of a read-write lock (kind sharedRead or sharedWrite) or
-// semaphore (sharedPermits) called name from its state.
+// sharedInfo makes the Info of a read-write lock (kind protocol.SharedRead or
+// protocol.SharedWrite) or semaphore (protocol.SharedPermits) called name from its state.
 func sharedInfo(name string, kind protocol.SharedKind, s protocol.SharedState) Info {
 	// Every waiting caller has an entry of its own: waiters and goroutines are one count.
 	info := Info{Name: name, Kind: KindRWMutex, Token: s.Token, Waiters: s.Queued, WaitingGoroutines: s.Queued}

@@ -128,7 +128,7 @@ type renewed struct {
 	// other than the holder released it, an administrator's ForceUnlock.
 	released bool
 	// lockLeft, for a queue entry refreshed with watch: how long after the refresh was sent
-	// the lock may be free (0: free then; lockLeftUnknown: not told). Unset for leases.
+	// the lock may be free (0: free then; protocol.LockLeftUnknown: not told). Unset for leases.
 	lockLeft time.Duration
 }
 

@@ -78,8 +78,8 @@ type pending struct {
 	ctx   context.Context // the caller's: its values go with the batch (callersCtx)
 }
 
-// batched is a call waiting in a batch: its input (acquireArgs or releaseReq) and, once done,
-// its result.
+// batched is a call waiting in a batch: its input (protocol.AcquireArgs or releaseReq) and,
+// once done, its result.
 type batched[In, Out any] struct {
 	pending
 	in  In
