@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // The adaptive lease (WithAdaptiveTTL): the server keeps, per lock name, what it measured of
@@ -144,7 +146,7 @@ func holdKey(lockKey string) string { return lockKey + ":h" }
 // acquisitions and final releases the arguments that make the server choose the lease and
 // record the hold.
 func (spec *lockSpec) adaptiveSpec(a adaptive, keep time.Duration) {
-	spec.adapt = &adaptiveLock{bounds: a, lo: ms(a.min), hi: ms(a.max), keep: ms(keep)}
+	spec.adapt = &adaptiveLock{bounds: a, lo: protocol.Millis(a.min), hi: protocol.Millis(a.max), keep: protocol.Millis(keep)}
 	spec.keys = append(spec.keys[:len(spec.keys):len(spec.keys)], holdKey(spec.key))
 }
 

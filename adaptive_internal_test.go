@@ -5,52 +5,6 @@ import (
 	"time"
 )
 
-// The adaptive lease's arguments and replies, as acquire.lua and release.lua lay them out,
-// checked without a server. A lock without the option sends exactly what it sent before
-// (TestAcquireArgs_Call, TestReleaseArgs_Call).
-
-// acquire.lua: with the adaptive lease, KEYS end with the hold record and ARGV with the place
-// ("" for the server's time) and the bounds in ms.
-func TestAcquireArgs_CallAdaptive(t *testing.T) {
-	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w", "dlock:{n}:h"}
-	a := acquireArgs{keys: keys, owner: "secret:1", ttl: "3000", meta: "{}", channel: "dlock:{n}:rel", client: "c1",
-		adaptLo: "100", adaptHi: "3000"}
-	checkCall(t, "adaptive", a.call(), scriptAcquire, keys, []string{"secret:1", "3000", "{}", "", "dlock:{n}:rel", "p", "c1", "", "", "100", "3000"})
-	a.queue, a.window, a.place = true, "900", "1796000000000000"
-	checkCall(t, "adaptive, queued at a place", a.call(), scriptAcquire, keys,
-		[]string{"secret:1", "3000", "{}", "q", "dlock:{n}:rel", "p", "c1", "900", "1796000000000000", "100", "3000"})
-}
-
-func TestReadAcquire_Adaptive(t *testing.T) {
-	for _, tc := range []struct {
-		reply []int64
-		want  acquired
-	}{
-		{[]int64{1, 42, 1, 750}, acquired{ok: true, token: 42, holds: 1, ttl: 750 * time.Millisecond}},
-		{[]int64{0, 1500, 42, 300}, acquired{pttl: 1500 * time.Millisecond, token: 42, ttl: 300 * time.Millisecond}},
-	} {
-		got, err := readAcquire(tc.reply)
-		if err != nil || got.ok != tc.want.ok || got.token != tc.want.token || got.holds != tc.want.holds || got.pttl != tc.want.pttl || got.ttl != tc.want.ttl {
-			t.Errorf("readAcquire(%v) = %+v, %v; want %+v", tc.reply, got, err, tc.want)
-		}
-	}
-	for _, bad := range [][]int64{{1, 42, 1, 0}, {1, 42, 1, -5}, {1, 42, 1, 750, 1}} {
-		if got, err := readAcquire(bad); err == nil {
-			t.Errorf("readAcquire(%v) = %+v, want an error", bad, got)
-		}
-	}
-}
-
-// release.lua: with a hold to record, ARGV ends with the leaving entry ("" for none) and the
-// record's retention in ms.
-func TestReleaseArgs_CallRecord(t *testing.T) {
-	keys := []string{"dlock:{n}", "dlock:{n}:q", "dlock:{n}:w", "dlock:{n}:h"}
-	a := releaseArgs{keys: keys, owner: "secret:1", retention: "60000", channel: "dlock:{n}:rel", all: true, floor: 42, record: "86400000"}
-	checkCall(t, "record", a.call(), scriptRelease, keys, []string{"secret:1", "60000", "dlock:{n}:rel", "1", "p", "42", "", "86400000"})
-	a.leave = "c1.7"
-	checkCall(t, "record and leave", a.call(), scriptRelease, keys, []string{"secret:1", "60000", "dlock:{n}:rel", "1", "p", "42", "c1.7", "86400000"})
-}
-
 // A quorum's lease is the need-th longest of the servers' choices (a majority holds the lock
 // for it); with fewer choices than need, the shortest.
 func TestMajorityLease(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Info describes one lock as the server stores it, for inspection tools (dlock status, dlock
@@ -121,10 +123,10 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Info, error) {
 		return nil, err
 	}
 	var out []Info
-	err := c.scanKeys(ctx, keyPattern(c.opts.prefix, prefix), prefix, func(found []string) error {
+	err := c.scanKeys(ctx, protocol.KeyPattern(c.opts.prefix, prefix), prefix, func(found []string) error {
 		var keys []string
 		for _, k := range found {
-			if _, ok := nameOfKey(c.opts.prefix, k); ok {
+			if _, ok := protocol.NameOfKey(c.opts.prefix, k); ok {
 				keys = append(keys, k)
 			}
 		}
@@ -201,7 +203,7 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 	rec := inspectWidth * len(keys) // the hold records' replies follow the locks'
 	var held []Info
 	for i, key := range keys {
-		name, _ := nameOfKey(c.opts.prefix, key)
+		name, _ := protocol.NameOfKey(c.opts.prefix, key)
 		a := arr[inspectWidth*i : inspectWidth*(i+1)]
 		info, err := parseLock(name, a[0], a[1])
 		if err != nil || !info.Held {
@@ -233,7 +235,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	key := c.lockKey(name)
-	reply, err := c.e.b.forceUnlock(ctx, key, releaseChannel(key))
+	reply, err := c.e.b.forceUnlock(ctx, key, protocol.ReleaseChannel(key))
 	if err != nil {
 		return Info{}, c.e.redisErr("force unlock "+strconv.Quote(name), err)
 	}
@@ -267,7 +269,7 @@ func (c *Client) checkAdmin(name string) error {
 	return checkName(name)
 }
 
-func (c *Client) lockKey(name string) string { return lockKey(c.opts.prefix, name) }
+func (c *Client) lockKey(name string) string { return protocol.LockKey(c.opts.prefix, name) }
 
 func (c *Client) badReply(op, name string, reply any) error {
 	return fmt.Errorf("dlock: %s %q: unexpected reply %v from %s", op, name, reply, c.e.b.addr())
@@ -317,17 +319,4 @@ func parseLock(name string, value, pttl any) (Info, error) {
 		}
 	}
 	return info, nil
-}
-
-// globEscape quotes the characters SCAN's MATCH pattern treats specially.
-func globEscape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ { // bytewise: names are any bytes
-		switch s[i] {
-		case '*', '?', '[', ']', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -37,18 +37,3 @@ func TestParseLock(t *testing.T) {
 		}
 	}
 }
-
-// List's SCAN pattern quotes the glob characters of a name prefix, byte by byte.
-func TestGlobEscape(t *testing.T) {
-	for in, want := range map[string]string{
-		"":            "",
-		"orders:":     "orders:",
-		`a*b?c[d]e\f`: `a\*b\?c\[d\]e\\f`,
-		"\xff[":       "\xff\\[",
-		"{tag}":       "{tag}",
-	} {
-		if got := globEscape(in); got != want {
-			t.Errorf("globEscape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

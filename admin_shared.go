@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Inspection and administration of read-write locks and semaphores: what Inspect, List and
@@ -57,36 +59,36 @@ func (spec *lockSpec) kind() string {
 	switch {
 	case spec.shared == nil:
 		return KindMutex
-	case spec.shared.kind == sharedPermits:
+	case spec.shared.Kind == protocol.SharedPermits:
 		return KindSemaphore
 	}
 	return KindRWMutex
 }
 
-// sharedInfo makes the Info of a read-write lock (kind sharedRead or sharedWrite) or
-// semaphore (sharedPermits) called name from its state.
-func sharedInfo(name string, kind sharedKind, s sharedState) Info {
+// sharedInfo makes the Info of a read-write lock (kind protocol.SharedRead or
+// protocol.SharedWrite) or semaphore (protocol.SharedPermits) called name from its state.
+func sharedInfo(name string, kind protocol.SharedKind, s protocol.SharedState) Info {
 	// Every waiting caller has an entry of its own: waiters and goroutines are one count.
-	info := Info{Name: name, Kind: KindRWMutex, Token: s.token, Waiters: s.queued, WaitingGoroutines: s.queued}
-	sh := &SharedInfo{Queued: s.queued, WritersQueued: s.writers}
-	if kind == sharedPermits {
-		info.Kind, sh.Size, sh.SizeSticky, sh.WritersQueued = KindSemaphore, s.size, s.sticky, 0
+	info := Info{Name: name, Kind: KindRWMutex, Token: s.Token, Waiters: s.Queued, WaitingGoroutines: s.Queued}
+	sh := &SharedInfo{Queued: s.Queued, WritersQueued: s.Writers}
+	if kind == protocol.SharedPermits {
+		info.Kind, sh.Size, sh.SizeSticky, sh.WritersQueued = KindSemaphore, s.Size, s.Sticky, 0
 	}
 	info.Shared = sh
 	var first *ShareHolder
-	for _, h := range s.holders {
-		x := ShareHolder{Holder: parseHolder(h.meta), Permits: h.units, Holds: h.holds, Token: h.token, TTL: h.left}
+	for _, h := range s.Holders {
+		x := ShareHolder{Holder: parseHolder(h.Meta), Permits: h.Units, Holds: h.Holds, Token: h.Token, TTL: h.Left}
 		switch {
-		case kind == sharedPermits:
-			sh.Permits += h.units
-		case h.units >= rwAll:
+		case kind == protocol.SharedPermits:
+			sh.Permits += h.Units
+		case h.Units >= protocol.RWAll:
 			x.Write, x.Permits, sh.Writer = true, 0, true
-			info.Token, info.Holder, info.Holds = h.token, x.Holder, h.holds
+			info.Token, info.Holder, info.Holds = h.Token, x.Holder, h.Holds
 		default:
 			sh.Readers++
 			sh.Permits++
 		}
-		info.TTL = max(info.TTL, h.left)
+		info.TTL = max(info.TTL, h.Left)
 		sh.Holders = append(sh.Holders, x)
 		if first == nil {
 			first = &sh.Holders[len(sh.Holders)-1]
@@ -95,7 +97,7 @@ func sharedInfo(name string, kind sharedKind, s sharedState) Info {
 	info.Held = len(sh.Holders) > 0
 	if info.Held && !sh.Writer {
 		info.Holder, info.Holds = first.Holder, len(sh.Holders)
-		if kind == sharedPermits {
+		if kind == protocol.SharedPermits {
 			info.Token = first.Token
 		}
 	}
@@ -124,25 +126,25 @@ func parseHolder(meta string) Holder {
 // them.
 var sharedKinds = []struct {
 	suffix string
-	kind   sharedKind
+	kind   protocol.SharedKind
 	what   string
-}{{rwSuffix, sharedWrite, "read-write lock"}, {semSuffix, sharedPermits, "semaphore"}}
+}{{rwSuffix, protocol.SharedWrite, "read-write lock"}, {semSuffix, protocol.SharedPermits, "semaphore"}}
 
 // inspectShared reads the read-write lock or semaphore (suffix) called name; exists reports
 // whether the server has its state (held, or its last token kept).
-func (c *Client) inspectShared(ctx context.Context, name, suffix string, kind sharedKind) (Info, bool, error) {
+func (c *Client) inspectShared(ctx context.Context, name, suffix string, kind protocol.SharedKind) (Info, bool, error) {
 	key := c.lockKey(name) + suffix
-	reply, err := c.e.b.evalAny(ctx, scriptShared, sharedKeys(key), sharedInspectArgs...)
+	reply, err := c.e.b.evalAny(ctx, protocol.ScriptShared, protocol.SharedKeys(key), protocol.SharedInspectArgs...)
 	if err != nil {
 		return Info{}, false, c.e.redisErr("inspect "+strconv.Quote(name), err)
 	}
-	s, err := readSharedState(reply)
+	s, err := protocol.ReadSharedState(reply)
 	if err != nil {
 		return Info{}, false, c.badReply("inspect", name, reply)
 	}
 	info := sharedInfo(name, kind, s)
 	info.LocalWaiters = c.e.sharedWaits.localWaiters(key)
-	return info, s.exists || s.queued > 0, nil
+	return info, s.Exists || s.Queued > 0, nil
 }
 
 // orShared completes Inspect: when the Mutex called name (info) is not held, a held read-write
@@ -178,12 +180,12 @@ func (c *Client) listShared(ctx context.Context, prefix string) ([]Info, error) 
 	}
 	var out []Info
 	for _, k := range sharedKinds {
-		err := c.scanKeys(ctx, keyPattern(c.opts.prefix, prefix)+k.suffix, prefix, func(keys []string) error {
+		err := c.scanKeys(ctx, protocol.KeyPattern(c.opts.prefix, prefix)+k.suffix, prefix, func(keys []string) error {
 			for _, key := range keys {
 				if len(key) <= len(k.suffix) {
 					continue
 				}
-				name, ok := nameOfKey(c.opts.prefix, key[:len(key)-len(k.suffix)])
+				name, ok := protocol.NameOfKey(c.opts.prefix, key[:len(key)-len(k.suffix)])
 				if !ok {
 					continue
 				}
@@ -214,17 +216,17 @@ func (c *Client) forceShared(ctx context.Context, name string) (Info, bool, erro
 	}
 	for _, k := range sharedKinds {
 		key := c.lockKey(name) + k.suffix
-		kindArg := (&sharedSpec{kind: k.kind}).kindArg()
-		reply, err := c.e.b.evalAny(ctx, scriptShared, sharedKeys(key),
-			sharedForceArgs(ms(c.opts.retention), releaseChannel(key), kindArg, c.e.traits.sharded)...)
+		kindArg := (&protocol.SharedSpec{Kind: k.kind}).KindArg()
+		reply, err := c.e.b.evalAny(ctx, protocol.ScriptShared, protocol.SharedKeys(key),
+			protocol.SharedForceArgs(protocol.Millis(c.opts.retention), protocol.ReleaseChannel(key), kindArg, c.e.traits.sharded)...)
 		if err != nil {
 			return Info{}, false, c.e.redisErr("force unlock "+strconv.Quote(name), err)
 		}
-		s, err := readSharedState(reply)
-		if err != nil || len(s.rest) != 1 {
+		s, err := protocol.ReadSharedState(reply)
+		if err != nil || len(s.Rest) != 1 {
 			return Info{}, false, c.badReply("force unlock", name, reply)
 		}
-		if dropped, _ := s.rest[0].(int64); dropped > 0 {
+		if dropped, _ := s.Rest[0].(int64); dropped > 0 {
 			return sharedInfo(name, k.kind, s), true, nil // Waiters: the callers queued, to whom it may go
 		}
 	}

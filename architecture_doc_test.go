@@ -19,7 +19,8 @@ import (
 // top, "Names in this document"):
 //
 //   - every Go file (`x.go`) and script (`x.lua`) it names exists: in the root package, in
-//     scripts/ for scripts, or, in a row of the package table, in that row's package;
+//     internal/protocol/scripts/ for scripts, or, in a row of the package table, in that row's
+//     package;
 //   - in the diagrams (the fenced blocks), the names after a root file up to the next file or
 //     the end of the line (`Type.method`, `function`; `Type.a / b` is Type.a and Type.b) are
 //     declared in that file;
@@ -78,7 +79,7 @@ func TestArchitectureDoc_NamesExist(t *testing.T) {
 			ref := line[loc[0]:loc[1]]
 			p := filepath.Join(dir, ref)
 			if dir == "." && strings.HasSuffix(ref, ".lua") && !strings.Contains(ref, "/") {
-				p = filepath.Join("scripts", ref)
+				p = filepath.Join("internal", "protocol", "scripts", ref)
 			}
 			refs++
 			if !exists(p) {

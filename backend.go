@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // backend runs dlock's scripts on a deployment: one server (standalone, Sentinel or Cluster,
@@ -15,9 +16,9 @@ import (
 type backend interface {
 	// acquire runs acquire.lua. With ack.n > 0 it also asks that many replicas to acknowledge
 	// it and reports how many did (-1 when not asked or unknown).
-	acquire(ctx context.Context, a acquireArgs, ack replicaAck) (res acquired, acked int, err error)
+	acquire(ctx context.Context, a protocol.AcquireArgs, ack replicaAck) (res protocol.Acquired, acked int, err error)
 	// release runs release.lua.
-	release(ctx context.Context, r releaseReq) (released, error)
+	release(ctx context.Context, r releaseReq) (protocol.Released, error)
 	// renew sends one renewal round in one round trip where it can: the background releases
 	// first (one error per release), then the renewals (one outcome per lease), then the
 	// refreshes of queue entries (one outcome per entry: ok, gone, or an error).
@@ -25,7 +26,7 @@ type backend interface {
 	// pttl runs pttl.lua: the remaining lease, and false when owner lost the lock.
 	pttl(ctx context.Context, keys []string, owner string) (time.Duration, bool, error)
 	// handover runs handover.lua; only where traits().handover.
-	handover(ctx context.Context, h handoverArgs) (handedOver, error)
+	handover(ctx context.Context, h protocol.HandoverArgs) (protocol.HandedOver, error)
 	// listen opens the subscription on which release notices arrive.
 	listen(ctx context.Context, h conn.Handler) (conn.Listener, error)
 
@@ -95,7 +96,7 @@ type releaseReq struct {
 	floor   uint64 // the lease's token: the least token the released value keeps
 	leave   string // a client id whose queue entry goes too
 	// shared: a read-write lock's or semaphore's hold, released by shared.lua (nil: a mutex)
-	shared *sharedSpec
+	shared *protocol.SharedSpec
 	record string // adaptive lease: record the hold, keeping the record this long (ms)
 }
 
@@ -127,7 +128,7 @@ type renewed struct {
 	// other than the holder released it, an administrator's ForceUnlock.
 	released bool
 	// lockLeft, for a queue entry refreshed with watch: how long after the refresh was sent
-	// the lock may be free (0: free then; lockLeftUnknown: not told). Unset for leases.
+	// the lock may be free (0: free then; protocol.LockLeftUnknown: not told). Unset for leases.
 	lockLeft time.Duration
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // multiBackend is what a deployment whose locks live on one server (standalone, Sentinel, or a
@@ -19,7 +20,7 @@ type multiBackend interface {
 	acquireMulti(ctx context.Context, a multiArgs, ack replicaAck) (multiAcquired, int, error)
 	// releaseMany releases every hold of each request (all of them are final releases), in one
 	// pipeline: multirelease.lua for the requests of one slot, release.lua for a lone one.
-	releaseMany(ctx context.Context, rs []releaseReq) ([]released, []error)
+	releaseMany(ctx context.Context, rs []releaseReq) ([]protocol.Released, []error)
 	// latch runs latch.lua.
 	latch(ctx context.Context, a latchArgs) (latchState, error)
 	// oneSlot reports whether the keys of one script call must share a hash slot (a Cluster).
@@ -27,12 +28,6 @@ type multiBackend interface {
 }
 
 var _ multiBackend = (*oneServer)(nil)
-
-var (
-	scriptMultiAcquire = mustScript("multiacquire.lua")
-	scriptMultiRelease = mustScript("multirelease.lua")
-	scriptLatch        = mustScript("latch.lua")
-)
 
 func (s *oneServer) oneSlot() bool { return s.cluster }
 
@@ -46,8 +41,8 @@ func (s *oneServer) acquireMulti(ctx context.Context, a multiArgs, ack replicaAc
 	return res, acked, err
 }
 
-func (s *oneServer) releaseMany(ctx context.Context, rs []releaseReq) ([]released, []error) {
-	out, errs := make([]released, len(rs)), make([]error, len(rs))
+func (s *oneServer) releaseMany(ctx context.Context, rs []releaseReq) ([]protocol.Released, []error) {
+	out, errs := make([]protocol.Released, len(rs)), make([]error, len(rs))
 	if len(rs) == 0 {
 		return out, errs
 	}
@@ -74,14 +69,14 @@ func (s *oneServer) releaseMany(ctx context.Context, rs []releaseReq) ([]release
 		if g < len(results) {
 			r = results[g]
 		}
-		var got []released
+		var got []protocol.Released
 		err := r.Err
 		switch {
 		case err != nil:
 		case len(idx) == 1:
-			var one released
-			one, err = readRelease(r.Ints)
-			got = []released{one}
+			var one protocol.Released
+			one, err = protocol.ReadRelease(r.Ints)
+			got = []protocol.Released{one}
 		default:
 			got, err = readMultiRelease(r.Ints, len(idx))
 		}
@@ -107,22 +102,22 @@ type multiReleaseArgs struct {
 func (a multiReleaseArgs) call() conn.Call {
 	keys := make([]string, 0, 3*len(a.reqs))
 	args := make([]string, 0, 2+3*len(a.reqs))
-	args = append(args, a.retention, pubArg(a.sharded))
+	args = append(args, a.retention, protocol.PubArg(a.sharded))
 	for _, r := range a.reqs {
 		keys = append(keys, r.keys...)
 		args = append(args, r.owner, strconv.FormatUint(r.floor, 10), r.leave)
 	}
-	return conn.Call{Script: scriptMultiRelease, Keys: keys, Args: args}
+	return conn.Call{Script: protocol.ScriptMultiRelease, Keys: keys, Args: args}
 }
 
 // readMultiRelease returns, per lock, whether its owner held it (it is released now).
-func readMultiRelease(r []int64, n int) ([]released, error) {
+func readMultiRelease(r []int64, n int) ([]protocol.Released, error) {
 	if len(r) != n {
 		return nil, fmt.Errorf("multirelease.lua: %d answers for %d locks", len(r), n)
 	}
-	out := make([]released, n)
+	out := make([]protocol.Released, n)
 	for i, v := range r {
-		out[i].owned = v == 0
+		out[i].Owned = v == 0
 	}
 	return out, nil
 }
@@ -157,8 +152,8 @@ func (a multiArgs) call() conn.Call {
 	if a.entry == "" {
 		at = ""
 	}
-	return conn.Call{Script: scriptMultiAcquire, Keys: a.keys, Args: []string{
-		a.owner, a.ttl, a.meta, mode, pubArg(a.sharded), a.entry, at, a.eowner, a.window,
+	return conn.Call{Script: protocol.ScriptMultiAcquire, Keys: a.keys, Args: []string{
+		a.owner, a.ttl, a.meta, mode, protocol.PubArg(a.sharded), a.entry, at, a.eowner, a.window,
 	}}
 }
 
@@ -194,8 +189,8 @@ type latchArgs struct {
 }
 
 func (a latchArgs) call() conn.Call {
-	return conn.Call{Script: scriptLatch, Keys: []string{a.key}, Args: []string{
-		string(a.op), strconv.Itoa(a.count), a.ttl, a.retention, a.channel, pubArg(a.sharded), a.id,
+	return conn.Call{Script: protocol.ScriptLatch, Keys: []string{a.key}, Args: []string{
+		string(a.op), strconv.Itoa(a.count), a.ttl, a.retention, a.channel, protocol.PubArg(a.sharded), a.id,
 	}}
 }
 

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // The calls and replies of multiacquire.lua, multirelease.lua and latch.lua, as the header of
@@ -12,11 +14,11 @@ import (
 func TestMultiArgs_Call(t *testing.T) {
 	keys := []string{"p:{a}", "p:{a}:q", "p:{a}:w", "p:{b}", "p:{b}:q", "p:{b}:w"}
 	a := multiArgs{keys: keys, owner: "o:1", ttl: "3000", meta: "{}", at: "*", eowner: "o:2", window: "900"}
-	checkCall(t, "all or none, no entry", a.call(), scriptMultiAcquire, keys, []string{"o:1", "3000", "{}", "a", "p", "", "", "o:2", "900"})
+	checkCall(t, "all or none, no entry", a.call(), protocol.ScriptMultiAcquire, keys, []string{"o:1", "3000", "{}", "a", "p", "", "", "o:2", "900"})
 	a.entry, a.prefix, a.sharded = "c.7", true, true
-	checkCall(t, "prefix, queue at the first busy", a.call(), scriptMultiAcquire, keys, []string{"o:1", "3000", "{}", "p", "s", "c.7", "*", "o:2", "900"})
+	checkCall(t, "prefix, queue at the first busy", a.call(), protocol.ScriptMultiAcquire, keys, []string{"o:1", "3000", "{}", "p", "s", "c.7", "*", "o:2", "900"})
 	a.at = "2"
-	checkCall(t, "queue at lock 2 only", a.call(), scriptMultiAcquire, keys, []string{"o:1", "3000", "{}", "p", "s", "c.7", "2", "o:2", "900"})
+	checkCall(t, "queue at lock 2 only", a.call(), protocol.ScriptMultiAcquire, keys, []string{"o:1", "3000", "{}", "p", "s", "c.7", "2", "o:2", "900"})
 }
 
 func TestReadMultiAcquire(t *testing.T) {
@@ -40,11 +42,11 @@ func TestMultiReleaseArgs_Call(t *testing.T) {
 		{keys: []string{"p:{a}", "p:{a}:q", "p:{a}:w"}, owner: "o:1", floor: 7},
 		{keys: []string{"p:{b}", "p:{b}:q", "p:{b}:w"}, owner: "o:2", leave: "c.3"},
 	}}
-	checkCall(t, "two locks", a.call(), scriptMultiRelease,
+	checkCall(t, "two locks", a.call(), protocol.ScriptMultiRelease,
 		[]string{"p:{a}", "p:{a}:q", "p:{a}:w", "p:{b}", "p:{b}:q", "p:{b}:w"},
 		[]string{"60000", "p", "o:1", "7", "", "o:2", "0", "c.3"})
 	got, err := readMultiRelease([]int64{0, -1}, 2)
-	if err != nil || !got[0].owned || got[1].owned {
+	if err != nil || !got[0].Owned || got[1].Owned {
 		t.Errorf("readMultiRelease = %+v, %v", got, err)
 	}
 	if _, err := readMultiRelease([]int64{0}, 2); err == nil {
@@ -54,9 +56,9 @@ func TestMultiReleaseArgs_Call(t *testing.T) {
 
 func TestLatchArgs_Call(t *testing.T) {
 	a := latchArgs{key: "p:{x}:latch", op: 'd', count: 5, ttl: "600000", retention: "60000", channel: "p:{x}:latch:rel", id: "=w1"}
-	checkCall(t, "count down", a.call(), scriptLatch, []string{"p:{x}:latch"}, []string{"d", "5", "600000", "60000", "p:{x}:latch:rel", "p", "=w1"})
+	checkCall(t, "count down", a.call(), protocol.ScriptLatch, []string{"p:{x}:latch"}, []string{"d", "5", "600000", "60000", "p:{x}:latch:rel", "p", "=w1"})
 	a.op, a.sharded, a.id = 's', true, ""
-	checkCall(t, "read only", a.call(), scriptLatch, []string{"p:{x}:latch"}, []string{"s", "5", "600000", "60000", "p:{x}:latch:rel", "s", ""})
+	checkCall(t, "read only", a.call(), protocol.ScriptLatch, []string{"p:{x}:latch"}, []string{"s", "5", "600000", "60000", "p:{x}:latch:rel", "s", ""})
 	got, err := readLatch([]int64{1, 3, 5, 1200})
 	if err != nil || got != (latchState{status: latchCounted, left: 3, initial: 5, rest: 1200 * time.Millisecond}) {
 		t.Errorf("readLatch = %+v, %v", got, err)
@@ -73,7 +75,7 @@ func TestLatchArgs_Call(t *testing.T) {
 func TestMultiOrderAndGroups(t *testing.T) {
 	var specs []*lockSpec
 	for _, n := range []string{"x}2", "b", "x}1", "a"} {
-		specs = append(specs, &lockSpec{name: n, key: lockKey("p:", n)})
+		specs = append(specs, &lockSpec{name: n, key: protocol.LockKey("p:", n)})
 	}
 	slices.SortFunc(specs, multiOrder)
 	for i := 1; i < len(specs); i++ {

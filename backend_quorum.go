@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // inParallel runs f on each of xs (with its index), all at once, and returns their answers in
@@ -51,7 +52,7 @@ type quorum struct {
 var _ backend = (*quorum)(nil)
 
 func newQuorumBackend(nodes []conn.Conn, retention time.Duration) *quorum {
-	q := &quorum{nodes: slices.Clone(nodes), need: len(nodes)/2 + 1, retention: ms(retention)}
+	q := &quorum{nodes: slices.Clone(nodes), need: len(nodes)/2 + 1, retention: protocol.Millis(retention)}
 	q.closing, q.halt = context.WithCancel(context.Background())
 	addrs := make([]string, len(nodes))
 	for i, cn := range nodes {
@@ -308,8 +309,8 @@ func (q *quorum) noQuorum(op string, states []ServerState, wait time.Duration) e
 
 var errNoHandover = errors.New("dlock: no handover in quorum mode")
 
-func (q *quorum) handover(context.Context, handoverArgs) (handedOver, error) {
-	return handedOver{}, errNoHandover
+func (q *quorum) handover(context.Context, protocol.HandoverArgs) (protocol.HandedOver, error) {
+	return protocol.HandedOver{}, errNoHandover
 }
 
 var errNoShared = errors.New("dlock: read-write locks and semaphores are not available in quorum mode")

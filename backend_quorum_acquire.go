@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // quorumTimeout is how long an acquisition waits for the servers' answers: small against the
@@ -23,38 +24,38 @@ func quorumTimeout(ttl time.Duration) time.Duration {
 // to try again: after a split vote (some servers granted it, not a majority) a random 1-8 ms,
 // so that the contenders stop colliding; else when enough holders' leases run out for a
 // majority. When fewer than a majority answered at all, the error is a *QuorumError.
-func (q *quorum) acquire(ctx context.Context, a acquireArgs, _ replicaAck) (acquired, int, error) {
+func (q *quorum) acquire(ctx context.Context, a protocol.AcquireArgs, _ replicaAck) (protocol.Acquired, int, error) {
 	sent := mono()
 	t := q.newAcquireTally()
-	ttl := parseMS(a.ttl)
+	ttl := parseMS(a.TTL)
 	// On a machine or network slow for every server, wait longer: eight times the recent
 	// answer time, up to a third of the lease.
 	wait := max(quorumTimeout(ttl), min(8*time.Duration(q.latency.Load()), ttl/3))
 	var (
-		res acquired
+		res protocol.Acquired
 		err error
 	)
 	// decide runs in this goroutine, one answer at a time, until it returns true.
-	decided := q.fanOutAdapt(ctx, []conn.Call{a.call()}, wait, true, false, a.owner, afterOf(q.pendingOf(a.owner)), func(r reply) bool {
-		t.add(r, a.queue)
+	decided := q.fanOutAdapt(ctx, []conn.Call{a.Call()}, wait, true, false, a.Owner, afterOf(q.pendingOf(a.Owner)), func(r reply) bool {
+		t.add(r, a.Queue)
 		var done bool
 		res, done, err = q.decideAcquire(t, a)
 		return done
-	}, a.lateReply())
+	}, lateReply(a))
 	if !decided { // no decision within the timeout, or the caller gave up
 		res, err = q.undecidedAcquire(ctx, t, a, wait)
 	}
 	res = q.acquiredLease(res, t, a, ttl, sent)
-	res.queuedOn, res.tokensOn = t.queuedOn, t.tokensOn
-	if !a.reenterOnly && (err != nil || (!res.ok && (t.yes > 0 || !decided))) {
+	res.QueuedOn, res.TokensOn = t.queuedOn, t.tokensOn
+	if !a.ReenterOnly && (err != nil || (!res.OK && (t.yes > 0 || !decided))) {
 		// Some servers may hold it for owner: give it back everywhere. (When every server
 		// refused there is nothing to give back, and owner, a queue entry's, stays usable.) A
 		// queue entry's owner is given back by the caller, unless a grant to the entry reached
 		// a majority meanwhile (engine.dropRegistration).
-		if !a.queue {
-			q.releaseOwner(a.keys, a.owner)
+		if !a.Queue {
+			q.releaseOwner(a.Keys, a.Owner)
 		}
-		res.dirty = true
+		res.Dirty = true
 	}
 	return res, -1, err
 }
@@ -82,7 +83,7 @@ func (q *quorum) newAcquireTally() *acquireTally {
 
 // add counts server r.node's answer; queue says whether a refusal queued the caller.
 func (t *acquireTally) add(r reply, queue bool) {
-	x, rerr := readAcquire(r.res[0].Ints)
+	x, rerr := protocol.ReadAcquire(r.res[0].Ints)
 	if r.res[0].Err != nil {
 		rerr = r.res[0].Err
 	}
@@ -90,85 +91,85 @@ func (t *acquireTally) add(r reply, queue bool) {
 	case rerr != nil:
 		t.failed++
 		t.states[r.node].State, t.states[r.node].Err = "error", rerr
-	case x.ok:
+	case x.OK:
 		t.yes++
-		t.token = max(t.token, x.token)
-		t.holds = max(t.holds, x.holds)
+		t.token = max(t.token, x.Token)
+		t.holds = max(t.holds, x.Holds)
 		t.states[r.node].State = "granted"
-		if x.ttl > 0 {
-			t.leases = append(t.leases, x.ttl)
+		if x.TTL > 0 {
+			t.leases = append(t.leases, x.TTL)
 		}
 	default:
 		t.no++
-		if x.ttl > 0 {
-			t.offers = append(t.offers, x.ttl)
+		if x.TTL > 0 {
+			t.offers = append(t.offers, x.TTL)
 		}
 		t.states[r.node].State = "held by another owner"
-		t.tokensOn[r.node] = x.token
+		t.tokensOn[r.node] = x.Token
 		if queue {
 			t.queuedOn |= 1 << r.node
 		}
-		if x.pttl >= 0 && !x.notMine {
-			t.pttls = append(t.pttls, x.pttl)
+		if x.PTTL >= 0 && !x.NotMine {
+			t.pttls = append(t.pttls, x.PTTL)
 		}
 	}
 }
 
 // decideAcquire reports whether the answers so far decide a's acquisition (false while a
 // majority can still grant it) and, when they do, its outcome.
-func (q *quorum) decideAcquire(t *acquireTally, a acquireArgs) (acquired, bool, error) {
+func (q *quorum) decideAcquire(t *acquireTally, a protocol.AcquireArgs) (protocol.Acquired, bool, error) {
 	switch {
 	case t.yes >= q.need:
-		return acquired{ok: true, token: t.token, holds: t.holds}, true, nil
+		return protocol.Acquired{OK: true, Token: t.token, Holds: t.holds}, true, nil
 	case len(q.nodes)-t.no-t.failed >= q.need:
-		return acquired{}, false, nil // a majority can still grant it
-	case a.reenterOnly:
-		return acquired{notMine: true, pttl: -1}, true, nil
+		return protocol.Acquired{}, false, nil // a majority can still grant it
+	case a.ReenterOnly:
+		return protocol.Acquired{NotMine: true, PTTL: -1}, true, nil
 	case t.yes+t.no < q.need: // not because of a holder: servers are down
-		return acquired{}, true, q.noQuorum("lock", t.states, 0)
+		return protocol.Acquired{}, true, q.noQuorum("lock", t.states, 0)
 	}
 	return q.refused(t), true, nil
 }
 
 // undecidedAcquire is the outcome of an acquisition that no decision came for within wait, or
 // whose caller gave up (ctx).
-func (q *quorum) undecidedAcquire(ctx context.Context, t *acquireTally, a acquireArgs, wait time.Duration) (acquired, error) {
+func (q *quorum) undecidedAcquire(ctx context.Context, t *acquireTally, a protocol.AcquireArgs, wait time.Duration) (protocol.Acquired, error) {
 	switch {
 	case ctx.Err() != nil:
-		return acquired{}, ctx.Err()
-	case a.reenterOnly:
-		return acquired{notMine: true, pttl: -1}, nil
+		return protocol.Acquired{}, ctx.Err()
+	case a.ReenterOnly:
+		return protocol.Acquired{NotMine: true, PTTL: -1}, nil
 	case t.yes+t.no < q.need:
-		return acquired{}, q.noQuorum("lock", t.states, wait)
+		return protocol.Acquired{}, q.noQuorum("lock", t.states, wait)
 	}
 	return q.refused(t), nil
 }
 
 // refused is a refusal's answer of when to try again: after a split vote (some servers granted
 // it) a random 1-8 ms; else when a majority could grant it (freeIn).
-func (q *quorum) refused(t *acquireTally) acquired {
+func (q *quorum) refused(t *acquireTally) protocol.Acquired {
 	if t.yes > 0 {
-		return acquired{pttl: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
+		return protocol.Acquired{PTTL: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
 	}
-	return acquired{pttl: q.freeIn(t.pttls)}
+	return protocol.Acquired{PTTL: q.freeIn(t.pttls)}
 }
 
 // acquiredLease sets res's adaptive lease from the servers' choices and, as Redlock asks,
 // turns a grant into a failure when the majority took longer than the validity time (TTL -
 // drift, counted from sent) to answer.
-func (q *quorum) acquiredLease(res acquired, t *acquireTally, a acquireArgs, ttl time.Duration, sent int64) acquired {
-	if res.ok {
+func (q *quorum) acquiredLease(res protocol.Acquired, t *acquireTally, a protocol.AcquireArgs, ttl time.Duration, sent int64) protocol.Acquired {
+	if res.OK {
 		// Each server chose its own adaptive lease: the lock is held on a majority for the
 		// need-th longest (renewals then give every server the same).
-		if res.ttl = majorityLease(t.leases, q.need); res.ttl > 0 {
-			ttl = res.ttl
+		if res.TTL = majorityLease(t.leases, q.need); res.TTL > 0 {
+			ttl = res.TTL
 		}
 	} else {
-		res.ttl = majorityLease(t.offers, q.need)
+		res.TTL = majorityLease(t.offers, q.need)
 	}
-	if res.ok && !a.reenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
+	if res.OK && !a.ReenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
 		// The lease has no time left. Give it back and count the attempt as failed.
-		return acquired{}
+		return protocol.Acquired{}
 	}
 	return res
 }
@@ -185,17 +186,17 @@ func (q *quorum) freeIn(pttls []time.Duration) time.Duration {
 }
 
 // lateReply returns what to do with an answer to a's acquisition that comes after the decision:
-// a refusal that queued the caller is reported to a.queuedLate (the server has the entry).
-func (a acquireArgs) lateReply() func(reply) {
-	if !a.queue || a.queuedLate == nil {
+// a refusal that queued the caller is reported to a.QueuedLate (the server has the entry).
+func lateReply(a protocol.AcquireArgs) func(reply) {
+	if !a.Queue || a.QueuedLate == nil {
 		return nil
 	}
 	return func(r reply) {
 		if r.res[0].Err != nil {
 			return
 		}
-		if x, err := readAcquire(r.res[0].Ints); err == nil && !x.ok && !x.notMine {
-			a.queuedLate(r.node, x.token)
+		if x, err := protocol.ReadAcquire(r.res[0].Ints); err == nil && !x.OK && !x.NotMine {
+			a.QueuedLate(r.node, x.Token)
 		}
 	}
 }
@@ -203,7 +204,7 @@ func (a acquireArgs) lateReply() func(reply) {
 // releaseOwner releases, in the background, every hold of owner on every server: after an
 // acquisition that did not reach a quorum, no server may keep it.
 func (q *quorum) releaseOwner(keys []string, owner string) {
-	call := releaseArgs{keys: keys, owner: owner, retention: q.retention, channel: releaseChannel(keys[0]), all: true}.call()
+	call := protocol.ReleaseArgs{Keys: keys, Owner: owner, Retention: q.retention, Channel: protocol.ReleaseChannel(keys[0]), All: true}.Call()
 	p := q.pendingOf(owner)
 	q.bg.Add(len(q.nodes))
 	for i, n := range q.nodes {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // ping sends PING to every server and returns nil as soon as a majority answered, the
@@ -55,7 +56,7 @@ func (q *quorum) probe(ctx context.Context, keys []string, channel string) ([]st
 		err    error
 	}
 	res := inParallel(q.nodes, func(_ int, n conn.Conn) ans {
-		reply, err := evalStrings(ctx, n, scriptProbe, keys, channel, "p")
+		reply, err := evalStrings(ctx, n, protocol.ScriptProbe, keys, channel, "p")
 		return ans{probeDenied(reply), err}
 	})
 	for i, r := range res {
@@ -87,7 +88,7 @@ func (q *quorum) first(ctx context.Context, f func(context.Context, conn.Conn) (
 
 func (q *quorum) inspect(ctx context.Context, keys []string) (any, error) {
 	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
-		return evalStrings(ctx, cn, scriptInspect, inspectKeys(keys))
+		return evalStrings(ctx, cn, protocol.ScriptInspect, inspectKeys(keys))
 	})
 }
 
@@ -95,8 +96,8 @@ func (q *quorum) inspect(ctx context.Context, keys []string) (any, error) {
 // answered.
 func (q *quorum) forceUnlock(ctx context.Context, key, channel string) (any, error) {
 	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
-		qk, _ := queueKeys(key)
-		return evalStrings(ctx, cn, scriptForceUnlock, []string{key, qk}, q.retention, channel)
+		qk, _ := protocol.QueueKeys(key)
+		return evalStrings(ctx, cn, protocol.ScriptForceUnlock, []string{key, qk}, q.retention, channel)
 	})
 }
 

@@ -5,22 +5,23 @@ import (
 	"fmt"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // release: the holds left as a majority counts them, or not owned when a majority says the
 // caller does not hold the lock.
-func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
-	c := releaseArgs{keys: r.keys, owner: r.owner, retention: q.retention, channel: r.channel,
-		all: r.all, floor: r.floor, leave: r.leave, record: r.record}.call()
+func (q *quorum) release(ctx context.Context, r releaseReq) (protocol.Released, error) {
+	c := protocol.ReleaseArgs{Keys: r.keys, Owner: r.owner, Retention: q.retention, Channel: r.channel,
+		All: r.all, Floor: r.floor, Leave: r.leave, Record: r.record}.Call()
 	var (
 		ok, notHeld, bad int
-		res              released
+		res              protocol.Released
 		err              error
 		errs             []error
 	)
 	n := len(q.nodes)
 	if !q.fanOut(ctx, []conn.Call{c}, answerWait, true, "", q.pendingOf(r.owner), func(rp reply) bool {
-		x, rerr := readRelease(rp.res[0].Ints)
+		x, rerr := protocol.ReadRelease(rp.res[0].Ints)
 		if rp.res[0].Err != nil {
 			rerr = rp.res[0].Err
 		}
@@ -28,17 +29,17 @@ func (q *quorum) release(ctx context.Context, r releaseReq) (released, error) {
 		case rerr != nil:
 			bad++
 			errs = append(errs, q.nodeErr(rp.node, rerr))
-		case x.owned:
+		case x.Owned:
 			ok++
-			res.left = max(res.left, x.left)
+			res.Left = max(res.Left, x.Left)
 		default:
 			notHeld++
 		}
 		switch {
 		case ok >= q.need:
-			res.owned = true
+			res.Owned = true
 		case notHeld > n-q.need: // a majority no longer holds it: it was lost
-			res = released{}
+			res = protocol.Released{}
 		case ok+notHeld+bad == n:
 			err = fmt.Errorf("%d of %d servers answered: %w", ok+notHeld, n, joinErrors(errs...))
 		default:

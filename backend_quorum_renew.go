@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // renew sends the whole round to every server at once, one pipeline each: the releases (each
@@ -65,8 +66,8 @@ func (q *quorum) roundCalls(rd round) ([]conn.Call, []roundSpan, []*pendingAcqui
 		}
 	}
 	for i, r := range rd.releases {
-		calls = append(calls, releaseArgs{keys: r.keys, owner: r.owner, retention: q.retention, channel: r.channel,
-			all: r.all, floor: r.floor, leave: r.leave, record: r.record}.call())
+		calls = append(calls, protocol.ReleaseArgs{Keys: r.keys, Owner: r.owner, Retention: q.retention, Channel: r.channel,
+			All: r.all, Floor: r.floor, Leave: r.leave, Record: r.record}.Call())
 		spans = append(spans, roundSpan{i, i + 1, spanRelease})
 		if p := q.pendingOf(r.owner); p != nil {
 			after = append(after, p)
@@ -79,7 +80,7 @@ func (q *quorum) roundCalls(rd round) ([]conn.Call, []roundSpan, []*pendingAcqui
 			keys, owners, ttls = append(keys, l.key), append(owners, l.owner), append(ttls, l.ttl)
 			shorter(parseMS(l.ttl) / 3)
 		}
-		calls, spans = append(calls, renewCall(keys, owners, ttls)), append(spans, roundSpan{nRel + i, nRel + j, spanLease})
+		calls, spans = append(calls, protocol.RenewCall(keys, owners, ttls)), append(spans, roundSpan{nRel + i, nRel + j, spanLease})
 	}
 	for i := 0; i < len(rd.entries); i += renewBatch {
 		j := min(i+renewBatch, len(rd.entries))
@@ -90,7 +91,7 @@ func (q *quorum) roundCalls(rd round) ([]conn.Call, []roundSpan, []*pendingAcqui
 			watch = append(watch, e.watch)
 			shorter(parseMS(e.window) / 3)
 		}
-		calls, spans = append(calls, queueCall(keys, ids, windows, waiting, watch)), append(spans, roundSpan{nRel + nLease + i, nRel + nLease + j, spanEntry})
+		calls, spans = append(calls, protocol.QueueCall(keys, ids, windows, waiting, watch)), append(spans, roundSpan{nRel + nLease + i, nRel + nLease + j, spanEntry})
 	}
 	if limit < 0 {
 		limit = answerWait
@@ -159,20 +160,20 @@ func (t *roundTally) read(sp roundSpan, x conn.Result) ([]bool, error) {
 	}
 	switch sp.kind {
 	case spanRelease:
-		rel, err := readRelease(x.Ints)
-		return []bool{rel.owned}, err
+		rel, err := protocol.ReadRelease(x.Ints)
+		return []bool{rel.Owned}, err
 	case spanLease:
-		oks, err := readRenew(x.Ints, sp.to-sp.from)
+		oks, err := protocol.ReadRenew(x.Ints, sp.to-sp.from)
 		for k, v := range x.Ints {
-			if err == nil && v == renewReleased {
+			if err == nil && v == protocol.RenewReleased {
 				t.freed[sp.from+k] = true
 			}
 		}
 		return oks, err
 	}
-	oks, left, err := readQueue(x.Ints, sp.to-sp.from)
+	oks, left, err := protocol.ReadQueue(x.Ints, sp.to-sp.from)
 	for k, l := range left {
-		if l != lockLeftUnknown {
+		if l != protocol.LockLeftUnknown {
 			t.lefts[sp.from+k] = append(t.lefts[sp.from+k], l)
 		}
 	}
@@ -222,7 +223,7 @@ func (t *roundTally) outcome(k int, entry bool) renewed {
 	need := t.q.need
 	o := renewed{on: t.on[k]}
 	if entry {
-		o.lockLeft = lockLeftUnknown
+		o.lockLeft = protocol.LockLeftUnknown
 		if l := t.lefts[k]; len(l) >= need {
 			slices.Sort(l)
 			o.lockLeft = l[need-1]
@@ -260,9 +261,9 @@ func (q *quorum) pttl(ctx context.Context, keys []string, owner string) (time.Du
 		err          error
 		n            = len(q.nodes)
 	)
-	if !q.fanOut(ctx, []conn.Call{pttlCall(keys, owner)}, answerWait, false, "", nil, func(r reply) bool {
+	if !q.fanOut(ctx, []conn.Call{protocol.PTTLCall(keys, owner)}, answerWait, false, "", nil, func(r reply) bool {
 		answered++
-		d, ok, rerr := readPTTL(r.res[0].Ints)
+		d, ok, rerr := protocol.ReadPTTL(r.res[0].Ints)
 		if r.res[0].Err != nil {
 			rerr = r.res[0].Err
 		}

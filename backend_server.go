@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/slot"
 )
 
@@ -30,7 +31,7 @@ type oneServer struct {
 var _ backend = (*oneServer)(nil)
 
 func newOneServer(cn conn.Conn, retention time.Duration) *oneServer {
-	s := &oneServer{cn: cn, retention: ms(retention)}
+	s := &oneServer{cn: cn, retention: protocol.Millis(retention)}
 	if cl, ok := cn.(conn.Clustered); ok && cl.Cluster() {
 		s.cluster = true
 	} else {
@@ -54,41 +55,41 @@ func (s *oneServer) close() error {
 	return s.cn.Close()
 }
 
-func (s *oneServer) acquire(ctx context.Context, a acquireArgs, ack replicaAck) (acquired, int, error) {
-	a.sharded = s.cluster
+func (s *oneServer) acquire(ctx context.Context, a protocol.AcquireArgs, ack replicaAck) (protocol.Acquired, int, error) {
+	a.Sharded = s.cluster
 	if ack.n == 0 && s.batch != nil && batchable(a) {
 		res, err := s.batch.acquire(ctx, a)
 		return res, -1, err
 	}
-	r, acked, err := s.run(ctx, a.call(), ack)
+	r, acked, err := s.run(ctx, a.Call(), ack)
 	if err != nil {
-		return acquired{}, -1, err
+		return protocol.Acquired{}, -1, err
 	}
-	res, err := readAcquire(r)
+	res, err := protocol.ReadAcquire(r)
 	return res, acked, err
 }
 
 func (s *oneServer) releaseCall(r releaseReq) conn.Call {
 	if r.shared != nil {
-		return sharedReleaseCall(r, s.retention, s.cluster)
+		return r.args(s.retention, s.cluster).SharedCall(r.shared)
 	}
-	return r.args(s.retention, s.cluster).call()
+	return r.args(s.retention, s.cluster).Call()
 }
 
 // args is release.lua's one-lock call for r, with the token retention (ms) and the kind of
 // announcement (SPUBLISH when sharded) of the server it goes to.
-func (r releaseReq) args(retention string, sharded bool) releaseArgs {
-	return releaseArgs{
-		keys: r.keys, owner: r.owner, retention: retention, channel: r.channel,
-		all: r.all, sharded: sharded, floor: r.floor, leave: r.leave, record: r.record,
+func (r releaseReq) args(retention string, sharded bool) protocol.ReleaseArgs {
+	return protocol.ReleaseArgs{
+		Keys: r.keys, Owner: r.owner, Retention: retention, Channel: r.channel,
+		All: r.all, Sharded: sharded, Floor: r.floor, Leave: r.leave, Record: r.record,
 	}
 }
 
-func (s *oneServer) release(ctx context.Context, r releaseReq) (released, error) {
+func (s *oneServer) release(ctx context.Context, r releaseReq) (protocol.Released, error) {
 	if s.batch != nil && r.shared == nil { // a read-write lock's or semaphore's goes alone (shared.lua)
 		return s.batch.release(ctx, r)
 	}
-	return evalRead(ctx, s.cn, s.releaseCall(r), readRelease)
+	return evalRead(ctx, s.cn, s.releaseCall(r), protocol.ReadRelease)
 }
 
 // renewBatch is how many leases one renew.lua call extends; a call of this size keeps the
@@ -121,7 +122,7 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 	for i := range rd.releases {
 		if r := results.at(i); r.Err != nil {
 			res.relErrs[i] = r.Err
-		} else if _, err := readRelease(r.Ints); err != nil {
+		} else if _, err := protocol.ReadRelease(r.Ints); err != nil {
 			res.relErrs[i] = err
 		}
 	}
@@ -161,9 +162,9 @@ func (s *oneServer) leaseCalls(leases []renewal) ([]conn.Call, [][]int) {
 			keys[k], owners[k], ttls[k] = leases[idx].key, leases[idx].owner, leases[idx].ttl
 		}
 		if leases[ch[0]].shared {
-			calls = append(calls, sharedRenewCall(keys, owners, ttls))
+			calls = append(calls, protocol.SharedRenewCall(keys, owners, ttls))
 		} else {
-			calls = append(calls, renewCall(keys, owners, ttls))
+			calls = append(calls, protocol.RenewCall(keys, owners, ttls))
 		}
 	}
 	return calls, chunks
@@ -185,7 +186,7 @@ func (s *oneServer) entryCalls(entries []queued) ([]conn.Call, [][]int) {
 			e := entries[idx]
 			keys[k], ids[k], windows[k], waiting[k], watch[k] = e.key, e.id, e.window, e.waiting, e.watch
 		}
-		calls = append(calls, queueCall(keys, ids, windows, waiting, watch))
+		calls = append(calls, protocol.QueueCall(keys, ids, windows, waiting, watch))
 	}
 	return calls, chunks
 }
@@ -212,7 +213,7 @@ func readLeases(leases []renewal, chunks [][]int, results roundReplies, from, ac
 		oks, err := r.Ints, r.Err
 		var flags []bool
 		if err == nil {
-			flags, err = readRenew(oks, len(ch))
+			flags, err = protocol.ReadRenew(oks, len(ch))
 		}
 		for k, idx := range ch {
 			switch {
@@ -222,7 +223,7 @@ func readLeases(leases []renewal, chunks [][]int, results roundReplies, from, ac
 				out[idx].err = errNotAcked // renewed on the master only: try again
 			default:
 				out[idx].ok = flags[k]
-				out[idx].released = oks[k] == renewReleased
+				out[idx].released = oks[k] == protocol.RenewReleased
 			}
 		}
 	}
@@ -239,7 +240,7 @@ func readEntries(n int, chunks [][]int, results roundReplies, from int) []renewe
 		var left []time.Duration
 		err := r.Err
 		if err == nil {
-			flags, left, err = readQueue(r.Ints, len(ch))
+			flags, left, err = protocol.ReadQueue(r.Ints, len(ch))
 		}
 		for k, idx := range ch {
 			if err != nil {
@@ -318,16 +319,16 @@ func (s *oneServer) evalAny(ctx context.Context, sc *conn.Script, keys []string,
 }
 
 func (s *oneServer) pttl(ctx context.Context, keys []string, owner string) (time.Duration, bool, error) {
-	c := pttlCall(keys, owner)
+	c := protocol.PTTLCall(keys, owner)
 	r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
 	if err != nil {
 		return 0, false, err
 	}
-	return readPTTL(r)
+	return protocol.ReadPTTL(r)
 }
 
-func (s *oneServer) handover(ctx context.Context, h handoverArgs) (handedOver, error) {
-	return evalRead(ctx, s.cn, h.call(), readHandover)
+func (s *oneServer) handover(ctx context.Context, h protocol.HandoverArgs) (protocol.HandedOver, error) {
+	return evalRead(ctx, s.cn, h.Call(), protocol.ReadHandover)
 }
 
 func (s *oneServer) listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
@@ -336,14 +337,14 @@ func (s *oneServer) listen(ctx context.Context, h conn.Handler) (conn.Listener, 
 
 // inspect runs inspect.lua on the locks whose keys are given (with their queues).
 func (s *oneServer) inspect(ctx context.Context, keys []string) (any, error) {
-	return evalStrings(ctx, s.cn, scriptInspect, inspectKeys(keys))
+	return evalStrings(ctx, s.cn, protocol.ScriptInspect, inspectKeys(keys))
 }
 
 // inspectKeys gives each lock key with its queue keys, as inspect.lua takes them.
 func inspectKeys(keys []string) []string {
 	out := make([]string, 0, 3*len(keys))
 	for _, k := range keys {
-		q, w := queueKeys(k)
+		q, w := protocol.QueueKeys(k)
 		out = append(out, k, q, w)
 	}
 	return out
@@ -357,8 +358,8 @@ func (s *oneServer) forceUnlock(ctx context.Context, key, channel string) (any, 
 	if s.cluster {
 		args = append(args, "s")
 	}
-	q, _ := queueKeys(key)
-	return evalStrings(ctx, s.cn, scriptForceUnlock, []string{key, q}, args...)
+	q, _ := protocol.QueueKeys(key)
+	return evalStrings(ctx, s.cn, protocol.ScriptForceUnlock, []string{key, q}, args...)
 }
 
 func (s *oneServer) scan(ctx context.Context, cursor, pattern string) (any, error) {
@@ -393,23 +394,6 @@ func evalRead[T any](ctx context.Context, cn conn.Conn, c conn.Call, read func([
 	return read(r)
 }
 
-// pubArg is the scripts' announcement argument: "s" for SPUBLISH (Redis Cluster, sharded
-// pub/sub), "p" for PUBLISH.
-func pubArg(sharded bool) string {
-	if sharded {
-		return "s"
-	}
-	return "p"
-}
-
-// flagArg is a script's yes-or-no argument: "1" or "0".
-func flagArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
 // evalStrings runs s through Conn.Command, so that its reply may hold strings: by SHA, and
 // with the source when the server does not have the script cached.
 func evalStrings(ctx context.Context, cn conn.Conn, s *conn.Script, keys []string, args ...string) (any, error) {
@@ -426,7 +410,7 @@ func evalStrings(ctx context.Context, cn conn.Conn, s *conn.Script, keys []strin
 }
 
 func (s *oneServer) probe(ctx context.Context, keys []string, channel string) ([]string, string, error) {
-	reply, err := evalStrings(ctx, s.cn, scriptProbe, keys, channel, pubArg(s.cluster))
+	reply, err := evalStrings(ctx, s.cn, protocol.ScriptProbe, keys, channel, protocol.PubArg(s.cluster))
 	return probeDenied(reply), s.cn.Addr(), err
 }
 

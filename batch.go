@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Batching: a client's concurrent acquisitions and releases on one server (standalone or
@@ -77,8 +78,8 @@ type pending struct {
 	ctx   context.Context // the caller's: its values go with the batch (callersCtx)
 }
 
-// batched is a call waiting in a batch: its input (acquireArgs or releaseReq) and, once done,
-// its result.
+// batched is a call waiting in a batch: its input (protocol.AcquireArgs or releaseReq) and,
+// once done, its result.
 type batched[In, Out any] struct {
 	pending
 	in  In
@@ -86,8 +87,8 @@ type batched[In, Out any] struct {
 }
 
 type (
-	batchedAcquire = batched[acquireArgs, acquired]
-	batchedRelease = batched[releaseReq, released]
+	batchedAcquire = batched[protocol.AcquireArgs, protocol.Acquired]
+	batchedRelease = batched[releaseReq, protocol.Released]
 )
 
 func newBatcher(cn conn.Conn, retention string) *batcher {
@@ -97,15 +98,15 @@ func newBatcher(cn conn.Conn, retention string) *batcher {
 
 // batchable reports whether a can go in a batch: the batch form takes the server's time as a
 // queue entry's place (no place of its own) and derives the other keys from the lock key.
-func batchable(a acquireArgs) bool { return a.place == "" && a.queuedLate == nil }
+func batchable(a protocol.AcquireArgs) bool { return a.Place == "" && a.QueuedLate == nil }
 
 // acquire runs acquire.lua for a: alone, or in the next batch.
-func (b *batcher) acquire(ctx context.Context, a acquireArgs) (acquired, error) {
+func (b *batcher) acquire(ctx context.Context, a protocol.AcquireArgs) (protocol.Acquired, error) {
 	return submit(ctx, b, a, &b.acqs, (*batcher).acquireAlone)
 }
 
 // release runs release.lua for r: alone, or in the next batch.
-func (b *batcher) release(ctx context.Context, r releaseReq) (released, error) {
+func (b *batcher) release(ctx context.Context, r releaseReq) (protocol.Released, error) {
 	return submit(ctx, b, r, &b.rels, (*batcher).releaseAlone)
 }
 
@@ -320,19 +321,19 @@ func live[P interface{ sent() bool }](ps []P) []P {
 // sent marks the call sent, unless its caller gave up first.
 func (p *pending) sent() bool { return p.state.CompareAndSwap(pendQueued, pendSent) }
 
-func (b *batcher) acquireAlone(ctx context.Context, a acquireArgs) (acquired, error) {
-	return evalRead(ctx, b.cn, a.call(), readAcquire)
+func (b *batcher) acquireAlone(ctx context.Context, a protocol.AcquireArgs) (protocol.Acquired, error) {
+	return evalRead(ctx, b.cn, a.Call(), protocol.ReadAcquire)
 }
 
-func (b *batcher) releaseAlone(ctx context.Context, r releaseReq) (released, error) {
-	return evalRead(ctx, b.cn, r.args(b.retention, false).call(), readRelease)
+func (b *batcher) releaseAlone(ctx context.Context, r releaseReq) (protocol.Released, error) {
+	return evalRead(ctx, b.cn, r.args(b.retention, false).Call(), protocol.ReadRelease)
 }
 
 // acquireBatchCall builds the call of a batch of acquisitions: acquire.lua's batch form (one
 // lock: its one-lock form), locks with the same settings in one group.
 func acquireBatchCall(ps []*batchedAcquire) conn.Call {
 	if len(ps) == 1 {
-		return ps[0].in.call()
+		return ps[0].in.Call()
 	}
 	type group struct {
 		head []string // lease, description, mode, "p", window, least, greatest
@@ -341,17 +342,17 @@ func acquireBatchCall(ps []*batchedAcquire) conn.Call {
 	var groups []*group
 	for _, p := range ps {
 		a := &p.in
-		mode := a.mode()
+		mode := a.Mode()
 		var g *group
 		for _, x := range groups {
 			h := x.head
-			if h[0] == a.ttl && h[1] == a.meta && h[2] == mode && h[4] == a.window && h[5] == a.adaptLo && h[6] == a.adaptHi {
+			if h[0] == a.TTL && h[1] == a.Meta && h[2] == mode && h[4] == a.Window && h[5] == a.AdaptLo && h[6] == a.AdaptHi {
 				g = x
 				break
 			}
 		}
 		if g == nil {
-			g = &group{head: []string{a.ttl, a.meta, mode, "p", a.window, a.adaptLo, a.adaptHi}}
+			g = &group{head: []string{a.TTL, a.Meta, mode, "p", a.Window, a.AdaptLo, a.AdaptHi}}
 			groups = append(groups, g)
 		}
 		g.ps = append(g.ps, p)
@@ -365,12 +366,12 @@ func acquireBatchCall(ps []*batchedAcquire) conn.Call {
 		args = append(args, g.head...)
 		args = append(args, strconv.Itoa(len(g.ps)))
 		for _, p := range g.ps {
-			keys = append(keys, p.in.keys[0])
-			args = append(args, p.in.owner, p.in.client)
+			keys = append(keys, p.in.Keys[0])
+			args = append(args, p.in.Owner, p.in.Client)
 			ps = append(ps, p)
 		}
 	}
-	return conn.Call{Script: scriptAcquire, Keys: keys, Args: args}
+	return conn.Call{Script: protocol.ScriptAcquire, Keys: keys, Args: args}
 }
 
 // releaseBatchCall builds the call of a batch of releases: release.lua's batch form (one
@@ -378,7 +379,7 @@ func acquireBatchCall(ps []*batchedAcquire) conn.Call {
 // the order of the reply.
 func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 	if len(ps) == 1 {
-		return ps[0].in.args(b.retention, false).call()
+		return ps[0].in.args(b.retention, false).Call()
 	}
 	type group struct {
 		all    bool
@@ -405,14 +406,14 @@ func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 	args = append(args, "", b.retention)
 	ps = ps[:0]
 	for _, g := range groups {
-		args = append(args, flagArg(g.all), "p", g.record, strconv.Itoa(len(g.ps)))
+		args = append(args, protocol.FlagArg(g.all), "p", g.record, strconv.Itoa(len(g.ps)))
 		for _, p := range g.ps {
 			keys = append(keys, p.in.keys[0])
 			args = append(args, p.in.owner, strconv.FormatUint(p.in.floor, 10), p.in.leave)
 			ps = append(ps, p)
 		}
 	}
-	return conn.Call{Script: scriptRelease, Keys: keys, Args: args}
+	return conn.Call{Script: protocol.ScriptRelease, Keys: keys, Args: args}
 }
 
 // batchAnswer is one lock's answer in a batch.
@@ -424,28 +425,28 @@ type batchAnswer[Out any] struct {
 
 // readAcquireBatch reads the reply to acquireBatchCall for n locks: four integers a lock, the
 // first -1 when doing the lock raised an error, the last 0 when the lease is the one asked for.
-func readAcquireBatch(r conn.Result, n int) ([]batchAnswer[acquired], error) {
-	return readBatch(r, n, "acquire.lua", 4, readAcquire, func(x []int64) batchAnswer[acquired] {
+func readAcquireBatch(r conn.Result, n int) ([]batchAnswer[protocol.Acquired], error) {
+	return readBatch(r, n, "acquire.lua", 4, protocol.ReadAcquire, func(x []int64) batchAnswer[protocol.Acquired] {
 		if x[0] == -1 {
-			return batchAnswer[acquired]{failed: true}
+			return batchAnswer[protocol.Acquired]{failed: true}
 		}
 		if x[3] == 0 {
 			x = x[:3]
 		}
-		res, err := readAcquire(x)
-		return batchAnswer[acquired]{res: res, err: err}
+		res, err := protocol.ReadAcquire(x)
+		return batchAnswer[protocol.Acquired]{res: res, err: err}
 	})
 }
 
 // readReleaseBatch reads the reply to releaseBatchCall for n locks: an integer a lock, -2 when
 // doing the lock raised an error.
-func readReleaseBatch(r conn.Result, n int) ([]batchAnswer[released], error) {
-	return readBatch(r, n, "release.lua", 1, readRelease, func(x []int64) batchAnswer[released] {
+func readReleaseBatch(r conn.Result, n int) ([]batchAnswer[protocol.Released], error) {
+	return readBatch(r, n, "release.lua", 1, protocol.ReadRelease, func(x []int64) batchAnswer[protocol.Released] {
 		if x[0] == -2 {
-			return batchAnswer[released]{failed: true}
+			return batchAnswer[protocol.Released]{failed: true}
 		}
-		res, err := readRelease(x)
-		return batchAnswer[released]{res: res, err: err}
+		res, err := protocol.ReadRelease(x)
+		return batchAnswer[protocol.Released]{res: res, err: err}
 	})
 }
 

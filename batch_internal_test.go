@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/goredisconn"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -263,7 +264,7 @@ func TestBatch_EachLockItsOwnAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			doT(t, s, "HSET", lockKey(DefaultPrefix, name("hash")), "f", "v")
+			doT(t, s, "HSET", protocol.LockKey(DefaultPrefix, name("hash")), "f", "v")
 
 			var (
 				free, inner, twiceA, twiceB, queued                        *Lease
@@ -304,7 +305,7 @@ func TestBatch_EachLockItsOwnAnswer(t *testing.T) {
 			if errHash == nil || !strings.Contains(errHash.Error(), "WRONGTYPE") {
 				t.Fatalf("a key of another type: %v, want WRONGTYPE", errHash)
 			}
-			if doT(t, s, "ZCARD", lockKey(DefaultPrefix, name("waited"))+":q") != "1" {
+			if doT(t, s, "ZCARD", protocol.LockKey(DefaultPrefix, name("waited"))+":q") != "1" {
 				t.Fatalf("the waiting Lock is not queued on the server")
 			}
 
@@ -317,7 +318,7 @@ func TestBatch_EachLockItsOwnAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			doT(t, s, "SET", lockKey(DefaultPrefix, name("lost")), "someone-else 1 1 {}", "PX", "60000")
+			doT(t, s, "SET", protocol.LockKey(DefaultPrefix, name("lost")), "someone-else 1 1 {}", "PX", "60000")
 			var errRelFree, errRelInner, errRelLost, errRelHeld error
 			b1, err := c.Mutex(name("blocker3")).TryLock(ctx)
 			if err != nil {
@@ -363,17 +364,17 @@ func TestBatch_EachLockItsOwnAnswer(t *testing.T) {
 // lockValueOf splits the value of the lock called name: owner, token, holds, description.
 func lockValueOf(t *testing.T, s *redistest.Server, name string) []string {
 	t.Helper()
-	return strings.SplitN(doT(t, s, "GET", lockKey(DefaultPrefix, name)), " ", 4)
+	return strings.SplitN(doT(t, s, "GET", protocol.LockKey(DefaultPrefix, name)), " ", 4)
 }
 
 // acquire.lua with mode "r" never takes a free lock, also when the key is gone altogether (a
 // lease whose key expired must not get a new lock under its old owner).
 func TestAcquireScript_ReenterOnlyNeverTakesAFreeLock(t *testing.T) {
 	s := redistest.Start(t)
-	key := lockKey(DefaultPrefix, t.Name())
-	a := acquireArgs{keys: []string{key, key + ":q", key + ":w"}, owner: "owner:1", ttl: "10000", meta: "{}", reenterOnly: true}
-	c := a.call()
-	args := append([]string{"EVAL", scriptAcquire.Src, "3"}, c.Keys...)
+	key := protocol.LockKey(DefaultPrefix, t.Name())
+	a := protocol.AcquireArgs{Keys: []string{key, key + ":q", key + ":w"}, Owner: "owner:1", TTL: "10000", Meta: "{}", ReenterOnly: true}
+	c := a.Call()
+	args := append([]string{"EVAL", protocol.ScriptAcquire.Src, "3"}, c.Keys...)
 	out := doT(t, s, append(args, c.Args...)...)
 	if !strings.Contains(out, "-2") {
 		t.Fatalf("re-entry of a missing key: %q, want {0, -2, 0}", out)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/rueidisconn"
 )
 
@@ -195,8 +196,8 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	e.renewer.lockEnds = e.waits.lockEnds
 	e.renewer.waiting = e.waits.entryWaiters
 	e.sharedWaits = newSharedWaits(e)
-	o.ttlMS, o.ttlMSFor = ms(o.ttl), o.ttl
-	c := &Client{e: e, opts: o, meta: holderMeta(o.label), retentionArg: ms(o.retention)}
+	o.ttlMS, o.ttlMSFor = protocol.Millis(o.ttl), o.ttl
+	c := &Client{e: e, opts: o, meta: holderMeta(o.label), retentionArg: protocol.Millis(o.retention)}
 	c.bg.Add(2)
 	go func() { defer c.bg.Done(); e.renewer.run() }()
 	go func() { defer c.bg.Done(); e.notices.run() }()
@@ -428,9 +429,9 @@ func replicasShort(ctx context.Context, b backend, n int) error {
 func probe(ctx context.Context, b backend, prefix string) error {
 	var nonce [6]byte
 	rand.Read(nonce[:])
-	key := lockKey(prefix, "dlock-probe:"+hex.EncodeToString(nonce[:]))
-	q, w := queueKeys(key)
-	denied, addr, err := b.probe(ctx, []string{key, q, w}, releaseChannel(key))
+	key := protocol.LockKey(prefix, "dlock-probe:"+hex.EncodeToString(nonce[:]))
+	q, w := protocol.QueueKeys(key)
+	denied, addr, err := b.probe(ctx, []string{key, q, w}, protocol.ReleaseChannel(key))
 	switch {
 	case len(denied) > 0:
 		return fmt.Errorf("%w: server %s refuses this user the commands %s that dlock's scripts run: add +%s to its ACL rule (docs/SECURITY.md)",

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/slot"
 )
 
@@ -18,8 +19,6 @@ import (
 //
 // The token is an argument, not a lease: it may come from Lease.Token, from TokenFromContext
 // inside Do, or from another process (dlock run passes DLOCK_TOKEN to its command).
-
-var scriptFenced = mustScript("fenced.lua")
 
 // fenceSuffix ends the name of a key's fence (fenceKey).
 const fenceSuffix = ":dlock-fence"
@@ -81,7 +80,7 @@ func (c *Client) FencedSet(ctx context.Context, key, value string, token uint64,
 	if ttl < 0 || (ttl > 0 && ttl < time.Millisecond) {
 		return fmt.Errorf("%w: fenced set %q: ttl %v: give 0 (no expiry) or at least 1ms", ErrInvalid, key, ttl)
 	}
-	_, err := c.fencedInts(ctx, "set", "s", key, token, value, ms(ttl))
+	_, err := c.fencedInts(ctx, "set", "s", key, token, value, protocol.Millis(ttl))
 	return err
 }
 
@@ -176,7 +175,7 @@ func (c *Client) fencedCall(op, letter, key string, token uint64, args []string)
 	kv := make([]string, 0, 5+len(args))
 	kv = append(kv, key, fk, letter, strconv.FormatUint(token, 10), c.retentionArg)
 	kv = append(kv, args...)
-	return conn.Call{Script: scriptFenced, Keys: kv[:2:2], Args: kv[2:]}, nil
+	return conn.Call{Script: protocol.ScriptFenced, Keys: kv[:2:2], Args: kv[2:]}, nil
 }
 
 // fencedInts runs a fenced operation whose reply is integers: {1, n} (or {1}) accepted,

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // DefaultLatchTTL is a latch's life when no WithTTL option is given to Client.Latch.
@@ -78,13 +80,13 @@ func (c *Client) Latch(name string, count int, opts ...Option) *Latch {
 		l.ttl = DefaultLatchTTL
 	}
 	l.key = latchKey(c.opts.prefix, name)
-	l.channel = releaseChannel(l.key)
+	l.channel = protocol.ReleaseChannel(l.key)
 	return l
 }
 
 // latchKey returns the key of the latch called name under prefix: the lock key's form (the
 // name is the Cluster hash tag) with ":latch" after it, so that it is never a lock's key.
-func latchKey(prefix, name string) string { return lockKey(prefix, name) + ":latch" }
+func latchKey(prefix, name string) string { return protocol.LockKey(prefix, name) + ":latch" }
 
 // Name returns the latch name.
 func (l *Latch) Name() string {
@@ -222,7 +224,7 @@ func (l *Latch) Inspect(ctx context.Context) (LatchInfo, error) {
 		return info, err
 	}
 	mb := l.e.traits.multi
-	st, err := mb.latch(ctx, latchArgs{key: l.key, op: 's', ttl: ms(l.ttl), channel: l.channel})
+	st, err := mb.latch(ctx, latchArgs{key: l.key, op: 's', ttl: protocol.Millis(l.ttl), channel: l.channel})
 	if err != nil {
 		return info, l.callErr(ctx, "inspect", err)
 	}
@@ -250,7 +252,7 @@ func (l *Latch) usable(ctx context.Context) error {
 
 func (l *Latch) call(ctx context.Context, op byte, id string) (latchState, error) {
 	mb := l.e.traits.multi // Latch checked it
-	return mb.latch(ctx, latchArgs{key: l.key, op: op, count: l.count, ttl: ms(l.ttl), channel: l.channel, id: id})
+	return mb.latch(ctx, latchArgs{key: l.key, op: op, count: l.count, ttl: protocol.Millis(l.ttl), channel: l.channel, id: id})
 }
 
 func (l *Latch) callErr(ctx context.Context, op string, err error) error {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // epoch anchors the monotonic clock readings kept as int64 nanoseconds in leases.
@@ -240,7 +242,7 @@ func (e *engine) leavingQueue(st *leaseState, req releaseReq) releaseReq {
 // afterRelease ends st once the release of its last hold, req, answered res or err, and returns
 // the error for its Unlock. A release that failed on the network is retried in the background
 // until it succeeds or the lease would have run out anyway.
-func (e *engine) afterRelease(st *leaseState, req releaseReq, res released, err error) error {
+func (e *engine) afterRelease(st *leaseState, req releaseReq, res protocol.Released, err error) error {
 	switch {
 	case err != nil && !refused(err):
 		st.mu.Lock()
@@ -254,7 +256,7 @@ func (e *engine) afterRelease(st *leaseState, req releaseReq, res released, err 
 	case err != nil:
 		st.end(endReleased, nil)
 		return e.redisErr("unlock "+strconv.Quote(st.spec.name), err)
-	case !res.owned:
+	case !res.Owned:
 		st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
 		return st.lostAtUnlock()
 	}
@@ -311,7 +313,7 @@ func (st *leaseState) releaseReq(all bool) releaseReq {
 }
 
 // renewal is st's renewal to ttl in a round.
-func (st *leaseState) renewal(ttl time.Duration) renewal { return st.renewalTo(ms(ttl)) }
+func (st *leaseState) renewal(ttl time.Duration) renewal { return st.renewalTo(protocol.Millis(ttl)) }
 
 // renewalTo is st's renewal to ttl ms (as the scripts take it) in a round.
 func (st *leaseState) renewalTo(ttl string) renewal {
@@ -323,11 +325,11 @@ func (st *leaseState) pttl(ctx context.Context) (time.Duration, bool, error) {
 	if st.spec.shared == nil {
 		return st.e.b.pttl(ctx, st.spec.keys, st.owner)
 	}
-	r, _, err := st.e.b.run(ctx, sharedPTTLCall(st.spec.keys, st.owner), replicaAck{})
+	r, _, err := st.e.b.run(ctx, protocol.SharedPTTLCall(st.spec.keys, st.owner), replicaAck{})
 	if err != nil {
 		return 0, false, err
 	}
-	return readPTTL(r)
+	return protocol.ReadPTTL(r)
 }
 
 // leaseCtx is the context of a lease: cancelled when the lease ends. Err and Value check the
@@ -602,13 +604,13 @@ func (st *leaseState) dropHold() (last bool, state int32) {
 
 // afterInnerRelease returns the error for the Unlock of an inner hold, or of a lease already
 // lost (state), once its release answered res or err.
-func (st *leaseState) afterInnerRelease(state int32, res released, err error) error {
+func (st *leaseState) afterInnerRelease(state int32, res protocol.Released, err error) error {
 	switch {
 	case state == stateLost:
 		return st.lostAtUnlock() // whatever the server said: the loss is what the caller must know
 	case err != nil:
 		return st.e.redisErr("unlock "+strconv.Quote(st.spec.name), err)
-	case !res.owned:
+	case !res.Owned:
 		st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
 		return st.lostAtUnlock()
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // multiLease is the state of a Lease that holds several locks (MultiMutex): one hold per name,
@@ -223,7 +225,7 @@ func (m *multiLease) extend(ctx context.Context, l *Lease, ttl time.Duration) er
 	rd := round{leases: make([]renewal, len(m.members))}
 	for i, mb := range m.members {
 		st := mb.st
-		rd.leases[i] = renewal{key: st.spec.key, owner: st.owner, ttl: ms(ttl), ack: st.spec.ack}
+		rd.leases[i] = renewal{key: st.spec.key, owner: st.owner, ttl: protocol.Millis(ttl), ack: st.spec.ack}
 	}
 	sent := mono()
 	outs := m.e.b.renew(ctx, rd).leases
@@ -325,11 +327,11 @@ func (e *engine) letGoAll(ctx context.Context, sts []*leaseState) []error {
 }
 
 // releaseMany runs the releases in one pipeline where the deployment can, else in parallel.
-func (e *engine) releaseMany(ctx context.Context, reqs []releaseReq) ([]released, []error) {
+func (e *engine) releaseMany(ctx context.Context, reqs []releaseReq) ([]protocol.Released, []error) {
 	if mb := e.traits.multi; mb != nil {
 		return mb.releaseMany(ctx, reqs)
 	}
-	out, errs := make([]released, len(reqs)), make([]error, len(reqs))
+	out, errs := make([]protocol.Released, len(reqs)), make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
 		wg.Go(func() { out[i], errs[i] = e.b.release(ctx, r) })

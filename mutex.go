@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Mutex is a handle on one named lock. It is cheap to make (no I/O) and safe for concurrent
@@ -25,7 +27,7 @@ type Mutex struct {
 // lease and the holder description it stores. Leases and waiters point to it.
 type lockSpec struct {
 	name    string
-	key     string   // lockKey: the name is the cluster hash tag
+	key     string   // protocol.LockKey: the name is the cluster hash tag
 	keys    []string // key and its queue keys, for script calls
 	keyArr  [3]string
 	channel string // where releases are announced to listeners other than waiting clients
@@ -35,10 +37,10 @@ type lockSpec struct {
 	renew   bool
 	meta    string
 	ack     replicaAck
-	wait    time.Duration // WithWait: how long Lock waits; negative: as long as its context allows
-	shared  *sharedSpec   // a read-write lock's or semaphore's hold (shared.go); nil for a Mutex
-	adapt   *adaptiveLock // WithAdaptiveTTL (adaptive.go; ttl is then its greatest lease); nil: a fixed lease
-	slice   time.Duration // WithTurnSlice (slice.go); 0: released at every Unlock
+	wait    time.Duration        // WithWait: how long Lock waits; negative: as long as its context allows
+	shared  *protocol.SharedSpec // a read-write lock's or semaphore's hold (shared.go); nil for a Mutex
+	adapt   *adaptiveLock        // WithAdaptiveTTL (adaptive.go; ttl is then its greatest lease); nil: a fixed lease
+	slice   time.Duration        // WithTurnSlice (slice.go); 0: released at every Unlock
 }
 
 // Mutex returns a handle on the lock called name. Options override the client's defaults for
@@ -67,7 +69,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	if err := checkName(name); err != nil {
 		m.err = err
 	}
-	key, qkey, wkey, channel, grants := lockNames(o.prefix, name, c.e.clientID)
+	key, qkey, wkey, channel, grants := protocol.LockNames(o.prefix, name, c.e.clientID)
 	m.own = lockSpec{
 		name: name, key: key, keyArr: [3]string{key, qkey, wkey}, channel: channel, grants: grants,
 		ttl: o.ttl, ttlArg: o.ttlArg(), renew: o.renew, meta: c.meta,
@@ -279,18 +281,18 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 	if err := e.guard.refusal(ctx); err != nil {
 		return nil, holder{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
 	}
-	a := acquireArgs{keys: spec.keys, owner: "", ttl: spec.ttlArg, meta: spec.meta, channel: spec.channel, client: ""}
-	a.adaptLo, a.adaptHi = spec.adapt.args()
+	a := protocol.AcquireArgs{Keys: spec.keys, Owner: "", TTL: spec.ttlArg, Meta: spec.meta, Channel: spec.channel, Client: ""}
+	a.AdaptLo, a.AdaptHi = spec.adapt.args()
 	var sent int64
 	if reg != nil {
-		a.owner, a.queue, a.client, a.window, a.place = reg.owner, true, reg.id, reg.winArg, reg.place
+		a.Owner, a.Queue, a.Client, a.Window, a.Place = reg.owner, true, reg.id, reg.winArg, reg.place
 		if e.traits.servers > 1 {
-			a.queuedLate = func(server int, token uint64) { e.registeredLate(reg, sent, server, token) }
+			a.QueuedLate = func(server int, token uint64) { e.registeredLate(reg, sent, server, token) }
 		}
 	} else {
-		a.owner = e.newOwner()
+		a.Owner = e.newOwner()
 	}
-	owner := a.owner
+	owner := a.Owner
 	sent = mono()
 	res, acked, err := e.b.acquire(ctx, a, spec.ack)
 	if err != nil {
@@ -308,35 +310,35 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		}
 		return nil, holder{}, e.redisErr("lock "+strconv.Quote(spec.name), err)
 	}
-	if !res.ok {
+	if !res.OK {
 		if reg != nil {
-			if res.dirty {
+			if res.Dirty {
 				e.dropRegistration(reg) // its owner may be released late on some server: never reuse it
 			} else {
-				mask, tokens := res.queuedOn, res.tokensOn
+				mask, tokens := res.QueuedOn, res.TokensOn
 				if e.traits.servers == 1 {
-					mask, tokens = 1, []uint64{res.token}
+					mask, tokens = 1, []uint64{res.Token}
 				}
-				if res.ttl > 0 {
-					reg.lease.Store(int64(res.ttl)) // what a grant to it is renewed to
+				if res.TTL > 0 {
+					reg.lease.Store(int64(res.TTL)) // what a grant to it is renewed to
 				}
 				e.registered(reg, sent, mask, tokens)
 			}
 		}
-		return nil, holder{pttl: res.pttl, token: res.token}, nil
+		return nil, holder{pttl: res.PTTL, token: res.Token}, nil
 	}
 	if reg != nil && !(reg.fresh && reg.state.CompareAndSwap(regNew, regDone)) && !e.claimed(reg) {
 		// Granted to reg, and the announcement got there first: the lease is on its way to
 		// the head. Wait for it.
-		return nil, holder{pttl: -1, token: res.token}, nil
+		return nil, holder{pttl: -1, token: res.Token}, nil
 	}
 	if spec.ack.n > 0 && acked < spec.ack.n {
 		return nil, holder{}, e.rollBack(ctx, spec, owner, acked)
 	}
-	st := newLeaseState(e, spec, ctx, owner, res.token, sent)
+	st := newLeaseState(e, spec, ctx, owner, res.Token, sent)
 	st.exact = e.traits.servers == 1
-	if res.ttl > 0 {
-		st.adaptTo(res.ttl, sent)
+	if res.TTL > 0 {
+		st.adaptTo(res.TTL, sent)
 	}
 	if reg != nil && e.traits.servers > 1 {
 		st.leave = reg.id
@@ -387,8 +389,8 @@ func (spec *lockSpec) releaseReq(owner string) releaseReq {
 // reenter adds a hold to st, a lease of this client on this lock found in the caller's context.
 func (e *engine) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 	return e.reentry(st, func(ttl time.Duration) (bool, error) {
-		res, _, err := e.b.acquire(ctx, acquireArgs{keys: st.spec.keys, owner: st.owner, ttl: ms(ttl), meta: st.spec.meta, reenterOnly: true}, replicaAck{})
-		return res.ok, err
+		res, _, err := e.b.acquire(ctx, protocol.AcquireArgs{Keys: st.spec.keys, Owner: st.owner, TTL: protocol.Millis(ttl), Meta: st.spec.meta, ReenterOnly: true}, replicaAck{})
+		return res.OK, err
 	})
 }
 

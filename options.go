@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 const (
@@ -82,7 +84,7 @@ func (o *options) ttlArg() string {
 	if o.ttlMS != "" && o.ttlMSFor == o.ttl {
 		return o.ttlMS
 	}
-	return ms(o.ttl)
+	return protocol.Millis(o.ttl)
 }
 
 func defaultOptions() options {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // renewer is the one renewal loop of a Client. Held leases wait in a heap ordered by the moment
@@ -613,7 +615,7 @@ func (r *renewer) refreshed(regs []*registration, outs []renewed, sentAt int64) 
 				mask = 1
 			}
 			reg.refreshedOn(mask, sentAt)
-			if out.lockLeft != lockLeftUnknown && r.lockEnds != nil {
+			if out.lockLeft != protocol.LockLeftUnknown && r.lockEnds != nil {
 				// Counted from the send time: never later than the server's end of it.
 				r.lockEnds(reg, sentAt+int64(out.lockLeft))
 			}

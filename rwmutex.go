@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"fmt"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // RWMutex is a handle on one named read-write lock: many readers at once, or one writer,
@@ -25,8 +27,8 @@ type RWMutex struct {
 // ErrInvalid.
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	rw := &RWMutex{h: c.newSharedHandle(name, rwSuffix, "read-write lock", opts)}
-	rw.read = rw.h.spec(sharedRead, 1, 0)
-	rw.write = rw.h.spec(sharedWrite, rwAll, 0)
+	rw.read = rw.h.spec(protocol.SharedRead, 1, 0)
+	rw.write = rw.h.spec(protocol.SharedWrite, protocol.RWAll, 0)
 	return rw
 }
 
@@ -76,14 +78,14 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool) (*Lease, error) {
 		spec = rw.write
 	}
 	if st := heldIn(ctx, e, spec.key); st != nil {
-		held := st.spec.shared.kind
+		held := st.spec.shared.Kind
 		switch {
-		case held == sharedRead && write:
+		case held == protocol.SharedRead && write:
 			return nil, fmt.Errorf("%w: write-lock %q: the context carries a read lock of it, which cannot be upgraded (two readers upgrading would wait for each other for ever): unlock the read lock first, or take the write lock from the start",
 				ErrInvalid, rw.h.name)
 		case !sameLease(st.spec, spec):
 			return nil, fmt.Errorf("%w: re-enter %q: %s", ErrInvalid, rw.h.name, leaseDiff(st.spec, spec))
-		case held == sharedWrite && !write:
+		case held == protocol.SharedWrite && !write:
 			return e.downgrade(ctx, spec, st)
 		}
 		return e.reenterShared(ctx, st)

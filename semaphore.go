@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // MaxSemaphoreSize is the largest size a Semaphore may have.
-const MaxSemaphoreSize = rwAll
+const MaxSemaphoreSize = protocol.RWAll
 
 // Semaphore is a handle on one named counting semaphore: at most its size permits are held at
 // once, across every process. It is cheap to make (no I/O) and safe for concurrent use; each
@@ -79,7 +81,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Lease, erro
 	if n < 1 || n > MaxSemaphoreSize {
 		return nil, fmt.Errorf("%w: semaphore %q: %d permits asked for: want 1 to the size", ErrInvalid, s.h.name, n)
 	}
-	spec := s.h.spec(sharedPermits, n, s.size)
+	spec := s.h.spec(protocol.SharedPermits, n, s.size)
 	if o := s.h.e.obs; o != nil {
 		return o.lockShared(ctx, s.h.e, spec, wait)
 	}
@@ -88,10 +90,10 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Lease, erro
 
 // Permits returns how many permits of a semaphore the lease holds: 0 for a lock's lease.
 func (l *Lease) Permits() int {
-	if l == nil || l.st.spec.shared == nil || l.st.spec.shared.kind != sharedPermits {
+	if l == nil || l.st.spec.shared == nil || l.st.spec.shared.Kind != protocol.SharedPermits {
 		return 0
 	}
-	return l.st.spec.shared.units
+	return l.st.spec.shared.Units
 }
 
 // DoAcquire takes n permits of the semaphore called name, declared of size permits (the size
@@ -149,8 +151,8 @@ func (c *Client) resizeSemaphore(ctx context.Context, name string, size int) (Se
 		what = "reset the size of semaphore"
 	}
 	key := c.lockKey(name) + semSuffix
-	reply, err := c.e.b.evalAny(ctx, scriptShared, sharedKeys(key),
-		sharedResizeArgs(size, ms(c.opts.retention), releaseChannel(key), c.e.traits.sharded)...)
+	reply, err := c.e.b.evalAny(ctx, protocol.ScriptShared, protocol.SharedKeys(key),
+		protocol.SharedResizeArgs(size, protocol.Millis(c.opts.retention), protocol.ReleaseChannel(key), c.e.traits.sharded)...)
 	if err != nil {
 		return SemaphoreResize{}, c.e.redisErr(what+" "+strconv.Quote(name), err)
 	}

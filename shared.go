@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // What RWMutex (rwmutex.go) and Semaphore (semaphore.go) share: a hold of either is a lease
@@ -47,10 +49,10 @@ func (c *Client) newSharedHandle(name, suffix, what string, opts []Option) share
 		h.err = fmt.Errorf("%w: %s %q: not available in quorum mode (docs/PROTOCOL.md, \"Read-write locks and semaphores\")", ErrInvalid, what, name)
 	}
 	o.slice = 0 // a client default for Mutexes
-	key := lockKey(o.prefix, name) + suffix
+	key := protocol.LockKey(o.prefix, name) + suffix
 	h.base = lockSpec{
-		name: name, key: key, keys: sharedKeys(key), channel: releaseChannel(key),
-		ttl: o.ttl, ttlArg: ms(o.ttl), renew: o.renew, meta: c.meta,
+		name: name, key: key, keys: protocol.SharedKeys(key), channel: protocol.ReleaseChannel(key),
+		ttl: o.ttl, ttlArg: protocol.Millis(o.ttl), renew: o.renew, meta: c.meta,
 		ack: replicaAck{n: o.ackN, wait: o.ackWait}, wait: o.wait,
 	}
 	if o.label != c.opts.label {
@@ -61,9 +63,9 @@ func (c *Client) newSharedHandle(name, suffix, what string, opts []Option) share
 
 // spec returns the lockSpec of a hold of kind and units (size: the semaphore's declared size,
 // which the server stores only when it has none).
-func (h *sharedHandle) spec(kind sharedKind, units, size int) *lockSpec {
+func (h *sharedHandle) spec(kind protocol.SharedKind, units, size int) *lockSpec {
 	s := h.base
-	s.shared = &sharedSpec{kind: kind, units: units, size: size}
+	s.shared = &protocol.SharedSpec{Kind: kind, Units: units, Size: size}
 	return &s
 }
 
@@ -90,7 +92,7 @@ func (e *engine) acquireShared(ctx context.Context, spec *lockSpec, wait bool) (
 			if err != nil || st != nil {
 				return leaseOf(st), err
 			}
-			return nil, e.sharedNotAcquired(ctx, spec, res.token, 0, nil)
+			return nil, e.sharedNotAcquired(ctx, spec, res.Token, 0, nil)
 		},
 		func(wctx context.Context) (*Lease, error) {
 			st, err := e.waitShared(wctx, spec)
@@ -101,59 +103,66 @@ func (e *engine) acquireShared(ctx context.Context, spec *lockSpec, wait bool) (
 		})
 }
 
+// sharedArgs is shared.lua's acquire operation for a hold of this read-write lock or
+// semaphore, with lease (ms), announcing with SPUBLISH when sharded; the caller sets the
+// owner and the mode.
+func (s *lockSpec) sharedArgs(lease string, sharded bool) protocol.SharedAcquireArgs {
+	return protocol.SharedAcquireArgs{Keys: s.keys, Meta: s.meta, Channel: s.channel, Shared: s.shared, Lease: lease, Sharded: sharded}
+}
+
 // sharedAttempt runs shared.lua's acquire once for spec: with a new owner secret, or, with
 // w, with its registration (queueing the caller when its units do not fit). It returns the
 // lease, or the refusal (when to look again), or an error. A refusal with pending set means
 // the caller's entry was granted and the announcement got there first: the lease is on its
 // way to w.
-func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWaiter) (*leaseState, sharedAcquired, error) {
+func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWaiter) (*leaseState, protocol.SharedAcquired, error) {
 	if err := e.guard.refusal(ctx); err != nil {
-		return nil, sharedAcquired{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
+		return nil, protocol.SharedAcquired{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
 	}
-	a := sharedAcquireArgs{spec: spec, lease: spec.ttlArg, sharded: e.traits.sharded}
+	a := spec.sharedArgs(spec.ttlArg, e.traits.sharded)
 	var reg *registration
 	if w != nil {
 		reg = w.reg
-		a.owner, a.mode, a.entry, a.window, a.place = reg.owner, 'q', reg.id, reg.winArg, reg.place
+		a.Owner, a.Mode, a.Entry, a.Window, a.Place = reg.owner, 'q', reg.id, reg.winArg, reg.place
 	} else {
-		a.owner = e.newOwner()
+		a.Owner = e.newOwner()
 	}
 	sent := mono()
-	r, acked, err := e.b.run(ctx, a.call(), spec.ack)
-	var res sharedAcquired
+	r, acked, err := e.b.run(ctx, a.Call(), spec.ack)
+	var res protocol.SharedAcquired
 	if err == nil {
-		res, err = readSharedAcquire(r)
+		res, err = protocol.ReadSharedAcquire(r)
 	}
 	if err != nil {
 		// The script may have run all the same: release under this owner, as Mutex does.
 		if reg == nil || !e.unregister(reg) {
-			e.renewer.orphan(spec.releaseReq(a.owner), spec.ttl)
+			e.renewer.orphan(spec.releaseReq(a.Owner), spec.ttl)
 		}
 		if ctx.Err() != nil {
-			return nil, sharedAcquired{}, spec.ctxErr(ctx)
+			return nil, protocol.SharedAcquired{}, spec.ctxErr(ctx)
 		}
-		return nil, sharedAcquired{}, e.redisErr("lock "+strconv.Quote(spec.name), err)
+		return nil, protocol.SharedAcquired{}, e.redisErr("lock "+strconv.Quote(spec.name), err)
 	}
-	if res.size > 0 {
+	if res.Size > 0 {
 		return nil, res, fmt.Errorf("%w: semaphore %q: %d permits asked for, of a size of %d on the server: ask for fewer, or resize the semaphore",
-			ErrInvalid, spec.name, spec.shared.units, res.size)
+			ErrInvalid, spec.name, spec.shared.Units, res.Size)
 	}
-	if !res.ok {
+	if !res.OK {
 		if w != nil {
-			e.registered(w.reg, sent, 1, []uint64{res.stale})
+			e.registered(w.reg, sent, 1, []uint64{res.Stale})
 		}
 		return nil, res, nil
 	}
 	if reg != nil && !e.claimed(reg) {
-		return nil, sharedAcquired{pending: true, retry: -1}, nil
+		return nil, protocol.SharedAcquired{Pending: true, Retry: -1}, nil
 	}
 	if spec.ack.n > 0 && acked < spec.ack.n {
-		return nil, sharedAcquired{}, e.rollBack(ctx, spec, a.owner, acked)
+		return nil, protocol.SharedAcquired{}, e.rollBack(ctx, spec, a.Owner, acked)
 	}
-	st := newLeaseState(e, spec, ctx, a.owner, res.token, sent)
+	st := newLeaseState(e, spec, ctx, a.Owner, res.Token, sent)
 	if !e.renewer.add(st) {
-		e.renewer.orphan(spec.releaseReq(a.owner), spec.ttl)
-		return nil, sharedAcquired{}, ErrClosed
+		e.renewer.orphan(spec.releaseReq(a.Owner), spec.ttl)
+		return nil, protocol.SharedAcquired{}, ErrClosed
 	}
 	return st, res, nil
 }
@@ -162,12 +171,14 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 // the caller's context: same token, one more hold, as Mutex re-entry.
 func (e *engine) reenterShared(ctx context.Context, st *leaseState) (*Lease, error) {
 	return e.reentry(st, func(ttl time.Duration) (bool, error) {
-		r, _, err := e.b.run(ctx, sharedAcquireArgs{spec: st.spec, owner: st.owner, lease: ms(ttl), mode: 'r', sharded: e.traits.sharded}.call(), replicaAck{})
+		a := st.spec.sharedArgs(protocol.Millis(ttl), e.traits.sharded)
+		a.Owner, a.Mode = st.owner, 'r'
+		r, _, err := e.b.run(ctx, a.Call(), replicaAck{})
 		if err != nil {
 			return false, err
 		}
-		res, err := readSharedAcquire(r)
-		return res.ok, err
+		res, err := protocol.ReadSharedAcquire(r)
+		return res.OK, err
 	})
 }
 
@@ -179,17 +190,18 @@ func (e *engine) downgrade(ctx context.Context, spec *lockSpec, w *leaseState) (
 	}
 	owner := e.newOwner()
 	sent := mono()
-	a := sharedAcquireArgs{spec: spec, owner: owner, lease: spec.ttlArg, mode: 'd', parent: w.owner, sharded: e.traits.sharded}
-	r, acked, err := e.b.run(ctx, a.call(), spec.ack)
-	var res sharedAcquired
+	a := spec.sharedArgs(spec.ttlArg, e.traits.sharded)
+	a.Owner, a.Mode, a.Parent = owner, 'd', w.owner
+	r, acked, err := e.b.run(ctx, a.Call(), spec.ack)
+	var res protocol.SharedAcquired
 	if err == nil {
-		res, err = readSharedAcquire(r)
+		res, err = protocol.ReadSharedAcquire(r)
 	}
 	if err != nil {
 		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 		return nil, e.redisErr("read-lock "+strconv.Quote(spec.name)+" under its write lock", err)
 	}
-	if !res.ok {
+	if !res.OK {
 		w.end(endLost, w.lost("a read lock under it found the write lock no longer held by this lease"))
 		return nil, w.endedErr()
 	}
@@ -198,7 +210,7 @@ func (e *engine) downgrade(ctx context.Context, spec *lockSpec, w *leaseState) (
 		return nil, fmt.Errorf("%w: read-lock %q: %d of %d replicas acknowledged within %v; released again",
 			ErrReplicaAck, spec.name, max(acked, 0), spec.ack.n, spec.ack.wait)
 	}
-	st := newLeaseState(e, spec, ctx, owner, res.token, sent)
+	st := newLeaseState(e, spec, ctx, owner, res.Token, sent)
 	if !e.renewer.add(st) {
 		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 		return nil, ErrClosed
@@ -213,10 +225,10 @@ func (e *engine) sharedNotAcquired(ctx context.Context, spec *lockSpec, token ui
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	na := &NotAcquiredError{Name: spec.name, Waited: waited, Cause: cause}
-	reply, err := e.b.evalAny(rctx, scriptShared, spec.keys, sharedInspectArgs...)
+	reply, err := e.b.evalAny(rctx, protocol.ScriptShared, spec.keys, protocol.SharedInspectArgs...)
 	if err == nil {
-		if s, err := readSharedState(reply); err == nil {
-			na.Holder = sharedInfo(spec.name, spec.shared.kind, s)
+		if s, err := protocol.ReadSharedState(reply); err == nil {
+			na.Holder = sharedInfo(spec.name, spec.shared.Kind, s)
 			if !na.Holder.Held && na.Holder.Shared.Queued == 0 && cause != nil {
 				return fmt.Errorf("dlock: lock %q: %w", spec.name, cause) // free now: the caller's context ended the wait
 			}

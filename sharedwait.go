@@ -97,8 +97,8 @@ func (e *engine) waitShared(ctx context.Context, spec *lockSpec) (*leaseState, e
 			}
 		}
 		at := mono() + int64(spec.ttl)
-		if res.retry >= 0 {
-			at = mono() + int64(res.retry+time.Millisecond) // PTTLs are rounded down to the ms
+		if res.Retry >= 0 {
+			at = mono() + int64(res.Retry+time.Millisecond) // PTTLs are rounded down to the ms
 		}
 	wait:
 		for {

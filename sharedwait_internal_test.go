@@ -3,6 +3,8 @@ package dlock
 import (
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // A grant announced to a read-write lock's or semaphore's waiter with a token not above the
@@ -21,7 +23,10 @@ func TestSharedGrant_StaleAnnouncementAfterRequeue(t *testing.T) {
 		waiter func(*Client) *lockSpec
 	}{
 		{"semaphore", func() (*Lease, error) { return a.Semaphore("stale-sem", 1).Acquire(ctx, 1) },
-			func(c *Client) *lockSpec { s := c.Semaphore("stale-sem", 1); return s.h.spec(sharedPermits, 1, s.size) }},
+			func(c *Client) *lockSpec {
+				s := c.Semaphore("stale-sem", 1)
+				return s.h.spec(protocol.SharedPermits, 1, s.size)
+			}},
 		{"read-write", func() (*Lease, error) { return a.RWMutex("stale-rw").Lock(ctx) },
 			func(c *Client) *lockSpec { return c.RWMutex("stale-rw").read }},
 	} {
@@ -37,17 +42,17 @@ func TestSharedGrant_StaleAnnouncementAfterRequeue(t *testing.T) {
 			if err != nil || st != nil {
 				t.Fatalf("attempt beside the holder: lease %v, error %v; want queued", st, err)
 			}
-			if res.stale < held.Token()-1 {
-				t.Fatalf("attempt's stale bound %d, want at least below the holder's token %d", res.stale, held.Token())
+			if res.Stale < held.Token()-1 {
+				t.Fatalf("attempt's stale bound %d, want at least below the holder's token %d", res.Stale, held.Token())
 			}
 			e.sharedWaits.join(w)
 			defer e.sharedWaits.leave(w, true, false)
 
-			e.granted(w.reg.id, res.stale, 0, time.Second) // the lapsed grant's announcement
+			e.granted(w.reg.id, res.Stale, 0, time.Second) // the lapsed grant's announcement
 			select {
 			case st := <-w.grant:
 				st.end(endReleased, nil)
-				t.Fatalf("stale grant (token %d, attempt's bound %d) made a lease", st.token, res.stale)
+				t.Fatalf("stale grant (token %d, attempt's bound %d) made a lease", st.token, res.Stale)
 			default:
 			}
 			if got := w.reg.state.Load(); got != regQueued {
@@ -60,8 +65,8 @@ func TestSharedGrant_StaleAnnouncementAfterRequeue(t *testing.T) {
 			}
 			select {
 			case st := <-w.grant:
-				if st.token <= res.stale {
-					t.Errorf("granted token %d, want above %d", st.token, res.stale)
+				if st.token <= res.Stale {
+					t.Errorf("granted token %d, want above %d", st.token, res.Stale)
 				}
 				if err := (&Lease{st: st}).Unlock(ctx); err != nil {
 					t.Error(err)
@@ -87,7 +92,7 @@ func TestSharedGrant_LapsedWindowQueuesAgain(t *testing.T) {
 	defer held.Unlock(ctx)
 	e := b.e
 	s := b.Semaphore("lapsed-sem", 1)
-	spec := s.h.spec(sharedPermits, 1, s.size)
+	spec := s.h.spec(protocol.SharedPermits, 1, s.size)
 	w := e.newSharedWaiter(ctx, spec)
 	if st, _, err := e.sharedAttempt(ctx, spec, w); err != nil || st != nil {
 		t.Fatalf("attempt beside the holder: lease %v, error %v; want queued", st, err)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // The wait/handoff protocol, both ends. Words used for one idea each:
@@ -255,7 +257,7 @@ func (spec *lockSpec) winArg(w time.Duration) string {
 	if w == time.Second {
 		return "1000"
 	}
-	return ms(w)
+	return protocol.Millis(w)
 }
 
 // firstRegistration is the registration of a waiting caller's first attempt, which nobody else
@@ -1134,9 +1136,9 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 	}
 	owner := e.newOwner()
 	sent := mono()
-	res, err := e.b.handover(ctx, handoverArgs{
-		keys: st.spec.keys, holder: st.owner, owner: owner, ttl: next.ttlArg, meta: next.meta,
-		streak: streak, checkAt: localHandoffs, client: e.clientID, holderTk: st.token,
+	res, err := e.b.handover(ctx, protocol.HandoverArgs{
+		Keys: st.spec.keys, Holder: st.owner, Owner: owner, TTL: next.ttlArg, Meta: next.meta,
+		Streak: streak, CheckAt: localHandoffs, Client: e.clientID, HolderToken: st.token,
 	})
 	switch {
 	case err != nil:
@@ -1144,15 +1146,15 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 		qs.settle(q, w, nil, false)
 		e.renewer.orphan(next.releaseReq(owner), next.ttl)
 		return false, nil // the caller's release reports the transport error, or succeeds
-	case res.refused:
+	case res.Refused:
 		qs.settle(q, w, nil, false) // the release that follows grants it to the first client queued
 		return false, nil
-	case !res.ok:
+	case !res.OK:
 		qs.settle(q, w, nil, false)
 		st.end(endLost, st.lost("the server no longer had it for this lease at Unlock"))
 		return true, st.lostAtUnlock()
 	}
-	nst := newLeaseState(e, next, w.ctx, owner, res.token, sent)
+	nst := newLeaseState(e, next, w.ctx, owner, res.Token, sent)
 	if !e.renewer.add(nst) {
 		qs.settle(q, w, nil, false)
 		e.renewer.orphan(next.releaseReq(owner), next.ttl)

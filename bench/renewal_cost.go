@@ -55,7 +55,7 @@ var holders = []*holder{
 			return &dlockLeases{c: c, leases: make([]*dlock.Lease, n)}, nil
 		},
 		key:      func(name string) string { return dlock.DefaultPrefix + "{" + name + "}" },
-		inScript: []string{"get", "pexpire"}, // scripts/renew.lua
+		inScript: []string{"get", "pexpire"}, // internal/protocol/scripts/renew.lua
 	},
 	{
 		name: "one round trip per lease per period", baseline: true,

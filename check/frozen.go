@@ -65,8 +65,8 @@ type sharedState struct {
 
 // readShared reads the primitive whose hash is key. A holder's field is "<lease end ms>
 // <units> <holds> <token> <description>", a queue entry's "<expiry ms> <window ms> <owner>
-// <units> <description>" (scripts/shared.lua); fields past their lease end or expiry are left
-// out (the server drops them at its next call).
+// <units> <description>" (internal/protocol/scripts/shared.lua in the root module); fields past
+// their lease end or expiry are left out (the server drops them at its next call).
 func readShared(ctx context.Context, rdb *redis.Client, key string) (sharedState, error) {
 	pipe := rdb.Pipeline()
 	now := pipe.Time(ctx)

@@ -1,6 +1,8 @@
-// Package protocol holds the pure parts of dlock's wire protocol with its Lua scripts (see
-// docs/PROTOCOL.md): how announcements on the release and client channels read. Nothing here
-// talks to Redis; its tests need no server.
+// Package protocol holds the pure parts of dlock's wire protocol (see docs/PROTOCOL.md): the
+// keys and channels of a lock (keys.go), the Lua scripts and their assembly from the script
+// library (scripts.go, scripts/), each script's call and the reading of its reply (calls.go,
+// calls_shared.go), and how announcements on the release and client channels read
+// (announce.go). Nothing here talks to Redis; its tests need no server.
 package protocol
 
 import (

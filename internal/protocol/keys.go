@@ -1,4 +1,4 @@
-package dlock
+package protocol
 
 import "strings"
 
@@ -15,29 +15,29 @@ import "strings"
 // next '}' and ignores an empty one; a name starting with '}' would give an empty tag, and
 // the key and channel would then hash whole, to different slots. Such names, and those
 // starting with '{' (so that the form stays one-to-one), get one '{' in front: the tag is
-// never empty. The prefix holds no brace (WithPrefix), so the tag's '{' is the first.
+// never empty. The prefix holds no brace (dlock.WithPrefix), so the tag's '{' is the first.
 
-// lockKey returns the key of the lock called name under prefix.
-func lockKey(prefix, name string) string {
+// LockKey returns the key of the lock called name under prefix.
+func LockKey(prefix, name string) string {
 	if name != "" && (name[0] == '{' || name[0] == '}') {
 		return prefix + "{{" + name + "}"
 	}
 	return prefix + "{" + name + "}"
 }
 
-// releaseChannel returns the channel on which releases of the lock with this key are announced.
-func releaseChannel(key string) string { return key + ":rel" }
+// ReleaseChannel returns the channel on which releases of the lock with this key are announced.
+func ReleaseChannel(key string) string { return key + ":rel" }
 
-// grantChannel returns the channel on which the client with this id hears the grants and
+// GrantChannel returns the channel on which the client with this id hears the grants and
 // wake-ups meant for it about the lock with this key: a release tells the client it grants
 // the lock to, and the one queued next, not every waiting client.
-func grantChannel(key, clientID string) string { return releaseChannel(key) + ":" + clientID }
+func GrantChannel(key, clientID string) string { return ReleaseChannel(key) + ":" + clientID }
 
-// lockNames returns, for a lock name under prefix, the key, its queue keys (queueKeys), its
-// release channel (releaseChannel) and this client's grant channel (grantChannel), cut from
+// LockNames returns, for a lock name under prefix, the key, its queue keys (QueueKeys), its
+// release channel (ReleaseChannel) and this client's grant channel (GrantChannel), cut from
 // one string: a handle made for every Lock, as c.Mutex(name).Lock(ctx) does, pays one
 // allocation for them instead of five.
-func lockNames(prefix, name, clientID string) (key, queue, entries, channel, grants string) {
+func LockNames(prefix, name, clientID string) (key, queue, entries, channel, grants string) {
 	open := "{"
 	if name != "" && (name[0] == '{' || name[0] == '}') {
 		open = "{{"
@@ -63,13 +63,13 @@ func lockNames(prefix, name, clientID string) (key, queue, entries, channel, gra
 	return key, queue, entries, channel, grants
 }
 
-// queueKeys returns the keys of the lock's server-side queue: the sorted set of waiting
+// QueueKeys returns the keys of the lock's server-side queue: the sorted set of waiting
 // clients, and the hash of their entries (docs/PROTOCOL.md, "The queue").
-func queueKeys(key string) (queue, entries string) { return key + ":q", key + ":w" }
+func QueueKeys(key string) (queue, entries string) { return key + ":q", key + ":w" }
 
-// nameOfKey returns the lock name whose key under prefix is key, or false when key is not
+// NameOfKey returns the lock name whose key under prefix is key, or false when key is not
 // the key of a lock.
-func nameOfKey(prefix, key string) (string, bool) {
+func NameOfKey(prefix, key string) (string, bool) {
 	tag, ok := strings.CutPrefix(key, prefix+"{")
 	if !ok {
 		return "", false
@@ -81,7 +81,7 @@ func nameOfKey(prefix, key string) (string, bool) {
 	if tag[0] == '{' {
 		name := tag[1:]
 		if name == "" || (name[0] != '{' && name[0] != '}') {
-			return "", false // not a form lockKey makes
+			return "", false // not a form LockKey makes
 		}
 		return name, true
 	}
@@ -91,12 +91,25 @@ func nameOfKey(prefix, key string) (string, bool) {
 	return tag, true
 }
 
-// keyPattern returns a SCAN MATCH pattern for the keys of every lock whose name starts with
-// namePrefix, under prefix. It can match keys that are not lock keys; nameOfKey tells.
-func keyPattern(prefix, namePrefix string) string {
+// KeyPattern returns a SCAN MATCH pattern for the keys of every lock whose name starts with
+// namePrefix, under prefix. It can match keys that are not lock keys; NameOfKey tells.
+func KeyPattern(prefix, namePrefix string) string {
 	tag := namePrefix
 	if tag != "" && (tag[0] == '{' || tag[0] == '}') {
 		tag = "{" + tag
 	}
 	return globEscape(prefix+"{"+tag) + "*}"
+}
+
+// globEscape quotes the characters SCAN's MATCH pattern treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ { // bytewise: names are any bytes
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
