@@ -41,7 +41,8 @@ type Call struct {
 }
 
 // Result is the reply to one Call. Every dlock script replies with an integer or an array of
-// integers; an integer reply is returned as a one-element slice.
+// integers; an integer reply is returned as a one-element slice (Int makes it). dlock only
+// reads a reply: an adapter may hand out the same slice to several callers.
 type Result struct {
 	Ints []int64
 	Err  error
@@ -78,6 +79,20 @@ type Listener interface {
 	Done() <-chan error
 	// Close closes the connection and waits for the listener's goroutines to exit.
 	Close() error
+}
+
+// smallInts backs Int's slices for the integers scripts reply most (a release's holds left, a
+// refusal's -1 or -2).
+var smallInts = [...]int64{-2, -1, 0, 1, 2, 3, 4, 5, 6, 7}
+
+// Int returns an integer reply as the one-element slice a Result holds: for the common small
+// values a shared, read-only slice (capacity 1), so that the most frequent reply allocates
+// nothing; else a new one.
+func Int(v int64) []int64 {
+	if i := v + 2; i >= 0 && i < int64(len(smallInts)) {
+		return smallInts[i : i+1 : i+1]
+	}
+	return []int64{v}
 }
 
 // Conn is what dlock needs from a Redis client.

@@ -164,7 +164,7 @@ func result(cmd redis.Cmder) ([]int64, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []int64{n}, nil
+		return conn.Int(n), nil
 	case *redis.Cmd:
 		v, err := c.Result()
 		if err != nil {
@@ -197,7 +197,7 @@ func isNoScript(err error) bool {
 func ints(v any) ([]int64, error) {
 	switch x := v.(type) {
 	case int64:
-		return []int64{x}, nil
+		return conn.Int(x), nil
 	case []any:
 		out := make([]int64, len(x))
 		for i, e := range x {

@@ -475,7 +475,7 @@ func ints(resp rueidis.RedisResult) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []int64{v}, nil
+	return conn.Int(v), nil
 }
 
 // Listen takes a dedicated connection for pub/sub; on a cluster, see listenSharded.
