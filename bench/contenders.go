@@ -59,7 +59,7 @@ func newGoredis(addr string) *redis.Client {
 var contenders = []*contender{
 	{
 		name: "dlock (rueidis)", kind: kindDlock,
-		config: "`dlock.Dial` (rueidis transport, its 20 µs flush delay), `Mutex.Lock` / `Lease.Unlock`, renewal on",
+		config: "`dlock.Dial` (rueidis transport: no flush delay, a lone call written and read on the caller's goroutine over an unpipelined connection), `Mutex.Lock` / `Lease.Unlock`, renewal on",
 		open: func(ctx context.Context, addr string, ttl time.Duration) (client, error) {
 			c, err := dlock.Dial(ctx, "redis://"+addr+"/0", dlock.WithTTL(ttl))
 			if err != nil {
@@ -129,14 +129,7 @@ var contenders = []*contender{
 		name: "raw rueidis", kind: kindRaw,
 		config: "`SET NX PX` + `DEL` through rueidis with its defaults (auto-pipelining, no flush delay)",
 		open: func(ctx context.Context, addr string, ttl time.Duration) (client, error) {
-			return newRawRueidis(addr, ttl, 0)
-		},
-	},
-	{
-		name: "raw rueidis, 20 µs flush", kind: kindRaw,
-		config: "as raw rueidis, with the 20 µs `MaxFlushDelay` that `dlock.Dial` sets",
-		open: func(ctx context.Context, addr string, ttl time.Duration) (client, error) {
-			return newRawRueidis(addr, ttl, 20*time.Microsecond)
+			return newRawRueidis(addr, ttl)
 		},
 	},
 }
@@ -303,8 +296,8 @@ type rawRueidis struct {
 	ms int64
 }
 
-func newRawRueidis(addr string, ttl, flush time.Duration) (client, error) {
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, MaxFlushDelay: flush})
+func newRawRueidis(addr string, ttl time.Duration) (client, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
 		return nil, err
 	}
