@@ -29,8 +29,8 @@ func LockKey(prefix, name string) string {
 func ReleaseChannel(key string) string { return key + ":rel" }
 
 // GrantChannel returns the channel on which the client with this id hears the grants and
-// wake-ups meant for it about the lock with this key: a release tells only the client it
-// grants the lock to, not every waiting client.
+// wake-ups meant for it about the lock with this key: a release tells the client it grants the
+// lock to (and, when that client may have died, the one queued next), not every waiting client.
 func GrantChannel(key, clientID string) string { return ReleaseChannel(key) + ":" + clientID }
 
 // LockNames returns, for a lock name under prefix, the key, its queue keys (QueueKeys), its

@@ -11,7 +11,7 @@
 -- Reply      per lock: 0 released (and granted or announced), -1 not held by that owner (its
 --            entry, if given, is dropped all the same)
 -- Announcements as release.lua's: "g <token> <entry id> <window ms>" to the grantee's client
--- channel <key>:rel:<client id> (only: the clients queued behind hear at their next refresh), "<token>" for a
+-- channel <key>:rel:<client id> (and to the client queued next only as grantFirst says), "<token>" for a
 -- release that granted nothing; either also on the release channel <key>:rel when anyone may
 -- listen there (a subscriber of it, or, not on a Cluster, of any pattern). On a server out of memory the releases still work, as release.lua's do.
 -- The announcements on the release channels are sent at the end, where anyone may listen:

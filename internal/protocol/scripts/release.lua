@@ -28,9 +28,10 @@
 -- Announcements: "g <token> <entry id> <ms>" for a grant: the lock now belongs to that entry's
 -- owner until its entry would have lapsed (ms: at most the window; its client then renews it),
 -- with a new token. It goes to the
--- grantee's client channel only: the clients queued behind learn of the grant at their next
+-- grantee's client channel; the clients queued behind learn of the grant at their next
 -- entry refresh (queue.lua reports how long the lock is granted for; if the grantee never
--- renews, the grant lapses and the next of them tries). "<token>" for a release that granted
+-- renews, the grant lapses and the next of them tries), or, when the grantee's entry had less
+-- than two thirds of its window left, the client queued next is sent it too (grantFirst). "<token>" for a release that granted
 -- nothing. Either also goes to the release channel, when anyone listens
 -- there (PUBSUB NUMSUB, NUMPAT): waiting clients do not, so a busy lock costs one or two messages per
 -- release, not one per waiting client.

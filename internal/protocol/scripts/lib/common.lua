@@ -270,9 +270,12 @@ end
 -- entry would have), and the entry leaves the queue. One message tells the grantee's client,
 -- on its client channel of the release channel rel (nil for <key>:rel); the clients queued
 -- behind learn of the grant when they next refresh their entries (queue.lua reports how long
--- the lock is granted for). It returns the grant's time (ms, in decimal), its token, and the
--- announcement for the release channel, "g <token> <entry id> <ms>" (the caller sends it:
--- announce); nil when the queue holds no live entry; false, granting nothing, when the first
+-- the lock is granted for), every third of a window: in time, when the grant lasts longer than
+-- that. An entry refreshed on time has at least two thirds of its window left; one with less
+-- is of a client that may have died, whose grant may lapse before the next client's refresh:
+-- the client queued next is then told too, and tries as soon as the grant lapses. It returns
+-- the grant's time (ms, in decimal), its token, and the announcement for the release channel,
+-- "g <token> <entry id> <ms>" (the caller sends it: announce); nil when the queue holds no live entry; false, granting nothing, when the first
 -- live entry is of the client whose entry ids start with mine ("<client id>.": the caller's,
 -- which takes the lock itself).
 -- The entry leaves (ZREM, HDEL) before the lock's SET: on a server out of memory (see set) a
@@ -299,10 +302,19 @@ local function grantFirst(key, q, w, rel, pub, last, mine)
   redis.call('ZREM', q, id)
   redis.call('HDEL', w, id)
   local token, text = nextToken(last)
-  local exp, owner, meta = string.match(e, '^(%d+) %d+ (%S+) (.*)$')
-  local win = string.format('%d', math.max(tonumber(exp) - nowms, 1))
+  local exp, full, owner, meta = string.match(e, '^(%d+) (%d+) (%S+) (.*)$')
+  local left = math.max(tonumber(exp) - nowms, 1)
+  local win = string.format('%d', left)
   redis.call('SET', key, owner .. ' ' .. text .. ' 1 ' .. meta, 'PX', win)
   local msg = 'g ' .. text .. ' ' .. id .. ' ' .. win
-  publish(pub, clientChannel(rel or key .. ':rel', id), msg)
+  rel = rel or key .. ':rel'
+  local to = clientChannel(rel, id)
+  publish(pub, to, msg)
+  if 3 * left < 2 * tonumber(full) then
+    local nxt = redis.call('ZRANGE', q, 0, 0)[1]
+    if nxt and clientChannel(rel, nxt) ~= to then
+      publish(pub, clientChannel(rel, nxt), msg)
+    end
+  end
   return win, token, msg
 end
