@@ -787,15 +787,19 @@ func (a *analysis) checkRegister(linTimeout time.Duration) {
 
 // localHandoff reports whether a was a local handoff from p, the acquisition with the token
 // just below: the lock passed, inside p's Unlock, to another goroutine of p's process, which got
-// p's token + 1 without asking the server (dlock's Lease.handOver); or, where the workers take
-// turns (turns.go), p's Unlock parked it and a Lock of that process (p's goroutine's own
-// included) took it back, inside that Lock call, with p's token + 1. A token from the server is
-// not that in practice: acquire.lua keeps new tokens at least 16 past the stored one, and
-// handover.lua (run inside an Unlock too, so its grant lies there as well) gives the server's
-// TIME in µs unless the previous token is ahead of it, which 15 local handoffs in a row, each
-// a whole cycle long, never make it.
+// a token a little above p's (p's + 1, or more when a lease made in between was never held)
+// without asking the server (dlock's Lease.handOver); or, where the workers take turns
+// (turns.go), p's Unlock parked it and a Lock of that process (p's goroutine's own included)
+// took it back, inside that Lock call. A token the process made in between and nobody held
+// leaves a gap: a lock parked at the Unlock (p's + 1) and handed, at the turn's end, to a waiter
+// of the process (p's + 2); a lease handed to a waiter that had run out before it took it. So a
+// local handoff is any token of the same process within the 15 after p's. A token from the
+// server is not that in practice: acquire.lua keeps new tokens at least 16 past the stored one,
+// and handover.lua (run inside an Unlock too, so its grant lies there as well) gives the
+// server's TIME in µs unless the previous token is ahead of it, which 15 local handoffs in a
+// row, each a whole cycle long, never make it.
 func localHandoff(p, a acq) bool {
-	return a.tok == p.tok+1 && a.w.sameProcess(p.w)
+	return a.tok > p.tok && a.tok-p.tok < 16 && a.w.sameProcess(p.w)
 }
 
 // placeGrants sorts acqs by token and bounds each one's grant instant (lo, hi): a local

@@ -602,6 +602,21 @@ func TestAnalyze_LocalHandoffGrantedInsideUnlock(t *testing.T) {
 		t.Fatalf("local handoffs %d, live after next %d, unsure %d, failures %q: want 1, 0, 0, none",
 			f.LocalHandoffs, f.LiveAfterNext, f.UnsureLive, f.Failures)
 	}
+	// A token the process made in between and nobody held (a lock parked at the Unlock, then
+	// handed on at the turn's end) leaves a gap: still a local handoff, granted inside the Unlock.
+	g := newHist("pause", true)
+	g.d.clocks = []clockSample{{mono: 0, real: 0}}
+	g.acq(w0, 500, 0, 1)
+	g.chk(w0, 500, 2, true)
+	g.rmw(w0, 500, 1, 0, 3, 5, true)
+	g.chk(w0, 500, 5.9, true)
+	g.unl(w0, 500, 6, 7)
+	g.acq(w0b, 502, 0.2, 6.5) // 501 was parked and never held
+	g.chk(w0b, 502, 9, true)
+	if f := analyze(g.d, 10*time.Second); f.LocalHandoffs != 1 || f.LiveAfterNext != 0 || len(f.Failures) != 0 {
+		t.Fatalf("with a gap: local handoffs %d, live after next %d, failures %q: want 1, 0, none",
+			f.LocalHandoffs, f.LiveAfterNext, f.Failures)
+	}
 	// A check of the first holder after its Unlock returned (impossible in a worker, which
 	// stops checking once it unlocks) would be one after the handoff.
 	h.chk(w0, 500, 7.5, true)
@@ -750,9 +765,9 @@ func oomHistory() *hist {
 	for _, at := range []float64{300, 700} {
 		h.ev(w1, event{K: "acq", S: msT(at), R: msT(at + 1), Res: "err: dlock: lock \"x\" on 127.0.0.1:1: dlock: server out of memory: ...", Is: errKindOutOfMemory})
 	}
-	h.acq(w1, 30, 1310, 1320)
-	h.chk(w1, 30, 1321, true)
-	h.rmw(w1, 30, 1, 1, 1322, 1324, true)
+	h.acq(w1, 40, 1310, 1320)
+	h.chk(w1, 40, 1321, true)
+	h.rmw(w1, 40, 1, 1, 1322, 1324, true)
 	return h
 }
 
@@ -801,9 +816,9 @@ func TestAnalyze_OutOfMemory(t *testing.T) {
 	h.rmw(w0b, 11, 2, 1, 211, 213, true)
 	h.unl(w0b, 11, 220, 221)
 	h.ev(w0b, event{K: "key", S: msT(222), R: msT(223), Tok: 11})
-	h.d.events = slices.DeleteFunc(h.d.events, func(e event) bool { return e.K == "rd" && e.Tok == 30 })
-	h.d.ops = slices.DeleteFunc(h.d.ops, func(op opRecord) bool { return op.Token == 30 })
-	h.rmw(w1, 30, 1, 2, 1322, 1324, true)
+	h.d.events = slices.DeleteFunc(h.d.events, func(e event) bool { return e.K == "rd" && e.Tok == 40 })
+	h.d.ops = slices.DeleteFunc(h.d.ops, func(op opRecord) bool { return op.Token == 40 })
+	h.rmw(w1, 40, 1, 2, 1322, 1324, true)
 	f = analyze(h.d, 10*time.Second)
 	if len(f.Failures) != 0 || f.LocalHandoffs != 1 || f.OOMReleases != 2 || f.OOMPassedOn != 1 || f.OOMReleased != 1 {
 		t.Fatalf("passed on: failures %q, local handoffs %d, releases %d (passed on %d, released %d)", f.Failures, f.LocalHandoffs, f.OOMReleases, f.OOMPassedOn, f.OOMReleased)
@@ -812,13 +827,13 @@ func TestAnalyze_OutOfMemory(t *testing.T) {
 	// An Unlock that fails under OOM, a grant by the server and an OOM refusal that does not
 	// wrap ErrOutOfMemory.
 	h = oomHistory()
-	h.unl(w1, 20, 500, 505)
+	h.unl(w1, 27, 500, 505)
 	h.d.events[len(h.d.events)-1].Res = "dlock: unlock \"x\": OOM command not allowed when used memory > 'maxmemory'"
-	h.acq(w0, 20, 400, 420)
+	h.acq(w0, 27, 400, 420) // from the server: 16 past the process's last token, as acquire.lua makes them
 	h.ev(w1, event{K: "acq", S: msT(800), R: msT(801), Res: "err: OOM command not allowed when used memory > 'maxmemory'"})
 	f = analyze(h.d, 10*time.Second)
-	if len(f.Failures) != 3 || !strings.Contains(f.Failures[0], "1 Unlocks failed while the server was out of memory: worker 1.1 g0 token 20") ||
-		!strings.Contains(f.Failures[1], "granted the lock 1 times while out of memory, not by a release: worker 0.1 g0 token 20 at t+0.400s") ||
+	if len(f.Failures) != 3 || !strings.Contains(f.Failures[0], "1 Unlocks failed while the server was out of memory: worker 1.1 g0 token 27") ||
+		!strings.Contains(f.Failures[1], "granted the lock 1 times while out of memory, not by a release: worker 0.1 g0 token 27 at t+0.400s") ||
 		!strings.Contains(f.Failures[2], "1 acquisitions refused for memory with an error that does not wrap ErrOutOfMemory") {
 		t.Fatalf("failed Unlock, grant, unmarked refusal: failures %q", f.Failures)
 	}
