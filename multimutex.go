@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/slot"
 )
 
@@ -395,25 +396,25 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 	}
 	spec0 := specs[idx[0]]
 	owner := e.newOwner()
-	args := multiArgs{owner: owner, ttl: spec0.ttlArg, meta: spec0.meta, prefix: prefix, at: "*"}
+	args := protocol.MultiAcquireArgs{Owner: owner, TTL: spec0.ttlArg, Meta: spec0.meta, Prefix: prefix, At: "*"}
 	atPos := -1
 	for k, i := range idx {
-		args.keys = append(args.keys, specs[i].keys...)
+		args.Keys = append(args.Keys, specs[i].keys...)
 		if i == at {
 			atPos = k
-			args.at = strconv.Itoa(k + 1)
+			args.At = strconv.Itoa(k + 1)
 		}
 	}
 	if reg != nil {
-		args.entry, args.eowner, args.window = reg.id, reg.owner, reg.winArg
+		args.Entry, args.EOwner, args.Window = reg.id, reg.owner, reg.winArg
 		if at >= 0 && atPos < 0 {
-			args.entry = "" // not a name of this attempt: queue nowhere
+			args.Entry = "" // not a name of this attempt: queue nowhere
 		}
 	}
 	sent := mono()
 	r, acked, err := mb.acquireMulti(ctx, args, spec0.ack)
 	if err != nil {
-		a.abandon(idx, atPos, at, owner, reg, args.entry != "")
+		a.abandon(idx, atPos, at, owner, reg, args.Entry != "")
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("dlock: locks %s: %w", quoteNames(a.mm.names), ctx.Err())
 		}
@@ -421,12 +422,12 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 	}
 	var taken []*leaseState
 	for k, i := range idx {
-		t := r.tokens[k]
+		t := r.Tokens[k]
 		if t == 0 {
 			continue
 		}
 		o := owner
-		if k == atPos && reg != nil && args.entry != "" {
+		if k == atPos && reg != nil && args.Entry != "" {
 			o = reg.owner
 			if !e.claimed(reg) {
 				// Granted to reg, and the announcement got there first: the lease is on its
@@ -443,13 +444,13 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 		a.held[i] = &Lease{st: st}
 		taken = append(taken, st)
 	}
-	if r.busy >= 0 {
-		res.busy, res.h = idx[r.busy], holder{pttl: r.pttl, token: r.token}
-		if reg != nil && args.entry != "" && (atPos < 0 || r.busy == atPos) {
+	if r.Busy >= 0 {
+		res.busy, res.h = idx[r.Busy], holder{pttl: r.PTTL, token: r.Token}
+		if reg != nil && args.Entry != "" && (atPos < 0 || r.Busy == atPos) {
 			if atPos < 0 {
 				reg.spec = specs[res.busy] // queued at the busy name: the registration is its
 			}
-			e.registered(reg, sent, 1, []uint64{r.token})
+			e.registered(reg, sent, 1, []uint64{r.Token})
 			res.queued = true
 		}
 	}
