@@ -48,7 +48,7 @@ type backend interface {
 
 	// ping sends PING to the servers the client needs (Client.Ping): on one server or through
 	// Sentinel its master, on a Cluster every master; in quorum mode until a majority
-	// answered. Errors are pingErr's, naming each server.
+	// answered. Errors are errs.PingErr's, naming each server.
 	ping(ctx context.Context) error
 
 	traits() traits

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/slot"
 )
@@ -375,13 +376,13 @@ func (s *oneServer) masters(ctx context.Context, args ...string) []conn.MasterRe
 }
 
 func (s *oneServer) ping(ctx context.Context) error {
-	var errs []error
+	var failed []error
 	for _, r := range s.masters(ctx, "PING") {
 		if r.Err != nil {
-			errs = append(errs, pingErr(r.Addr, r.Err))
+			failed = append(failed, errs.PingErr(r.Addr, r.Err))
 		}
 	}
-	return joinErrors(errs...)
+	return joinErrors(failed...)
 }
 
 // evalRead runs the script call c and reads its reply with read.

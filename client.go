@@ -276,19 +276,6 @@ func (c *Client) Ping(ctx context.Context) error {
 	return c.e.b.ping(ctx)
 }
 
-// pingErr is the error of one server's PING: it names the server and matches ErrUnavailable
-// (ErrDenied for a refusal by its access rules).
-func pingErr(addr string, err error) error {
-	switch kind := classify(err); {
-	case speaksOtherProtocol(err):
-		return fmt.Errorf("dlock: ping: %w", newNotRedis(addr, err))
-	case kind == ErrDenied:
-		return fmt.Errorf("dlock: ping: server %s: %w (%w)", addr, err, ErrDenied)
-	default:
-		return fmt.Errorf("dlock: ping: server %s: %w (%w)", addr, err, ErrUnavailable)
-	}
-}
-
 func (c *Client) checkOpen() error {
 	if c == nil {
 		return fmt.Errorf("%w: nil client", ErrInvalid)

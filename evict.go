@@ -122,7 +122,7 @@ func (g *evictionGuard) read(ctx context.Context) (map[string]serverMemory, erro
 					r.Addr, r.Err)
 			}
 			if speaksOtherProtocol(r.Err) {
-				errs = append(errs, &notRedisError{addr: r.Addr, err: r.Err})
+				errs = append(errs, &notRedisError{Addr: r.Addr, Err: r.Err})
 				continue
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", r.Addr, r.Err))
