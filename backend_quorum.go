@@ -42,7 +42,9 @@ type quorum struct {
 
 	latency atomic.Int64 // ns: a moving average of the servers' answer times
 
-	ev *observer // reports the servers' errors (observe.go); set by the client
+	// onNodeError, when set (by the client: its observer), is told of each server's error: the
+	// server, the script (or command) that failed, and the error.
+	onNodeError func(server, op string, err error)
 
 	bg      sync.WaitGroup  // calls still running on slow servers after a decision was reached
 	closing context.Context // cancelled by close: abandons those calls
@@ -252,7 +254,7 @@ func (q *quorum) callOne(ctx context.Context, i int, n conn.Conn, calls []conn.C
 	if r.res[0].Err == nil {
 		q.observe(time.Since(sent))
 	}
-	if q.ev != nil && ctx.Err() == nil {
+	if q.onNodeError != nil && ctx.Err() == nil {
 		q.nodeErrors(n.Addr(), calls, r.res)
 	}
 	return r
@@ -348,7 +350,7 @@ func (q *quorum) nodeErrors(addr string, calls []conn.Call, res []conn.Result) {
 		if i < len(calls) && calls[i].Script != nil {
 			op = calls[i].Script.Name
 		}
-		q.ev.nodeError(addr, op, r.Err)
+		q.onNodeError(addr, op, r.Err)
 		return
 	}
 }

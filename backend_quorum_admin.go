@@ -11,7 +11,7 @@ import (
 // ping sends PING to every server and returns nil as soon as a majority answered, the
 // servers a lock needs. Otherwise it waits for every answer (within ctx: a server that does
 // not answer in time fails with ctx's error) and returns a *QuorumError that says what each
-// server did ("answered" or "error"). Each server's error goes to the observer.
+// server did ("answered" or "error"). Each server's error goes to q.onNodeError.
 func (q *quorum) ping(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	type answer struct {
@@ -36,8 +36,8 @@ func (q *quorum) ping(ctx context.Context) error {
 		states[a.node] = ServerState{Addr: q.nodes[a.node].Addr(), State: "answered"}
 		if a.err != nil {
 			states[a.node].State, states[a.node].Err = "error", a.err
-			if q.ev != nil {
-				q.ev.nodeError(states[a.node].Addr, "PING", a.err)
+			if q.onNodeError != nil {
+				q.onNodeError(states[a.node].Addr, "PING", a.err)
 			}
 			continue
 		}

@@ -184,7 +184,7 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 		e.obs = e.ev
 	}
 	if qb, ok := b.(*quorum); ok {
-		qb.ev = e.ev
+		qb.onNodeError = e.ev.nodeError
 	}
 	e.renewer = newRenewer(b, guard.check)
 	e.renewer.ev = e.ev
