@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -181,21 +180,6 @@ func (st *leaseState) recordHold(req releaseReq) releaseReq {
 		req.record = st.spec.adapt.keep
 	}
 	return req
-}
-
-// majorityLease combines the leases a quorum's servers chose for one acquisition: the need-th
-// longest, so that a majority holds the lock for at least that long. With fewer answers, the
-// shortest. 0 when none chose one (a lock that is not adaptive).
-func majorityLease(leases []time.Duration, need int) time.Duration {
-	if len(leases) == 0 {
-		return 0
-	}
-	s := slices.Clone(leases)
-	slices.Sort(s)
-	if len(s) < need {
-		return s[0]
-	}
-	return s[len(s)-need]
 }
 
 // HoldStats is what the server measured of a lock name's holds, kept for locks taken with

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock/conn"
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/timing"
 )
 
 // quorumTimeout is how long an acquisition waits for the servers' answers: small against the
@@ -161,11 +162,11 @@ func (q *quorum) acquiredLease(res protocol.Acquired, t *acquireTally, a protoco
 	if res.OK {
 		// Each server chose its own adaptive lease: the lock is held on a majority for the
 		// need-th longest (renewals then give every server the same).
-		if res.TTL = majorityLease(t.leases, q.need); res.TTL > 0 {
+		if res.TTL = timing.MajorityLease(t.leases, q.need); res.TTL > 0 {
 			ttl = res.TTL
 		}
 	} else {
-		res.TTL = majorityLease(t.offers, q.need)
+		res.TTL = timing.MajorityLease(t.offers, q.need)
 	}
 	if res.OK && !a.ReenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
 		// The lease has no time left. Give it back and count the attempt as failed.

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/timing"
 )
 
 // epoch anchors the monotonic clock readings kept as int64 nanoseconds in leases.
-var epoch = time.Now()
+var epoch = timing.Epoch
 
 // mono is the monotonic clock, in nanoseconds since epoch; wall-clock jumps do not move it.
-func mono() int64 { return int64(time.Since(epoch)) }
+func mono() int64 { return timing.Mono() }
 
 // Lease is one hold of an acquired lock. Unlock it exactly once. A Lease is safe for
 // concurrent use.
