@@ -175,9 +175,9 @@ func (st *leaseState) fullTTLArg() string {
 }
 
 // recordHold makes req, the final release of st, record the hold when st's lock is adaptive.
-func (st *leaseState) recordHold(req releaseReq) releaseReq {
+func (st *leaseState) recordHold(req ReleaseReq) ReleaseReq {
 	if st.spec.adapt.on() {
-		req.record = st.spec.adapt.keep
+		req.Record = st.spec.adapt.keep
 	}
 	return req
 }

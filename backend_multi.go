@@ -7,30 +7,30 @@ import (
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
-// multiBackend is what a deployment whose locks live on one server (standalone, Sentinel, or a
+// Multi is what a deployment whose locks live on one server (standalone, Sentinel, or a
 // Cluster slot by slot) adds to backend for multi-locks and latches: scripts that touch several
 // keys of one slot at once. The quorum backend does not have it: there a MultiMutex takes its
 // names one by one (acquire.lua through backend.acquire), and latches are not offered.
-type multiBackend interface {
-	// acquireMulti runs multiacquire.lua, followed by a WAIT when ack.n > 0 (it then reports how
+type Multi interface {
+	// AcquireMulti runs multiacquire.lua, followed by a WAIT when ack.N > 0 (it then reports how
 	// many replicas acknowledged, else -1).
-	acquireMulti(ctx context.Context, a protocol.MultiAcquireArgs, ack replicaAck) (protocol.MultiAcquired, int, error)
-	// releaseMany releases every hold of each request (all of them are final releases), in one
+	AcquireMulti(ctx context.Context, a protocol.MultiAcquireArgs, ack ReplicaAck) (protocol.MultiAcquired, int, error)
+	// ReleaseMany releases every hold of each request (all of them are final releases), in one
 	// pipeline: multirelease.lua for the requests of one slot, release.lua for a lone one.
-	releaseMany(ctx context.Context, rs []releaseReq) ([]protocol.Released, []error)
-	// latch runs latch.lua.
-	latch(ctx context.Context, a protocol.LatchArgs) (protocol.LatchState, error)
-	// oneSlot reports whether the keys of one script call must share a hash slot (a Cluster).
-	oneSlot() bool
+	ReleaseMany(ctx context.Context, rs []ReleaseReq) ([]protocol.Released, []error)
+	// Latch runs latch.lua.
+	Latch(ctx context.Context, a protocol.LatchArgs) (protocol.LatchState, error)
+	// OneSlot reports whether the keys of one script call must share a hash slot (a Cluster).
+	OneSlot() bool
 }
 
-var _ multiBackend = (*oneServer)(nil)
+var _ Multi = (*OneServer)(nil)
 
-func (s *oneServer) oneSlot() bool { return s.cluster }
+func (s *OneServer) OneSlot() bool { return s.cluster }
 
-func (s *oneServer) acquireMulti(ctx context.Context, a protocol.MultiAcquireArgs, ack replicaAck) (protocol.MultiAcquired, int, error) {
+func (s *OneServer) AcquireMulti(ctx context.Context, a protocol.MultiAcquireArgs, ack ReplicaAck) (protocol.MultiAcquired, int, error) {
 	a.Sharded = s.cluster
-	r, acked, err := s.run(ctx, a.Call(), ack)
+	r, acked, err := s.Run(ctx, a.Call(), ack)
 	if err != nil {
 		return protocol.MultiAcquired{}, -1, err
 	}
@@ -38,14 +38,14 @@ func (s *oneServer) acquireMulti(ctx context.Context, a protocol.MultiAcquireArg
 	return res, acked, err
 }
 
-func (s *oneServer) releaseMany(ctx context.Context, rs []releaseReq) ([]protocol.Released, []error) {
+func (s *OneServer) ReleaseMany(ctx context.Context, rs []ReleaseReq) ([]protocol.Released, []error) {
 	out, errs := make([]protocol.Released, len(rs)), make([]error, len(rs))
 	if len(rs) == 0 {
 		return out, errs
 	}
 	keys := make([]string, len(rs))
 	for i, r := range rs {
-		keys[i] = r.keys[0]
+		keys[i] = r.Keys[0]
 	}
 	groups := s.chunks(keys, nil) // one slot each on a Cluster
 	calls := make([]conn.Call, len(groups))
@@ -88,7 +88,7 @@ func (s *oneServer) releaseMany(ctx context.Context, rs []releaseReq) ([]protoco
 	return out, errs
 }
 
-func (s *oneServer) latch(ctx context.Context, a protocol.LatchArgs) (protocol.LatchState, error) {
+func (s *OneServer) Latch(ctx context.Context, a protocol.LatchArgs) (protocol.LatchState, error) {
 	a.Sharded = s.cluster
 	a.Retention = s.retention
 	return evalRead(ctx, s.cn, a.Call(), protocol.ReadLatch)

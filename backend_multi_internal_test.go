@@ -20,10 +20,10 @@ func TestMultiOrderAndGroups(t *testing.T) {
 			t.Fatalf("not sorted: %s before %s", specs[i-1].key, specs[i].key)
 		}
 	}
-	if g := groupsOf(&oneServer{}, specs); len(g) != 1 || len(g[0]) != 4 {
+	if g := groupsOf(&OneServer{}, specs); len(g) != 1 || len(g[0]) != 4 {
 		t.Errorf("one server: groups %v, want one of 4", g)
 	}
-	g := groupsOf(&oneServer{cluster: true}, specs)
+	g := groupsOf(&OneServer{cluster: true}, specs)
 	tagged := 0
 	for _, grp := range g {
 		if len(grp) == 2 {
@@ -36,7 +36,7 @@ func TestMultiOrderAndGroups(t *testing.T) {
 	if len(g) != 3 || tagged != 1 {
 		t.Errorf("Cluster: groups %v, want the two names of tag x together and the others apart", g)
 	}
-	if g := groupsOf((&quorum{}).traits().multi, specs); len(g) != 4 {
+	if g := groupsOf((&Quorum{}).Traits().Multi, specs); len(g) != 4 {
 		t.Errorf("quorum: groups %v, want one per name", g)
 	}
 }

@@ -19,13 +19,13 @@ func quorumTimeout(ttl time.Duration) time.Duration {
 	return min(50*time.Millisecond, ttl/3)
 }
 
-// acquire: the lock is taken when a majority of servers took (or re-entered) it within
+// Acquire: the lock is taken when a majority of servers took (or re-entered) it within
 // quorumTimeout, before the lease could have run out; its token is the largest among them.
 // Otherwise it is released on every server that may have granted it, and the answer says when
 // to try again: after a split vote (some servers granted it, not a majority) a random 1-8 ms,
 // so that the contenders stop colliding; else when enough holders' leases run out for a
 // majority. When fewer than a majority answered at all, the error is a *QuorumError.
-func (q *quorum) acquire(ctx context.Context, a protocol.AcquireArgs, _ replicaAck) (protocol.Acquired, int, error) {
+func (q *Quorum) Acquire(ctx context.Context, a protocol.AcquireArgs, _ ReplicaAck) (protocol.Acquired, int, error) {
 	sent := mono()
 	t := q.newAcquireTally()
 	ttl := parseMS(a.TTL)
@@ -74,7 +74,7 @@ type acquireTally struct {
 }
 
 // newAcquireTally returns the tally of an acquisition no server has answered yet.
-func (q *quorum) newAcquireTally() *acquireTally {
+func (q *Quorum) newAcquireTally() *acquireTally {
 	t := &acquireTally{tokensOn: make([]uint64, len(q.nodes)), states: make([]ServerState, len(q.nodes))}
 	for i, node := range q.nodes {
 		t.states[i] = ServerState{Addr: node.Addr(), State: "no answer"}
@@ -118,7 +118,7 @@ func (t *acquireTally) add(r reply, queue bool) {
 
 // decideAcquire reports whether the answers so far decide a's acquisition (false while a
 // majority can still grant it) and, when they do, its outcome.
-func (q *quorum) decideAcquire(t *acquireTally, a protocol.AcquireArgs) (protocol.Acquired, bool, error) {
+func (q *Quorum) decideAcquire(t *acquireTally, a protocol.AcquireArgs) (protocol.Acquired, bool, error) {
 	switch {
 	case t.yes >= q.need:
 		return protocol.Acquired{OK: true, Token: t.token, Holds: t.holds}, true, nil
@@ -134,7 +134,7 @@ func (q *quorum) decideAcquire(t *acquireTally, a protocol.AcquireArgs) (protoco
 
 // undecidedAcquire is the outcome of an acquisition that no decision came for within wait, or
 // whose caller gave up (ctx).
-func (q *quorum) undecidedAcquire(ctx context.Context, t *acquireTally, a protocol.AcquireArgs, wait time.Duration) (protocol.Acquired, error) {
+func (q *Quorum) undecidedAcquire(ctx context.Context, t *acquireTally, a protocol.AcquireArgs, wait time.Duration) (protocol.Acquired, error) {
 	switch {
 	case ctx.Err() != nil:
 		return protocol.Acquired{}, ctx.Err()
@@ -148,7 +148,7 @@ func (q *quorum) undecidedAcquire(ctx context.Context, t *acquireTally, a protoc
 
 // refused is a refusal's answer of when to try again: after a split vote (some servers granted
 // it) a random 1-8 ms; else when a majority could grant it (freeIn).
-func (q *quorum) refused(t *acquireTally) protocol.Acquired {
+func (q *Quorum) refused(t *acquireTally) protocol.Acquired {
 	if t.yes > 0 {
 		return protocol.Acquired{PTTL: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
 	}
@@ -158,7 +158,7 @@ func (q *quorum) refused(t *acquireTally) protocol.Acquired {
 // acquiredLease sets res's adaptive lease from the servers' choices and, as Redlock asks,
 // turns a grant into a failure when the majority took longer than the validity time (TTL -
 // drift, counted from sent) to answer.
-func (q *quorum) acquiredLease(res protocol.Acquired, t *acquireTally, a protocol.AcquireArgs, ttl time.Duration, sent int64) protocol.Acquired {
+func (q *Quorum) acquiredLease(res protocol.Acquired, t *acquireTally, a protocol.AcquireArgs, ttl time.Duration, sent int64) protocol.Acquired {
 	if res.OK {
 		// Each server chose its own adaptive lease: the lock is held on a majority for the
 		// need-th longest (renewals then give every server the same).
@@ -178,7 +178,7 @@ func (q *quorum) acquiredLease(res protocol.Acquired, t *acquireTally, a protoco
 // freeIn estimates when a majority could grant the lock: the servers that refused free up as
 // their holders' leases run out. Negative: unknown (the waiter then waits a whole TTL or for a
 // release notice).
-func (q *quorum) freeIn(pttls []time.Duration) time.Duration {
+func (q *Quorum) freeIn(pttls []time.Duration) time.Duration {
 	if q.need > len(pttls) {
 		return -1
 	}
@@ -204,7 +204,7 @@ func lateReply(a protocol.AcquireArgs) func(reply) {
 
 // releaseOwner releases, in the background, every hold of owner on every server: after an
 // acquisition that did not reach a quorum, no server may keep it.
-func (q *quorum) releaseOwner(keys []string, owner string) {
+func (q *Quorum) releaseOwner(keys []string, owner string) {
 	call := protocol.ReleaseArgs{Keys: keys, Owner: owner, Retention: q.retention, Channel: protocol.ReleaseChannel(keys[0]), All: true}.Call()
 	p := q.pendingOf(owner)
 	q.bg.Add(len(q.nodes))

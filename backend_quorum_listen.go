@@ -11,11 +11,11 @@ import (
 	"github.com/dlock-go/dlock/conn"
 )
 
-// listen subscribes on every server, so that a release announced by any of them wakes the
+// Listen subscribes on every server, so that a release announced by any of them wakes the
 // waiters. It succeeds when a majority could be reached; while some server is missing, the
 // listener reports itself done after listenRetry so that the client subscribes again,
 // including to the servers that came back.
-func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
+func (q *Quorum) Listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
 	ql := &quorumListener{done: make(chan error, 1), quit: make(chan struct{})}
 	type listened struct {
 		ln  conn.Listener

@@ -77,7 +77,7 @@ type pending struct {
 	ctx   context.Context // the caller's: its values go with the batch (callersCtx)
 }
 
-// batched is a call waiting in a batch: its input (protocol.AcquireArgs or releaseReq) and,
+// batched is a call waiting in a batch: its input (protocol.AcquireArgs or ReleaseReq) and,
 // once done, its result.
 type batched[In, Out any] struct {
 	pending
@@ -87,7 +87,7 @@ type batched[In, Out any] struct {
 
 type (
 	batchedAcquire = batched[protocol.AcquireArgs, protocol.Acquired]
-	batchedRelease = batched[releaseReq, protocol.Released]
+	batchedRelease = batched[ReleaseReq, protocol.Released]
 )
 
 func newBatcher(cn conn.Conn, retention string) *batcher {
@@ -105,7 +105,7 @@ func (b *batcher) acquire(ctx context.Context, a protocol.AcquireArgs) (protocol
 }
 
 // release runs release.lua for r: alone, or in the next batch.
-func (b *batcher) release(ctx context.Context, r releaseReq) (protocol.Released, error) {
+func (b *batcher) release(ctx context.Context, r ReleaseReq) (protocol.Released, error) {
 	return submit(ctx, b, r, &b.rels, (*batcher).releaseAlone)
 }
 
@@ -327,7 +327,7 @@ func (b *batcher) acquireAlone(ctx context.Context, a protocol.AcquireArgs) (pro
 	return evalRead(ctx, b.cn, a.Call(), protocol.ReadAcquire)
 }
 
-func (b *batcher) releaseAlone(ctx context.Context, r releaseReq) (protocol.Released, error) {
+func (b *batcher) releaseAlone(ctx context.Context, r ReleaseReq) (protocol.Released, error) {
 	return evalRead(ctx, b.cn, r.args(b.retention, false).Call(), protocol.ReadRelease)
 }
 
@@ -347,13 +347,13 @@ func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 	for _, p := range ps {
 		var g *group
 		for _, x := range groups {
-			if x.all == p.in.all && x.record == p.in.record {
+			if x.all == p.in.All && x.record == p.in.Record {
 				g = x
 				break
 			}
 		}
 		if g == nil {
-			g = &group{all: p.in.all, record: p.in.record}
+			g = &group{all: p.in.All, record: p.in.Record}
 			groups = append(groups, g)
 		}
 		g.ps = append(g.ps, p)
@@ -365,8 +365,8 @@ func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 	for _, g := range groups {
 		args = append(args, protocol.FlagArg(g.all), "p", g.record, strconv.Itoa(len(g.ps)))
 		for _, p := range g.ps {
-			keys = append(keys, p.in.keys[0])
-			args = append(args, p.in.owner, strconv.FormatUint(p.in.floor, 10), p.in.leave)
+			keys = append(keys, p.in.Keys[0])
+			args = append(args, p.in.Owner, strconv.FormatUint(p.in.Floor, 10), p.in.Leave)
 			ps = append(ps, p)
 		}
 	}

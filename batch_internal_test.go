@@ -86,7 +86,7 @@ func inBatch(t *testing.T, s *redistest.Server, c *Client, blockers []func(), ca
 // inBatchWith is inBatch with more calls, bg, that join the batch but are not waited for.
 func inBatchWith(t *testing.T, s *redistest.Server, c *Client, blockers, calls, bg []func(), acquisitions bool) {
 	t.Helper()
-	b := c.e.b.(*oneServer).batch
+	b := c.e.b.(*OneServer).Batch
 	if b == nil {
 		t.Fatal("no batcher on one server")
 	}

@@ -51,8 +51,8 @@ type Client struct {
 // The locks (mutex.go) and their leases (lease.go) use the engine; the parts do not reach one
 // another through it.
 type engine struct {
-	b       backend
-	traits  traits
+	b       Backend
+	traits  Traits
 	renewer *renewer
 	waits   *waitQueues
 	notices *notifier
@@ -103,8 +103,8 @@ func Dial(ctx context.Context, url string, opts ...ClientOption) (*Client, error
 	if err != nil {
 		return nil, dialErr(url, err)
 	}
-	s := newOneServer(cn, o.retention)
-	s.own = true
+	s := NewOneServer(cn, o.retention)
+	s.Own = true
 	c, err := newClient(ctx, s, o)
 	if err != nil {
 		cn.Close()
@@ -130,7 +130,7 @@ func New(cn Conn, opts ...ClientOption) (*Client, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), newCheckTimeout)
 	defer cancel()
-	return newClient(ctx, newOneServer(cn, o.retention), o)
+	return newClient(ctx, NewOneServer(cn, o.retention), o)
 }
 
 // newCheckTimeout bounds the server check of New and NewQuorum, which take no context.
@@ -138,17 +138,17 @@ const newCheckTimeout = 10 * time.Second
 
 // newClient makes a Client over b once its servers passed the eviction check, and starts the
 // renewal loop and the subscription.
-func newClient(ctx context.Context, b backend, o options) (*Client, error) {
+func newClient(ctx context.Context, b Backend, o options) (*Client, error) {
 	logger := o.logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	tr := b.traits()
-	guard := newEvictionGuard(b, tr.majority, o.evictOK, logger)
+	tr := b.Traits()
+	guard := newEvictionGuard(b, tr.Majority, o.evictOK, logger)
 	risk, err := guard.check(ctx)
 	if err != nil {
 		var nr *notRedisError
-		if errors.As(err, &nr) && tr.servers == 1 {
+		if errors.As(err, &nr) && tr.Servers == 1 {
 			return nil, fmt.Errorf("dlock: %w", nr) // that, not "cannot read the memory policy"
 		}
 		if kind := classify(err); kind != nil && !errors.Is(err, kind) {
@@ -183,12 +183,12 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	if e.ev.hot() {
 		e.obs = e.ev
 	}
-	if qb, ok := b.(*quorum); ok {
-		qb.onNodeError = e.ev.nodeError
+	if qb, ok := b.(*Quorum); ok {
+		qb.OnNodeError = e.ev.nodeError
 	}
 	e.renewer = newRenewer(b, guard.check)
 	e.renewer.ev = e.ev
-	e.notices = newNotifier(b.listen, e.granted)
+	e.notices = newNotifier(b.Listen, e.granted)
 	e.notices.own = e.clientID + "."
 	e.notices.ev = e.ev
 	e.waits = newWaitQueues(e.notices)
@@ -221,7 +221,7 @@ func (c *Client) Close() error {
 		e.renewer.stop()
 		e.notices.stop()
 		c.bg.Wait()
-		err = joinErrors(e.releaseAll(), e.b.close())
+		err = joinErrors(e.releaseAll(), e.b.Close())
 	})
 	return err
 }
@@ -237,7 +237,7 @@ func (e *engine) releaseAll() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	errs := e.b.renew(ctx, round{releases: releases}).relErrs
+	errs := e.b.Renew(ctx, Round{Releases: releases}).RelErrs
 	var failed []error
 	for i, st := range held {
 		if err := errs[len(errs)-len(held)+i]; err != nil {
@@ -273,7 +273,7 @@ func (c *Client) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dlock: ping: %w", err)
 	}
-	return c.e.b.ping(ctx)
+	return c.e.b.Ping(ctx)
 }
 
 func (c *Client) checkOpen() error {
@@ -357,11 +357,11 @@ func (e *engine) redisErr(op string, err error) error {
 	switch kind := classify(err); kind {
 	case ErrOutOfMemory:
 		return fmt.Errorf("dlock: %s on %s: %w: its used memory reached maxmemory, and its maxmemory-policy noeviction refuses new keys until memory is freed (releases still work)",
-			op, e.b.addr(), ErrOutOfMemory)
+			op, e.b.Addr(), ErrOutOfMemory)
 	case nil:
-		return fmt.Errorf("dlock: %s on %s: %w", op, e.b.addr(), err)
+		return fmt.Errorf("dlock: %s on %s: %w", op, e.b.Addr(), err)
 	default:
-		return fmt.Errorf("dlock: %s on %s: %w (%w)", op, e.b.addr(), err, kind)
+		return fmt.Errorf("dlock: %s on %s: %w (%w)", op, e.b.Addr(), err, kind)
 	}
 }
 
@@ -391,8 +391,8 @@ func dialErr(url string, err error) error {
 
 // replicasShort reports a master with fewer than n replicas connected (INFO replication):
 // WithReplicaAck(n, …) could never be satisfied there.
-func replicasShort(ctx context.Context, b backend, n int) error {
-	for _, r := range b.masters(ctx, "INFO", "replication") {
+func replicasShort(ctx context.Context, b Backend, n int) error {
+	for _, r := range b.Masters(ctx, "INFO", "replication") {
 		if r.Err != nil {
 			continue // unreachable now: acquisitions will say so
 		}
@@ -413,19 +413,19 @@ func replicasShort(ctx context.Context, b backend, n int) error {
 // the commands: without it, the first Lock or Unlock that needs one would fail halfway (a
 // release that writes and then may not announce itself), or waits would fall back on lease
 // times. Subscribing is checked when it first happens (notify.go).
-func probe(ctx context.Context, b backend, prefix string) error {
+func probe(ctx context.Context, b Backend, prefix string) error {
 	var nonce [6]byte
 	rand.Read(nonce[:])
 	key := protocol.LockKey(prefix, "dlock-probe:"+hex.EncodeToString(nonce[:]))
 	q, w := protocol.QueueKeys(key)
-	denied, addr, err := b.probe(ctx, []string{key, q, w}, protocol.ReleaseChannel(key))
+	denied, addr, err := b.Probe(ctx, []string{key, q, w}, protocol.ReleaseChannel(key))
 	switch {
 	case len(denied) > 0:
 		return fmt.Errorf("%w: server %s refuses this user the commands %s that dlock's scripts run: add +%s to its ACL rule (docs/SECURITY.md)",
 			ErrDenied, addr, strings.Join(denied, ", "), strings.Join(denied, " +"))
 	case err != nil && classify(err) == ErrDenied:
 		return fmt.Errorf("%w: server %s refuses this user dlock's scripts or keys: %v (docs/SECURITY.md gives the ACL rule)", ErrDenied, addr, err)
-	case err != nil && speaksOtherProtocol(err) && b.traits().servers == 1:
+	case err != nil && speaksOtherProtocol(err) && b.Traits().Servers == 1:
 		// Reached with WithUnsafeEviction, which lets an unreadable memory policy pass.
 		return fmt.Errorf("dlock: %w", newNotRedis(addr, err))
 	}

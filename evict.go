@@ -91,7 +91,7 @@ func parseMemoryInfo(info string) (serverMemory, error) {
 
 // evictionGuard keeps a Client's view of whether its servers can evict lock keys.
 type evictionGuard struct {
-	b      backend
+	b      Backend
 	need   int  // servers that must answer: 1, or a quorum's majority
 	allow  bool // WithUnsafeEviction: warn, never refuse
 	logger *slog.Logger
@@ -105,14 +105,14 @@ type evictionGuard struct {
 	checked time.Time        // when risk was last read
 }
 
-func newEvictionGuard(b backend, need int, allow bool, logger *slog.Logger) *evictionGuard {
+func newEvictionGuard(b Backend, need int, allow bool, logger *slog.Logger) *evictionGuard {
 	return &evictionGuard{b: b, need: need, allow: allow, logger: logger, evicted: make(map[string]int64), warned: make(map[string]bool)}
 }
 
 // read asks every master for its memory settings; at least need must answer (in quorum mode
 // a minority may be down).
 func (g *evictionGuard) read(ctx context.Context) (map[string]serverMemory, error) {
-	replies := g.b.masters(ctx, "INFO", "memory", "stats")
+	replies := g.b.Masters(ctx, "INFO", "memory", "stats")
 	out := make(map[string]serverMemory, len(replies))
 	var errs []error
 	for _, r := range replies {

@@ -72,7 +72,7 @@ func (c *Client) Latch(name string, count int, opts ...Option) *Latch {
 	if err := checkName(name); err != nil {
 		l.err = err
 	}
-	if c.e.traits.multi == nil && l.err == nil {
+	if c.e.traits.Multi == nil && l.err == nil {
 		l.err = fmt.Errorf("%w: latch %q: latches are not available in quorum mode", ErrInvalid, name)
 	}
 	l.ttl = o.ttl
@@ -223,8 +223,8 @@ func (l *Latch) Inspect(ctx context.Context) (LatchInfo, error) {
 	if err := l.usable(ctx); err != nil {
 		return info, err
 	}
-	mb := l.e.traits.multi
-	st, err := mb.latch(ctx, protocol.LatchArgs{Key: l.key, Op: 's', TTL: protocol.Millis(l.ttl), Channel: l.channel})
+	mb := l.e.traits.Multi
+	st, err := mb.Latch(ctx, protocol.LatchArgs{Key: l.key, Op: 's', TTL: protocol.Millis(l.ttl), Channel: l.channel})
 	if err != nil {
 		return info, l.callErr(ctx, "inspect", err)
 	}
@@ -251,8 +251,8 @@ func (l *Latch) usable(ctx context.Context) error {
 }
 
 func (l *Latch) call(ctx context.Context, op byte, id string) (protocol.LatchState, error) {
-	mb := l.e.traits.multi // Latch checked it
-	return mb.latch(ctx, protocol.LatchArgs{Key: l.key, Op: op, Count: l.count, TTL: protocol.Millis(l.ttl), Channel: l.channel, ID: id})
+	mb := l.e.traits.Multi // Latch checked it
+	return mb.Latch(ctx, protocol.LatchArgs{Key: l.key, Op: op, Count: l.count, TTL: protocol.Millis(l.ttl), Channel: l.channel, ID: id})
 }
 
 func (l *Latch) callErr(ctx context.Context, op string, err error) error {

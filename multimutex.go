@@ -80,7 +80,7 @@ func (c *Client) MultiMutex(names []string, opts ...Option) *MultiMutex {
 	}
 	slices.SortFunc(mm.specs, multiOrder)
 	mm.wait = mm.specs[0].wait
-	mm.groups = groupsOf(c.e.traits.multi, mm.specs)
+	mm.groups = groupsOf(c.e.traits.Multi, mm.specs)
 	return mm
 }
 
@@ -97,11 +97,11 @@ func multiOrder(a, b *lockSpec) int {
 
 // groupsOf cuts specs (in the global order) into the names one attempt takes together: all of
 // them on one server; those of one slot each on a Cluster; one by one in quorum mode.
-func groupsOf(mb multiBackend, specs []*lockSpec) [][]int {
+func groupsOf(mb Multi, specs []*lockSpec) [][]int {
 	var groups [][]int
 	for i, spec := range specs {
 		switch {
-		case i == 0, mb == nil, mb.oneSlot() && slot.Of(spec.key) != slot.Of(specs[i-1].key):
+		case i == 0, mb == nil, mb.OneSlot() && slot.Of(spec.key) != slot.Of(specs[i-1].key):
 			groups = append(groups, []int{i})
 		default:
 			groups[len(groups)-1] = append(groups[len(groups)-1], i)
@@ -205,7 +205,7 @@ func (mm *MultiMutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 			return a.lease(), nil
 		},
 		func(wctx context.Context) (*Lease, error) {
-			if e.traits.servers > 1 {
+			if e.traits.Servers > 1 {
 				a.nq = &noQuorumSeen{}
 			}
 			if err := a.run(wctx); err != nil {
@@ -260,7 +260,7 @@ func (a *multiAcq) run(ctx context.Context) error {
 			reg   *registration
 		)
 		if !e.waits.queued(mm.specs[first].key) {
-			if e.traits.queue {
+			if e.traits.Queue {
 				reg = e.newRegistration(mm.specs[first])
 			}
 			r, err := a.try(ctx, g, a.ordered[g], -1, reg)
@@ -386,7 +386,7 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 	if len(idx) == 0 {
 		return res, nil
 	}
-	mb := e.traits.multi
+	mb := e.traits.Multi
 	ok := mb != nil
 	if !ok || len(idx) == 1 {
 		return a.tryOne(ctx, idx[0], at, reg)
@@ -412,7 +412,7 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 		}
 	}
 	sent := mono()
-	r, acked, err := mb.acquireMulti(ctx, args, spec0.ack)
+	r, acked, err := mb.AcquireMulti(ctx, args, spec0.ack)
 	if err != nil {
 		a.abandon(idx, atPos, at, owner, reg, args.Entry != "")
 		if ctx.Err() != nil {
@@ -454,7 +454,7 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 			res.queued = true
 		}
 	}
-	if spec0.ack.n > 0 && acked < spec0.ack.n && len(taken) > 0 {
+	if spec0.ack.N > 0 && acked < spec0.ack.N && len(taken) > 0 {
 		return res, a.rollBack(ctx, idx, taken, acked)
 	}
 	return res, nil
@@ -504,7 +504,7 @@ func (a *multiAcq) abandon(idx []int, atPos, at int, owner string, reg *registra
 	reg.state.Store(regDone)
 	for _, i := range idx {
 		req := specs[i].releaseReq(reg.owner)
-		req.leave = reg.id
+		req.Leave = reg.id
 		e.renewer.orphan(req, specs[i].ttl)
 	}
 }
@@ -521,7 +521,7 @@ func (a *multiAcq) rollBack(ctx context.Context, idx []int, taken []*leaseState,
 	}
 	ack := a.mm.specs[idx[0]].ack
 	return fmt.Errorf("%w: locks %s: %d of %d replicas acknowledged within %v; released again",
-		ErrReplicaAck, quoteNames(a.mm.names), max(acked, 0), ack.n, ack.wait)
+		ErrReplicaAck, quoteNames(a.mm.names), max(acked, 0), ack.N, ack.Wait)
 }
 
 // giveBackAbove releases every name held (but the re-entered ones) that comes after spec b in

@@ -125,11 +125,11 @@ func newQuorumClient(ctx context.Context, conns []Conn, own bool, opts []ClientO
 	if o.ackN > 0 {
 		return nil, fmt.Errorf("%w: WithReplicaAck is not available in quorum mode", ErrInvalid)
 	}
-	q := newQuorumBackend(conns, o.retention)
-	q.own = own
+	q := NewQuorumBackend(conns, o.retention)
+	q.Own = own
 	c, err := newClient(ctx, q, o)
 	if err != nil {
-		q.halt()
+		q.Halt()
 		return nil, err
 	}
 	return c, nil
