@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -175,7 +176,7 @@ func (st *leaseState) fullTTLArg() string {
 }
 
 // recordHold makes req, the final release of st, record the hold when st's lock is adaptive.
-func (st *leaseState) recordHold(req ReleaseReq) ReleaseReq {
+func (st *leaseState) recordHold(req backend.ReleaseReq) backend.ReleaseReq {
 	if st.spec.adapt.on() {
 		req.Record = st.spec.adapt.keep
 	}

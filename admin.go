@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -97,14 +98,14 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 		return Info{}, c.e.redisErr("inspect "+strconv.Quote(name), err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 2*InspectWidth {
+	if !ok || len(arr) != 2*backend.InspectWidth {
 		return Info{}, c.badReply("inspect", name, reply)
 	}
 	info, err := parseLock(name, arr[0], arr[1])
 	if err != nil {
 		return Info{}, err
 	}
-	info.HoldStats = parseHoldStats(arr[InspectWidth], arr[InspectWidth+1])
+	info.HoldStats = parseHoldStats(arr[backend.InspectWidth], arr[backend.InspectWidth+1])
 	queued, _ := arr[2].(int64)
 	goroutines, _ := arr[3].(int64)
 	info.WaitingGoroutines = int(goroutines)
@@ -197,21 +198,21 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 		return nil, c.e.redisErr("list", err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != InspectWidth*len(all) {
+	if !ok || len(arr) != backend.InspectWidth*len(all) {
 		return nil, c.badReply("list", "", reply)
 	}
-	rec := InspectWidth * len(keys) // the hold records' replies follow the locks'
+	rec := backend.InspectWidth * len(keys) // the hold records' replies follow the locks'
 	var held []Info
 	for i, key := range keys {
 		name, _ := protocol.NameOfKey(c.opts.prefix, key)
-		a := arr[InspectWidth*i : InspectWidth*(i+1)]
+		a := arr[backend.InspectWidth*i : backend.InspectWidth*(i+1)]
 		info, err := parseLock(name, a[0], a[1])
 		if err != nil || !info.Held {
 			continue // not a lock value (another application's key), or free
 		}
 		q, _ := a[2].(int64)
 		g, _ := a[3].(int64)
-		info.HoldStats = parseHoldStats(arr[rec+InspectWidth*i], arr[rec+InspectWidth*i+1])
+		info.HoldStats = parseHoldStats(arr[rec+backend.InspectWidth*i], arr[rec+backend.InspectWidth*i+1])
 		info.Waiters = int(q)
 		info.WaitingGoroutines = int(g)
 		info.LocalWaiters = c.e.waits.localWaiters(key)

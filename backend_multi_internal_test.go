@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -20,10 +21,10 @@ func TestMultiOrderAndGroups(t *testing.T) {
 			t.Fatalf("not sorted: %s before %s", specs[i-1].key, specs[i].key)
 		}
 	}
-	if g := groupsOf(&OneServer{}, specs); len(g) != 1 || len(g[0]) != 4 {
+	if g := groupsOf(&backend.OneServer{}, specs); len(g) != 1 || len(g[0]) != 4 {
 		t.Errorf("one server: groups %v, want one of 4", g)
 	}
-	g := groupsOf(&OneServer{cluster: true}, specs)
+	g := groupsOf(&backend.OneServer{Cluster: true}, specs)
 	tagged := 0
 	for _, grp := range g {
 		if len(grp) == 2 {
@@ -36,7 +37,7 @@ func TestMultiOrderAndGroups(t *testing.T) {
 	if len(g) != 3 || tagged != 1 {
 		t.Errorf("Cluster: groups %v, want the two names of tag x together and the others apart", g)
 	}
-	if g := groupsOf((&Quorum{}).Traits().Multi, specs); len(g) != 4 {
+	if g := groupsOf((&backend.Quorum{}).Traits().Multi, specs); len(g) != 4 {
 		t.Errorf("quorum: groups %v, want one per name", g)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/rueidisconn"
 )
@@ -40,7 +41,7 @@ type Client struct {
 
 // engine is the machinery every lock of one Client shares. Each part is given what it uses:
 //
-//   - b, the backend: runs the scripts on the deployment (backend.go);
+//   - b, the backend: runs the scripts on the deployment (internal/backend);
 //   - renewer, the renewal loop: keeps held leases alive, ends lost ones, sends background
 //     releases (renew.go);
 //   - waits, this client's waiters per lock name, and both ends of the wait/handoff protocol
@@ -51,8 +52,8 @@ type Client struct {
 // The locks (mutex.go) and their leases (lease.go) use the engine; the parts do not reach one
 // another through it.
 type engine struct {
-	b       Backend
-	traits  Traits
+	b       backend.Backend
+	traits  backend.Traits
 	renewer *renewer
 	waits   *waitQueues
 	notices *notifier
@@ -103,7 +104,7 @@ func Dial(ctx context.Context, url string, opts ...ClientOption) (*Client, error
 	if err != nil {
 		return nil, dialErr(url, err)
 	}
-	s := NewOneServer(cn, o.retention)
+	s := backend.NewOneServer(cn, o.retention)
 	s.Own = true
 	c, err := newClient(ctx, s, o)
 	if err != nil {
@@ -130,7 +131,7 @@ func New(cn Conn, opts ...ClientOption) (*Client, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), newCheckTimeout)
 	defer cancel()
-	return newClient(ctx, NewOneServer(cn, o.retention), o)
+	return newClient(ctx, backend.NewOneServer(cn, o.retention), o)
 }
 
 // newCheckTimeout bounds the server check of New and NewQuorum, which take no context.
@@ -138,7 +139,7 @@ const newCheckTimeout = 10 * time.Second
 
 // newClient makes a Client over b once its servers passed the eviction check, and starts the
 // renewal loop and the subscription.
-func newClient(ctx context.Context, b Backend, o options) (*Client, error) {
+func newClient(ctx context.Context, b backend.Backend, o options) (*Client, error) {
 	logger := o.logger
 	if logger == nil {
 		logger = slog.Default()
@@ -183,7 +184,7 @@ func newClient(ctx context.Context, b Backend, o options) (*Client, error) {
 	if e.ev.hot() {
 		e.obs = e.ev
 	}
-	if qb, ok := b.(*Quorum); ok {
+	if qb, ok := b.(*backend.Quorum); ok {
 		qb.OnNodeError = e.ev.nodeError
 	}
 	e.renewer = newRenewer(b, guard.check)
@@ -237,7 +238,7 @@ func (e *engine) releaseAll() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	errs := e.b.Renew(ctx, Round{Releases: releases}).RelErrs
+	errs := e.b.Renew(ctx, backend.Round{Releases: releases}).RelErrs
 	var failed []error
 	for i, st := range held {
 		if err := errs[len(errs)-len(held)+i]; err != nil {
@@ -391,7 +392,7 @@ func dialErr(url string, err error) error {
 
 // replicasShort reports a master with fewer than n replicas connected (INFO replication):
 // WithReplicaAck(n, …) could never be satisfied there.
-func replicasShort(ctx context.Context, b Backend, n int) error {
+func replicasShort(ctx context.Context, b backend.Backend, n int) error {
 	for _, r := range b.Masters(ctx, "INFO", "replication") {
 		if r.Err != nil {
 			continue // unreachable now: acquisitions will say so
@@ -413,7 +414,7 @@ func replicasShort(ctx context.Context, b Backend, n int) error {
 // the commands: without it, the first Lock or Unlock that needs one would fail halfway (a
 // release that writes and then may not announce itself), or waits would fall back on lease
 // times. Subscribing is checked when it first happens (notify.go).
-func probe(ctx context.Context, b Backend, prefix string) error {
+func probe(ctx context.Context, b backend.Backend, prefix string) error {
 	var nonce [6]byte
 	rand.Read(nonce[:])
 	key := protocol.LockKey(prefix, "dlock-probe:"+hex.EncodeToString(nonce[:]))

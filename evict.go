@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // A server whose memory policy can evict keys can drop a held lock's key at any moment, and
@@ -91,7 +93,7 @@ func parseMemoryInfo(info string) (serverMemory, error) {
 
 // evictionGuard keeps a Client's view of whether its servers can evict lock keys.
 type evictionGuard struct {
-	b      Backend
+	b      backend.Backend
 	need   int  // servers that must answer: 1, or a quorum's majority
 	allow  bool // WithUnsafeEviction: warn, never refuse
 	logger *slog.Logger
@@ -105,7 +107,7 @@ type evictionGuard struct {
 	checked time.Time        // when risk was last read
 }
 
-func newEvictionGuard(b Backend, need int, allow bool, logger *slog.Logger) *evictionGuard {
+func newEvictionGuard(b backend.Backend, need int, allow bool, logger *slog.Logger) *evictionGuard {
 	return &evictionGuard{b: b, need: need, allow: allow, logger: logger, evicted: make(map[string]int64), warned: make(map[string]bool)}
 }
 

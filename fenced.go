@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/slot"
 )
@@ -185,7 +186,7 @@ func (c *Client) fencedInts(ctx context.Context, op, letter, key string, token u
 	if err != nil {
 		return 0, err
 	}
-	r, _, err := c.e.b.Run(ctx, call, ReplicaAck{})
+	r, _, err := c.e.b.Run(ctx, call, backend.ReplicaAck{})
 	if err != nil {
 		return 0, c.fencedErr(op, key, err)
 	}

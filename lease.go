@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/timing"
 )
@@ -230,7 +231,7 @@ func (st *leaseState) context() *leaseCtx {
 // leavingQueue is req, the release of st's last hold, made to withdraw the queue entry the
 // hold was taken under when no waiter of this client needs it any more (else the entry that
 // st.leave names, if any).
-func (e *engine) leavingQueue(st *leaseState, req ReleaseReq) ReleaseReq {
+func (e *engine) leavingQueue(st *leaseState, req backend.ReleaseReq) backend.ReleaseReq {
 	if reg := st.takeQueued(); reg != nil && e.withdrawn(reg) {
 		req.Leave = reg.id
 	}
@@ -243,7 +244,7 @@ func (e *engine) leavingQueue(st *leaseState, req ReleaseReq) ReleaseReq {
 // afterRelease ends st once the release of its last hold, req, answered res or err, and returns
 // the error for its Unlock. A release that failed on the network is retried in the background
 // until it succeeds or the lease would have run out anyway.
-func (e *engine) afterRelease(st *leaseState, req ReleaseReq, res protocol.Released, err error) error {
+func (e *engine) afterRelease(st *leaseState, req backend.ReleaseReq, res protocol.Released, err error) error {
 	switch {
 	case err != nil && !refused(err):
 		st.mu.Lock()
@@ -305,20 +306,22 @@ func (st *leaseState) lostAtUnlock() error {
 
 // releaseReq releases one hold of this lease, or all. The floor is the lease's token: after
 // local handoffs it is above the stored one, and in quorum mode each server's may be below it.
-func (st *leaseState) releaseReq(all bool) ReleaseReq {
+func (st *leaseState) releaseReq(all bool) backend.ReleaseReq {
 	floor := st.token
 	if st.exact && st.spec.adapt == nil && st.spec.shared == nil {
 		floor = 0 // the stored token is this one (an adaptive lease's record still needs it)
 	}
-	return ReleaseReq{Keys: st.spec.keys, Channel: st.spec.channel, Owner: st.owner, All: all, Floor: floor, Shared: st.spec.shared}
+	return backend.ReleaseReq{Keys: st.spec.keys, Channel: st.spec.channel, Owner: st.owner, All: all, Floor: floor, Shared: st.spec.shared}
 }
 
 // renewal is st's renewal to ttl in a round.
-func (st *leaseState) renewal(ttl time.Duration) Renewal { return st.renewalTo(protocol.Millis(ttl)) }
+func (st *leaseState) renewal(ttl time.Duration) backend.Renewal {
+	return st.renewalTo(protocol.Millis(ttl))
+}
 
 // renewalTo is st's renewal to ttl ms (as the scripts take it) in a round.
-func (st *leaseState) renewalTo(ttl string) Renewal {
-	return Renewal{Key: st.spec.key, Owner: st.owner, TTL: ttl, Ack: st.spec.ack, Shared: st.spec.shared != nil}
+func (st *leaseState) renewalTo(ttl string) backend.Renewal {
+	return backend.Renewal{Key: st.spec.key, Owner: st.owner, TTL: ttl, Ack: st.spec.ack, Shared: st.spec.shared != nil}
 }
 
 // pttl reads the lease left to st as the server sees it, and false when st no longer holds.
@@ -326,7 +329,7 @@ func (st *leaseState) pttl(ctx context.Context) (time.Duration, bool, error) {
 	if st.spec.shared == nil {
 		return st.e.b.PTTL(ctx, st.spec.keys, st.owner)
 	}
-	r, _, err := st.e.b.Run(ctx, protocol.SharedPTTLCall(st.spec.keys, st.owner), ReplicaAck{})
+	r, _, err := st.e.b.Run(ctx, protocol.SharedPTTLCall(st.spec.keys, st.owner), backend.ReplicaAck{})
 	if err != nil {
 		return 0, false, err
 	}
@@ -492,9 +495,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return st.endedErr()
 	}
 	sent := mono()
-	outs := st.e.b.Renew(ctx, Round{Leases: []Renewal{st.renewal(ttl)}}).Leases
+	outs := st.e.b.Renew(ctx, backend.Round{Leases: []backend.Renewal{st.renewal(ttl)}}).Leases
 	switch {
-	case outs[0].Err == errNotAcked:
+	case outs[0].Err == backend.ErrNotAcked:
 		return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.spec.name)
 	case outs[0].Err != nil:
 		return st.e.redisErr("extend", outs[0].Err)

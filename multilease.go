@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -222,17 +223,17 @@ func (m *multiLease) extend(ctx context.Context, l *Lease, ttl time.Duration) er
 	if l.unlocked.Load() || m.endedMember() != nil {
 		return m.endedErr(l)
 	}
-	rd := Round{Leases: make([]Renewal, len(m.members))}
+	rd := backend.Round{Leases: make([]backend.Renewal, len(m.members))}
 	for i, mb := range m.members {
 		st := mb.st
-		rd.Leases[i] = Renewal{Key: st.spec.key, Owner: st.owner, TTL: protocol.Millis(ttl), Ack: st.spec.ack}
+		rd.Leases[i] = backend.Renewal{Key: st.spec.key, Owner: st.owner, TTL: protocol.Millis(ttl), Ack: st.spec.ack}
 	}
 	sent := mono()
 	outs := m.e.b.Renew(ctx, rd).Leases
 	for i, mb := range m.members {
 		st := mb.st
 		switch {
-		case outs[i].Err == errNotAcked:
+		case outs[i].Err == backend.ErrNotAcked:
 			return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.spec.name)
 		case outs[i].Err != nil:
 			return m.e.redisErr("extend "+strconv.Quote(st.spec.name), outs[i].Err)
@@ -304,7 +305,7 @@ func (e *engine) unlockMembers(ctx context.Context, leases []*Lease) error {
 // parallel in quorum mode).
 func (e *engine) letGoAll(ctx context.Context, sts []*leaseState) []error {
 	var errs []error
-	var reqs []ReleaseReq
+	var reqs []backend.ReleaseReq
 	var rel []*leaseState
 	for _, st := range sts {
 		if done, err := e.handOff(ctx, st); done {
@@ -327,7 +328,7 @@ func (e *engine) letGoAll(ctx context.Context, sts []*leaseState) []error {
 }
 
 // releaseMany runs the releases in one pipeline where the deployment can, else in parallel.
-func (e *engine) releaseMany(ctx context.Context, reqs []ReleaseReq) ([]protocol.Released, []error) {
+func (e *engine) releaseMany(ctx context.Context, reqs []backend.ReleaseReq) ([]protocol.Released, []error) {
 	if mb := e.traits.Multi; mb != nil {
 		return mb.ReleaseMany(ctx, reqs)
 	}

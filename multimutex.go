@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/slot"
 )
@@ -97,7 +98,7 @@ func multiOrder(a, b *lockSpec) int {
 
 // groupsOf cuts specs (in the global order) into the names one attempt takes together: all of
 // them on one server; those of one slot each on a Cluster; one by one in quorum mode.
-func groupsOf(mb Multi, specs []*lockSpec) [][]int {
+func groupsOf(mb backend.Multi, specs []*lockSpec) [][]int {
 	var groups [][]int
 	for i, spec := range specs {
 		switch {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -36,7 +37,7 @@ type lockSpec struct {
 	ttlArg  string // ttl in ms, as the scripts take it
 	renew   bool
 	meta    string
-	ack     ReplicaAck
+	ack     backend.ReplicaAck
 	wait    time.Duration        // WithWait: how long Lock waits; negative: as long as its context allows
 	shared  *protocol.SharedSpec // a read-write lock's or semaphore's hold (shared.go); nil for a Mutex
 	adapt   *adaptiveLock        // WithAdaptiveTTL (adaptive.go; ttl is then its greatest lease); nil: a fixed lease
@@ -73,7 +74,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m.own = lockSpec{
 		name: name, key: key, keyArr: [3]string{key, qkey, wkey}, channel: channel, grants: grants,
 		ttl: o.ttl, ttlArg: o.ttlArg(), renew: o.renew, meta: c.meta,
-		ack: ReplicaAck{N: o.ackN, Wait: o.ackWait}, wait: o.wait, slice: o.slice,
+		ack: backend.ReplicaAck{N: o.ackN, Wait: o.ackWait}, wait: o.wait, slice: o.slice,
 	}
 	m.spec = &m.own
 	m.spec.keys = m.spec.keyArr[:]
@@ -252,7 +253,7 @@ func (e *engine) notAcquired(ctx context.Context, spec *lockSpec, h holder, wait
 	defer cancel()
 	na := &NotAcquiredError{Name: spec.name, Waited: waited, Cause: cause}
 	reply, err := e.b.Inspect(rctx, spec.keys[:1])
-	if arr, ok := reply.([]any); err == nil && ok && len(arr) == InspectWidth {
+	if arr, ok := reply.([]any); err == nil && ok && len(arr) == backend.InspectWidth {
 		if info, perr := parseLock(spec.name, arr[0], arr[1]); perr == nil && info.Held {
 			na.Holder = info
 			if v, ok := arr[0].(string); ok && strings.HasPrefix(v, e.ownerID) {
@@ -382,14 +383,14 @@ func (e *engine) dropRegistration(reg *registration) {
 }
 
 // releaseReq releases every hold of owner on spec's lock.
-func (spec *lockSpec) releaseReq(owner string) ReleaseReq {
-	return ReleaseReq{Keys: spec.keys, Channel: spec.channel, Owner: owner, All: true, Shared: spec.shared}
+func (spec *lockSpec) releaseReq(owner string) backend.ReleaseReq {
+	return backend.ReleaseReq{Keys: spec.keys, Channel: spec.channel, Owner: owner, All: true, Shared: spec.shared}
 }
 
 // reenter adds a hold to st, a lease of this client on this lock found in the caller's context.
 func (e *engine) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 	return e.reentry(st, func(ttl time.Duration) (bool, error) {
-		res, _, err := e.b.Acquire(ctx, protocol.AcquireArgs{Keys: st.spec.keys, Owner: st.owner, TTL: protocol.Millis(ttl), Meta: st.spec.meta, ReenterOnly: true}, ReplicaAck{})
+		res, _, err := e.b.Acquire(ctx, protocol.AcquireArgs{Keys: st.spec.keys, Owner: st.owner, TTL: protocol.Millis(ttl), Meta: st.spec.meta, ReenterOnly: true}, backend.ReplicaAck{})
 		return res.OK, err
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -53,7 +54,7 @@ func (c *Client) newSharedHandle(name, suffix, what string, opts []Option) share
 	h.base = lockSpec{
 		name: name, key: key, keys: protocol.SharedKeys(key), channel: protocol.ReleaseChannel(key),
 		ttl: o.ttl, ttlArg: protocol.Millis(o.ttl), renew: o.renew, meta: c.meta,
-		ack: ReplicaAck{N: o.ackN, Wait: o.ackWait}, wait: o.wait,
+		ack: backend.ReplicaAck{N: o.ackN, Wait: o.ackWait}, wait: o.wait,
 	}
 	if o.label != c.opts.label {
 		h.base.meta = holderMeta(o.label)
@@ -173,7 +174,7 @@ func (e *engine) reenterShared(ctx context.Context, st *leaseState) (*Lease, err
 	return e.reentry(st, func(ttl time.Duration) (bool, error) {
 		a := st.spec.sharedArgs(protocol.Millis(ttl), e.traits.Sharded)
 		a.Owner, a.Mode = st.owner, 'r'
-		r, _, err := e.b.Run(ctx, a.Call(), ReplicaAck{})
+		r, _, err := e.b.Run(ctx, a.Call(), backend.ReplicaAck{})
 		if err != nil {
 			return false, err
 		}

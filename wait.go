@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -517,7 +518,7 @@ func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, er
 		return st, nil
 	}
 	sent := mono()
-	res := e.b.Renew(ctx, Round{Leases: []Renewal{st.renewalTo(st.fullTTLArg())}})
+	res := e.b.Renew(ctx, backend.Round{Leases: []backend.Renewal{st.renewalTo(st.fullTTLArg())}})
 	out := res.Leases[0]
 	if out.OK && st.state.Load() == stateHeld && st.renewed(sent, st.fullTTL()) {
 		st.confirm.Store(false)
@@ -529,7 +530,7 @@ func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, er
 		return nil, fmt.Errorf("%w: lock %q: granted, but the grant had lapsed on the server before it could be confirmed",
 			ErrLost, st.spec.name)
 	}
-	if out.Err == errNotAcked {
+	if out.Err == backend.ErrNotAcked {
 		return nil, fmt.Errorf("%w: lock %q: granted, but fewer than %d replicas acknowledged it within %v; released again",
 			ErrReplicaAck, st.spec.name, st.spec.ack.N, st.spec.ack.Wait)
 	}
@@ -873,7 +874,7 @@ func (e *engine) granted(id string, token uint64, server int, window time.Durati
 		if n == 1 {
 			// In case the other servers' grants never come: the head then claims what it has
 			// with an attempt, and gives it back if that is not a majority.
-			qs.pokeSoon(reg, quorumTimeout(reg.spec.ttl))
+			qs.pokeSoon(reg, backend.QuorumTimeout(reg.spec.ttl))
 		}
 		return
 	}

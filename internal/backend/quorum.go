@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -53,7 +54,7 @@ type Quorum struct {
 
 var _ Backend = (*Quorum)(nil)
 
-func NewQuorumBackend(nodes []conn.Conn, retention time.Duration) *Quorum {
+func NewQuorum(nodes []conn.Conn, retention time.Duration) *Quorum {
 	q := &Quorum{nodes: slices.Clone(nodes), need: len(nodes)/2 + 1, retention: protocol.Millis(retention)}
 	q.closing, q.Halt = context.WithCancel(context.Background())
 	addrs := make([]string, len(nodes))
@@ -305,8 +306,8 @@ func (q *Quorum) nodeErr(node int, err error) error {
 
 // noQuorum is the error of an operation that fewer than a majority of servers answered (within
 // wait, when it is not 0).
-func (q *Quorum) noQuorum(op string, states []ServerState, wait time.Duration) error {
-	return &QuorumError{Op: op, Need: q.need, Wait: wait, Servers: states}
+func (q *Quorum) noQuorum(op string, states []errs.ServerState, wait time.Duration) error {
+	return &errs.QuorumError{Op: op, Need: q.need, Wait: wait, Servers: states}
 }
 
 var errNoHandover = errors.New("dlock: no handover in quorum mode")

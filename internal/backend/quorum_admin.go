@@ -1,10 +1,11 @@
-package dlock
+package backend
 
 import (
 	"context"
 	"sync"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -29,11 +30,11 @@ func (q *Quorum) Ping(ctx context.Context) error {
 			answers <- answer{i, err}
 		}()
 	}
-	states := make([]ServerState, len(q.nodes))
+	states := make([]errs.ServerState, len(q.nodes))
 	ok := 0
 	for range q.nodes {
 		a := <-answers
-		states[a.node] = ServerState{Addr: q.nodes[a.node].Addr(), State: "answered"}
+		states[a.node] = errs.ServerState{Addr: q.nodes[a.node].Addr(), State: "answered"}
 		if a.err != nil {
 			states[a.node].State, states[a.node].Err = "error", a.err
 			if q.OnNodeError != nil {
@@ -60,7 +61,7 @@ func (q *Quorum) Probe(ctx context.Context, keys []string, channel string) ([]st
 		return ans{probeDenied(reply), err}
 	})
 	for i, r := range res {
-		if len(r.denied) > 0 || (r.err != nil && classify(r.err) == ErrDenied) {
+		if len(r.denied) > 0 || (r.err != nil && errs.Classify(r.err) == errs.ErrDenied) {
 			return r.denied, q.nodes[i].Addr(), r.err
 		}
 	}

@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"cmp"
@@ -21,7 +21,7 @@ import (
 // calls at slot boundaries; with WithReplicaAck it follows calls with WAIT.
 type OneServer struct {
 	cn        conn.Conn
-	cluster   bool
+	Cluster   bool
 	retention string // ms, for release.lua and forceunlock.lua
 	Own       bool   // close closes cn (Dial made it)
 	// Batch gathers concurrent acquisitions and releases into batches (batch.go); nil on a
@@ -34,7 +34,7 @@ var _ Backend = (*OneServer)(nil)
 func NewOneServer(cn conn.Conn, retention time.Duration) *OneServer {
 	s := &OneServer{cn: cn, retention: protocol.Millis(retention)}
 	if cl, ok := cn.(conn.Clustered); ok && cl.Cluster() {
-		s.cluster = true
+		s.Cluster = true
 	} else {
 		s.Batch = newBatcher(cn, s.retention)
 	}
@@ -42,7 +42,7 @@ func NewOneServer(cn conn.Conn, retention time.Duration) *OneServer {
 }
 
 func (s *OneServer) Traits() Traits {
-	return Traits{Majority: 1, Servers: 1, LocalHandoffs: true, Handover: true, ReplicaAck: true, Queue: true, Shared: true, Sharded: s.cluster, Multi: s}
+	return Traits{Majority: 1, Servers: 1, LocalHandoffs: true, Handover: true, ReplicaAck: true, Queue: true, Shared: true, Sharded: s.Cluster, Multi: s}
 }
 
 func (s *OneServer) Addr() string { return s.cn.Addr() }
@@ -57,7 +57,7 @@ func (s *OneServer) Close() error {
 }
 
 func (s *OneServer) Acquire(ctx context.Context, a protocol.AcquireArgs, ack ReplicaAck) (protocol.Acquired, int, error) {
-	a.Sharded = s.cluster
+	a.Sharded = s.Cluster
 	if ack.N == 0 && s.Batch != nil && batchable(a) {
 		res, err := s.Batch.acquire(ctx, a)
 		return res, -1, err
@@ -72,9 +72,9 @@ func (s *OneServer) Acquire(ctx context.Context, a protocol.AcquireArgs, ack Rep
 
 func (s *OneServer) releaseCall(r ReleaseReq) conn.Call {
 	if r.Shared != nil {
-		return r.args(s.retention, s.cluster).SharedCall(r.Shared)
+		return r.args(s.retention, s.Cluster).SharedCall(r.Shared)
 	}
-	return r.args(s.retention, s.cluster).Call()
+	return r.args(s.retention, s.Cluster).Call()
 }
 
 // args is release.lua's one-lock call for r, with the token retention (ms) and the kind of
@@ -200,7 +200,7 @@ func (rs roundReplies) at(i int) conn.Result {
 	if i < len(rs) {
 		return rs[i]
 	}
-	return conn.Result{Err: errShortReply}
+	return conn.Result{Err: ErrShortReply}
 }
 
 // readLeases reads the renew.lua answers of a round, whose calls (one per chunk of leases)
@@ -221,7 +221,7 @@ func readLeases(leases []Renewal, chunks [][]int, results roundReplies, from, ac
 			case err != nil:
 				out[idx].Err = err
 			case flags[k] && leases[idx].Ack.N > 0 && leases[idx].Ack.N > acked:
-				out[idx].Err = errNotAcked // renewed on the master only: try again
+				out[idx].Err = ErrNotAcked // renewed on the master only: try again
 			default:
 				out[idx].OK = flags[k]
 				out[idx].Released = oks[k] == protocol.RenewReleased
@@ -266,7 +266,7 @@ func (s *OneServer) chunks(keys []string, apart func(int) bool) [][]int {
 		apart = nil // none goes to another script: the order is the keys'
 	}
 	side := func(i int) bool { return apart != nil && apart(i) }
-	if s.cluster || apart != nil {
+	if s.Cluster || apart != nil {
 		slices.SortStableFunc(order, func(a, b int) int {
 			if sa, sb := side(a), side(b); sa != sb {
 				if sa {
@@ -274,7 +274,7 @@ func (s *OneServer) chunks(keys []string, apart func(int) bool) [][]int {
 				}
 				return -1
 			}
-			if !s.cluster {
+			if !s.Cluster {
 				return 0
 			}
 			return cmp.Compare(slot.Of(keys[a]), slot.Of(keys[b]))
@@ -284,7 +284,7 @@ func (s *OneServer) chunks(keys []string, apart func(int) bool) [][]int {
 	for i := 0; i < len(order); {
 		j := i + 1
 		for j < len(order) && j-i < renewBatch && side(order[j]) == side(order[i]) &&
-			(!s.cluster || slot.Of(keys[order[j]]) == slot.Of(keys[order[i]])) {
+			(!s.Cluster || slot.Of(keys[order[j]]) == slot.Of(keys[order[i]])) {
 			j++
 		}
 		out = append(out, order[i:j])
@@ -294,8 +294,8 @@ func (s *OneServer) chunks(keys []string, apart func(int) bool) [][]int {
 }
 
 var (
-	errShortReply = errors.New("dlock: transport returned fewer replies than calls")
-	errNotAcked   = errors.New("dlock: renewal not acknowledged by enough replicas")
+	ErrShortReply = errors.New("dlock: transport returned fewer replies than calls")
+	ErrNotAcked   = errors.New("dlock: renewal not acknowledged by enough replicas")
 )
 
 func (s *OneServer) Run(ctx context.Context, c conn.Call, ack ReplicaAck) ([]int64, int, error) {
@@ -356,7 +356,7 @@ const InspectWidth = 4
 
 func (s *OneServer) ForceUnlock(ctx context.Context, key, channel string) (any, error) {
 	args := []string{s.retention, channel}
-	if s.cluster {
+	if s.Cluster {
 		args = append(args, "s")
 	}
 	q, _ := protocol.QueueKeys(key)
@@ -411,7 +411,7 @@ func evalStrings(ctx context.Context, cn conn.Conn, s *conn.Script, keys []strin
 }
 
 func (s *OneServer) Probe(ctx context.Context, keys []string, channel string) ([]string, string, error) {
-	reply, err := evalStrings(ctx, s.cn, protocol.ScriptProbe, keys, channel, protocol.PubArg(s.cluster))
+	reply, err := evalStrings(ctx, s.cn, protocol.ScriptProbe, keys, channel, protocol.PubArg(s.Cluster))
 	return probeDenied(reply), s.cn.Addr(), err
 }
 

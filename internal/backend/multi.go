@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -26,10 +26,10 @@ type Multi interface {
 
 var _ Multi = (*OneServer)(nil)
 
-func (s *OneServer) OneSlot() bool { return s.cluster }
+func (s *OneServer) OneSlot() bool { return s.Cluster }
 
 func (s *OneServer) AcquireMulti(ctx context.Context, a protocol.MultiAcquireArgs, ack ReplicaAck) (protocol.MultiAcquired, int, error) {
-	a.Sharded = s.cluster
+	a.Sharded = s.Cluster
 	r, acked, err := s.Run(ctx, a.Call(), ack)
 	if err != nil {
 		return protocol.MultiAcquired{}, -1, err
@@ -54,15 +54,15 @@ func (s *OneServer) ReleaseMany(ctx context.Context, rs []ReleaseReq) ([]protoco
 			calls[g] = s.releaseCall(rs[idx[0]])
 			continue
 		}
-		m := protocol.MultiReleaseArgs{Retention: s.retention, Sharded: s.cluster}
+		m := protocol.MultiReleaseArgs{Retention: s.retention, Sharded: s.Cluster}
 		for _, i := range idx {
-			m.Reqs = append(m.Reqs, rs[i].args(s.retention, s.cluster))
+			m.Reqs = append(m.Reqs, rs[i].args(s.retention, s.Cluster))
 		}
 		calls[g] = m.Call()
 	}
 	results := s.cn.EvalMulti(ctx, calls)
 	for g, idx := range groups {
-		r := conn.Result{Err: errShortReply}
+		r := conn.Result{Err: ErrShortReply}
 		if g < len(results) {
 			r = results[g]
 		}
@@ -89,7 +89,7 @@ func (s *OneServer) ReleaseMany(ctx context.Context, rs []ReleaseReq) ([]protoco
 }
 
 func (s *OneServer) Latch(ctx context.Context, a protocol.LatchArgs) (protocol.LatchState, error) {
-	a.Sharded = s.cluster
+	a.Sharded = s.Cluster
 	a.Retention = s.retention
 	return evalRead(ctx, s.cn, a.Call(), protocol.ReadLatch)
 }

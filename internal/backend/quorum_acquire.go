@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/timing"
 )
 
-// quorumTimeout is how long an acquisition waits for the servers' answers: small against the
+// QuorumTimeout is how long an acquisition waits for the servers' answers: small against the
 // lease, as the Redlock algorithm asks ("5-50 ms for a 10 s auto-release time"), so that a
 // majority of frozen or unreachable servers fails an attempt fast: 50 ms, or a third of a TTL
 // shorter than 150 ms.
-func quorumTimeout(ttl time.Duration) time.Duration {
+func QuorumTimeout(ttl time.Duration) time.Duration {
 	return min(50*time.Millisecond, ttl/3)
 }
 
@@ -26,12 +27,12 @@ func quorumTimeout(ttl time.Duration) time.Duration {
 // so that the contenders stop colliding; else when enough holders' leases run out for a
 // majority. When fewer than a majority answered at all, the error is a *QuorumError.
 func (q *Quorum) Acquire(ctx context.Context, a protocol.AcquireArgs, _ ReplicaAck) (protocol.Acquired, int, error) {
-	sent := mono()
+	sent := timing.Mono()
 	t := q.newAcquireTally()
 	ttl := parseMS(a.TTL)
 	// On a machine or network slow for every server, wait longer: eight times the recent
 	// answer time, up to a third of the lease.
-	wait := max(quorumTimeout(ttl), min(8*time.Duration(q.latency.Load()), ttl/3))
+	wait := max(QuorumTimeout(ttl), min(8*time.Duration(q.latency.Load()), ttl/3))
 	var (
 		res protocol.Acquired
 		err error
@@ -63,21 +64,21 @@ func (q *Quorum) Acquire(ctx context.Context, a protocol.AcquireArgs, _ ReplicaA
 
 // acquireTally counts the servers' answers to one acquisition, as they come.
 type acquireTally struct {
-	yes, no, failed int             // servers that granted it, refused it, answered with an error
-	token           uint64          // the largest token among the granting servers
-	holds           int             // the most holds among them
-	pttls           []time.Duration // the refusing servers' holders' remaining leases, when known
-	queuedOn        uint64          // bit i: server i queued the caller
-	tokensOn        []uint64        // per server that refused: its current token
-	leases, offers  []time.Duration // adaptive lease: the granting servers' and the others' choices
-	states          []ServerState   // what each server did, for a *QuorumError
+	yes, no, failed int                // servers that granted it, refused it, answered with an error
+	token           uint64             // the largest token among the granting servers
+	holds           int                // the most holds among them
+	pttls           []time.Duration    // the refusing servers' holders' remaining leases, when known
+	queuedOn        uint64             // bit i: server i queued the caller
+	tokensOn        []uint64           // per server that refused: its current token
+	leases, offers  []time.Duration    // adaptive lease: the granting servers' and the others' choices
+	states          []errs.ServerState // what each server did, for a *errs.QuorumError
 }
 
 // newAcquireTally returns the tally of an acquisition no server has answered yet.
 func (q *Quorum) newAcquireTally() *acquireTally {
-	t := &acquireTally{tokensOn: make([]uint64, len(q.nodes)), states: make([]ServerState, len(q.nodes))}
+	t := &acquireTally{tokensOn: make([]uint64, len(q.nodes)), states: make([]errs.ServerState, len(q.nodes))}
 	for i, node := range q.nodes {
-		t.states[i] = ServerState{Addr: node.Addr(), State: "no answer"}
+		t.states[i] = errs.ServerState{Addr: node.Addr(), State: "no answer"}
 	}
 	return t
 }
@@ -168,7 +169,7 @@ func (q *Quorum) acquiredLease(res protocol.Acquired, t *acquireTally, a protoco
 	} else {
 		res.TTL = timing.MajorityLease(t.offers, q.need)
 	}
-	if res.OK && !a.ReenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
+	if res.OK && !a.ReenterOnly && timing.Mono() >= sent+int64(ttl-timing.Drift(ttl)) {
 		// The lease has no time left. Give it back and count the attempt as failed.
 		return protocol.Acquired{}
 	}

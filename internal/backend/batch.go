@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -238,7 +238,7 @@ func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
 		if i < len(results) {
 			return results[i]
 		}
-		return conn.Result{Err: errShortReply}
+		return conn.Result{Err: ErrShortReply}
 	}
 	var alone []func()
 	for c, ch := range acqChunks {
@@ -371,4 +371,21 @@ func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 		}
 	}
 	return conn.Call{Script: protocol.ScriptRelease, Keys: keys, Args: args}
+}
+
+// SetLimits sets how many calls may be on their way before a call waits for a batch, and how
+// many batches may be on their way at once (loneMax and batchOut by default): tests of batching
+// lower them to make the slots few.
+func (b *batcher) SetLimits(lone, batches int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.loneMax, b.batchOut = lone, batches
+}
+
+// Load reports how many calls and batches are on their way, and how many acquisitions and
+// releases wait for the next batch.
+func (b *batcher) Load() (out, acqs, rels int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.out, len(b.acqs), len(b.rels)
 }

@@ -1,4 +1,10 @@
-package dlock
+// Package backend runs dlock's scripts on a deployment: Backend is what the engine (the root
+// package: leases, the renewal loop, the waits, the subscription) speaks to, OneServer its
+// implementation on one Redis deployment (a server, Sentinel, or a Cluster), with the batching
+// of concurrent calls (batch.go) and the multi-lock and latch calls (multi.go), and Quorum its
+// implementation on independent servers under the majority rule. The wire format is
+// internal/protocol's; the errors are internal/errs'.
+package backend
 
 import (
 	"context"
@@ -9,8 +15,8 @@ import (
 )
 
 // Backend runs dlock's scripts on a deployment: one server (standalone, Sentinel or Cluster,
-// through any conn.Conn: backend_server.go) or a quorum of independent servers
-// (backend_quorum.go). It is the only part of the engine that knows which; the locks, the
+// through any conn.Conn: server.go) or a quorum of independent servers
+// (quorum.go). It is the only part of the engine that knows which; the locks, the
 // renewal loop, the wait queues and the subscription speak to this interface. Errors are the
 // transport's, without the address: the caller adds it (addr).
 type Backend interface {
@@ -30,15 +36,15 @@ type Backend interface {
 	// Listen opens the subscription on which release notices arrive.
 	Listen(ctx context.Context, h conn.Handler) (conn.Listener, error)
 
-	// The reads and writes of inspection and administration (admin.go), and of the
-	// eviction check (evict.go): replies with strings.
+	// The reads and writes of inspection and administration (the root's admin.go), and of
+	// the eviction check (evict.go): replies with strings.
 	Inspect(ctx context.Context, keys []string) (any, error)
 	Scan(ctx context.Context, cursor, pattern string) (any, error)
 	ForceUnlock(ctx context.Context, key, channel string) (any, error)
 	Masters(ctx context.Context, args ...string) []conn.MasterReply
 	// Run runs one script call and, with ack.N > 0, asks that many replicas to acknowledge it
 	// (reporting how many did, -1 when not asked or unknown): the read-write locks and
-	// semaphores (shared.go) build and read their own calls. Only where Traits().Shared.
+	// semaphores (the root's shared.go) build and read their own calls. Only where Traits().Shared.
 	Run(ctx context.Context, c conn.Call, ack ReplicaAck) (reply []int64, acked int, err error)
 	// EvalAny runs a script whose reply may hold strings (their inspection and administration).
 	EvalAny(ctx context.Context, s *conn.Script, keys []string, args ...string) (any, error)
@@ -71,10 +77,10 @@ type Traits struct {
 	// Queue: waiting clients queue on the server, and a release grants the lock to the first
 	// of them (docs/PROTOCOL.md, "The queue").
 	Queue bool
-	// Shared: read-write locks and semaphores can be had (shared.go); Sharded: their scripts
+	// Shared: read-write locks and semaphores can be had (the root's shared.go); Sharded: their scripts
 	// announce with SPUBLISH (Redis Cluster).
 	Shared, Sharded bool
-	// Multi: the deployment's calls for multi-locks and latches (backend_multi.go), nil where
+	// Multi: the deployment's calls for multi-locks and latches (multi.go), nil where
 	// it has none (quorum mode: multi-locks take their names one by one, and latches are
 	// refused). Every capability is asked here, in the traits, never of the backend's type.
 	Multi Multi
