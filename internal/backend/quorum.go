@@ -36,7 +36,7 @@ type Quorum struct {
 	need      int    // a majority of len(nodes)
 	retention string // ms, for release.lua and forceunlock.lua
 	desc      string // "quorum of 5 [a b c d e]"
-	Own       bool   // close the nodes' connections (DialQuorum made them)
+	Own       bool   // Close closes the nodes' connections (DialQuorum made them)
 
 	pmu     sync.Mutex
 	pending map[string]*pendingAcquire // owner -> its acquisition still running on some server
@@ -48,8 +48,10 @@ type Quorum struct {
 	OnNodeError func(server, op string, err error)
 
 	bg      sync.WaitGroup  // calls still running on slow servers after a decision was reached
-	closing context.Context // cancelled by close: abandons those calls
-	Halt    context.CancelFunc
+	closing context.Context // cancelled by Close: abandons those calls
+	// Halt cancels closing without waiting (Close does, then waits for the calls; the root's
+	// quorum.go calls it alone when the client cannot be made).
+	Halt context.CancelFunc
 }
 
 var _ Backend = (*Quorum)(nil)
@@ -111,7 +113,7 @@ type pendingAcquire struct {
 // passes first (it returns false). When owner is set (an acquisition), the calls are
 // registered so that releases of owner wait for them per server; when after is set, each
 // server's call first waits for that server's answer to it. Calls still running when fanOut
-// returns finish in the background (close waits for them): they end with ctx, or, with
+// returns finish in the background (Close waits for them): they end with ctx, or, with
 // detach, at answerWait whatever becomes of ctx (a release every server must hear, though the
 // caller returns once a majority answered and may then cancel ctx).
 func (q *Quorum) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, detach bool, owner string, after *pendingAcquire, decide func(reply) bool) bool {
@@ -208,8 +210,8 @@ func (q *Quorum) unregister(owner string, mine *pendingAcquire) {
 
 // launch starts calls on every server, one goroutine each, and gives each answer to out. The
 // calls outlive the fan-out when a decision comes first: they end with ctx (with detach, at
-// answerWait whatever becomes of ctx) or at close; once every server answered, a background
-// goroutine (which close waits for) releases their context and unregisters mine.
+// answerWait whatever becomes of ctx) or at Close; once every server answered, a background
+// goroutine (which Close waits for) releases their context and unregisters mine.
 func (q *Quorum) launch(ctx context.Context, calls []conn.Call, detach bool, after []*pendingAcquire, owner string, mine *pendingAcquire, out *fanAnswers) {
 	var cctx context.Context
 	var cancel context.CancelFunc

@@ -12,7 +12,7 @@ import (
 // Ping sends PING to every server and returns nil as soon as a majority answered, the
 // servers a lock needs. Otherwise it waits for every answer (within ctx: a server that does
 // not answer in time fails with ctx's error) and returns a *QuorumError that says what each
-// server did ("answered" or "error"). Each server's error goes to q.onNodeError.
+// server did ("answered" or "error"). Each server's error goes to q.OnNodeError.
 func (q *Quorum) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	type answer struct {

@@ -23,7 +23,7 @@ type OneServer struct {
 	cn        conn.Conn
 	Cluster   bool
 	retention string // ms, for release.lua and forceunlock.lua
-	Own       bool   // close closes cn (Dial made it)
+	Own       bool   // Close closes cn (Dial made it)
 	// Batch gathers concurrent acquisitions and releases into batches (batch.go); nil on a
 	// Cluster, whose keys of one call must share a slot.
 	Batch *batcher
