@@ -2,11 +2,11 @@ package dlock
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -176,26 +176,11 @@ func (st *leaseState) fullTTLArg() string {
 }
 
 // recordHold makes req, the final release of st, record the hold when st's lock is adaptive.
-func (st *leaseState) recordHold(req releaseReq) releaseReq {
+func (st *leaseState) recordHold(req backend.ReleaseReq) backend.ReleaseReq {
 	if st.spec.adapt.on() {
-		req.record = st.spec.adapt.keep
+		req.Record = st.spec.adapt.keep
 	}
 	return req
-}
-
-// majorityLease combines the leases a quorum's servers chose for one acquisition: the need-th
-// longest, so that a majority holds the lock for at least that long. With fewer answers, the
-// shortest. 0 when none chose one (a lock that is not adaptive).
-func majorityLease(leases []time.Duration, need int) time.Duration {
-	if len(leases) == 0 {
-		return 0
-	}
-	s := slices.Clone(leases)
-	slices.Sort(s)
-	if len(s) < need {
-		return s[0]
-	}
-	return s[len(s)-need]
 }
 
 // HoldStats is what the server measured of a lock name's holds, kept for locks taken with

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -92,19 +93,19 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	}
 	key := c.lockKey(name)
 	// The hold record is read as one more "lock" of inspect.lua: its value and PTTL.
-	reply, err := c.e.b.inspect(ctx, []string{key, holdKey(key)})
+	reply, err := c.e.b.Inspect(ctx, []string{key, holdKey(key)})
 	if err != nil {
 		return Info{}, c.e.redisErr("inspect "+strconv.Quote(name), err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 2*inspectWidth {
+	if !ok || len(arr) != 2*backend.InspectWidth {
 		return Info{}, c.badReply("inspect", name, reply)
 	}
 	info, err := parseLock(name, arr[0], arr[1])
 	if err != nil {
 		return Info{}, err
 	}
-	info.HoldStats = parseHoldStats(arr[inspectWidth], arr[inspectWidth+1])
+	info.HoldStats = parseHoldStats(arr[backend.InspectWidth], arr[backend.InspectWidth+1])
 	queued, _ := arr[2].(int64)
 	goroutines, _ := arr[3].(int64)
 	info.WaitingGoroutines = int(goroutines)
@@ -156,7 +157,7 @@ func (c *Client) scanKeys(ctx context.Context, pattern, prefix string, page func
 	seen := make(map[string]bool)
 	cursor := "0"
 	for {
-		reply, err := c.e.b.scan(ctx, cursor, pattern)
+		reply, err := c.e.b.Scan(ctx, cursor, pattern)
 		if err != nil {
 			return c.e.redisErr("list", err)
 		}
@@ -192,26 +193,26 @@ func (c *Client) inspectKeys(ctx context.Context, keys []string) ([]Info, error)
 	for _, k := range keys {
 		all = append(all, holdKey(k))
 	}
-	reply, err := c.e.b.inspect(ctx, all)
+	reply, err := c.e.b.Inspect(ctx, all)
 	if err != nil {
 		return nil, c.e.redisErr("list", err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != inspectWidth*len(all) {
+	if !ok || len(arr) != backend.InspectWidth*len(all) {
 		return nil, c.badReply("list", "", reply)
 	}
-	rec := inspectWidth * len(keys) // the hold records' replies follow the locks'
+	rec := backend.InspectWidth * len(keys) // the hold records' replies follow the locks'
 	var held []Info
 	for i, key := range keys {
 		name, _ := protocol.NameOfKey(c.opts.prefix, key)
-		a := arr[inspectWidth*i : inspectWidth*(i+1)]
+		a := arr[backend.InspectWidth*i : backend.InspectWidth*(i+1)]
 		info, err := parseLock(name, a[0], a[1])
 		if err != nil || !info.Held {
 			continue // not a lock value (another application's key), or free
 		}
 		q, _ := a[2].(int64)
 		g, _ := a[3].(int64)
-		info.HoldStats = parseHoldStats(arr[rec+inspectWidth*i], arr[rec+inspectWidth*i+1])
+		info.HoldStats = parseHoldStats(arr[rec+backend.InspectWidth*i], arr[rec+backend.InspectWidth*i+1])
 		info.Waiters = int(q)
 		info.WaitingGoroutines = int(g)
 		info.LocalWaiters = c.e.waits.localWaiters(key)
@@ -235,7 +236,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (Info, error) {
 		return Info{}, err
 	}
 	key := c.lockKey(name)
-	reply, err := c.e.b.forceUnlock(ctx, key, protocol.ReleaseChannel(key))
+	reply, err := c.e.b.ForceUnlock(ctx, key, protocol.ReleaseChannel(key))
 	if err != nil {
 		return Info{}, c.e.redisErr("force unlock "+strconv.Quote(name), err)
 	}
@@ -272,7 +273,7 @@ func (c *Client) checkAdmin(name string) error {
 func (c *Client) lockKey(name string) string { return protocol.LockKey(c.opts.prefix, name) }
 
 func (c *Client) badReply(op, name string, reply any) error {
-	return fmt.Errorf("dlock: %s %q: unexpected reply %v from %s", op, name, reply, c.e.b.addr())
+	return fmt.Errorf("dlock: %s %q: unexpected reply %v from %s", op, name, reply, c.e.b.Addr())
 }
 
 // parseLock decodes a lock's value and PTTL as the inspect and forceunlock scripts return them

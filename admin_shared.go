@@ -134,7 +134,7 @@ var sharedKinds = []struct {
 // whether the server has its state (held, or its last token kept).
 func (c *Client) inspectShared(ctx context.Context, name, suffix string, kind protocol.SharedKind) (Info, bool, error) {
 	key := c.lockKey(name) + suffix
-	reply, err := c.e.b.evalAny(ctx, protocol.ScriptShared, protocol.SharedKeys(key), protocol.SharedInspectArgs...)
+	reply, err := c.e.b.EvalAny(ctx, protocol.ScriptShared, protocol.SharedKeys(key), protocol.SharedInspectArgs...)
 	if err != nil {
 		return Info{}, false, c.e.redisErr("inspect "+strconv.Quote(name), err)
 	}
@@ -151,7 +151,7 @@ func (c *Client) inspectShared(ctx context.Context, name, suffix string, kind pr
 // lock or semaphore of that name is reported instead (or, none being held, one the server
 // still knows when the Mutex is unknown to it).
 func (c *Client) orShared(ctx context.Context, name string, info Info) (Info, error) {
-	if info.Held || !c.e.traits.shared {
+	if info.Held || !c.e.traits.Shared {
 		return info, nil
 	}
 	var known *Info
@@ -175,7 +175,7 @@ func (c *Client) orShared(ctx context.Context, name string, info Info) (Info, er
 
 // listShared returns the held read-write locks and semaphores whose names start with prefix.
 func (c *Client) listShared(ctx context.Context, prefix string) ([]Info, error) {
-	if !c.e.traits.shared {
+	if !c.e.traits.Shared {
 		return nil, nil
 	}
 	var out []Info
@@ -211,14 +211,14 @@ func (c *Client) listShared(ctx context.Context, prefix string) ([]Info, error) 
 // and grants its units to the callers waiting. Their former holders' leases are lost at their
 // next renewal. ok is false when neither was held.
 func (c *Client) forceShared(ctx context.Context, name string) (Info, bool, error) {
-	if !c.e.traits.shared {
+	if !c.e.traits.Shared {
 		return Info{}, false, nil
 	}
 	for _, k := range sharedKinds {
 		key := c.lockKey(name) + k.suffix
 		kindArg := (&protocol.SharedSpec{Kind: k.kind}).KindArg()
-		reply, err := c.e.b.evalAny(ctx, protocol.ScriptShared, protocol.SharedKeys(key),
-			protocol.SharedForceArgs(protocol.Millis(c.opts.retention), protocol.ReleaseChannel(key), kindArg, c.e.traits.sharded)...)
+		reply, err := c.e.b.EvalAny(ctx, protocol.ScriptShared, protocol.SharedKeys(key),
+			protocol.SharedForceArgs(protocol.Millis(c.opts.retention), protocol.ReleaseChannel(key), kindArg, c.e.traits.Sharded)...)
 		if err != nil {
 			return Info{}, false, c.e.redisErr("force unlock "+strconv.Quote(name), err)
 		}

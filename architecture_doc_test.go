@@ -19,14 +19,16 @@ import (
 // top, "Names in this document"):
 //
 //   - every Go file (`x.go`) and script (`x.lua`) it names exists: in the root package, in
-//     internal/protocol/scripts/ for scripts, or, in a row of the package table, in that row's
-//     package;
-//   - in the diagrams (the fenced blocks), the names after a root file up to the next file or
-//     the end of the line (`Type.method`, `function`; `Type.a / b` is Type.a and Type.b) are
-//     declared in that file;
-//   - elsewhere, on a line (a table row) that names root files, every backticked Go name
-//     (`Name` or `Type.name`, not qualified by another package) is declared in one of those
-//     files: a function, a method, a type, a struct field or interface method, a var or a const.
+//     internal/protocol/scripts/ for scripts named alone, or, in a row of the package table,
+//     in that row's package;
+//   - in the diagrams (the fenced blocks), the names after a Go file of the root package or of
+//     an internal package (`internal/backend/batch.go`), up to the next file or the end of the
+//     line (`Type.method`, `function`; `Type.a / b` is Type.a and Type.b), are declared in that
+//     file;
+//   - elsewhere, on a line (a table row) that names such files (a file of a package table row
+//     is in the row's package), every backticked Go name (`Name` or `Type.name`, not qualified
+//     by another package) is declared in one of those files: a function, a method, a type, a
+//     struct field or interface method, a var or a const.
 func TestArchitectureDoc_NamesExist(t *testing.T) {
 	const doc = "docs/ARCHITECTURE.md"
 	decls, imports := rootDecls(t)
@@ -46,7 +48,7 @@ func TestArchitectureDoc_NamesExist(t *testing.T) {
 		_, err := os.Stat(p)
 		return err == nil
 	}
-	// declaredIn reports whether name is declared in one of files (root package files).
+	// declaredIn reports whether name is declared in one of files (paths from the root).
 	declaredIn := func(name string, files []string) bool {
 		for _, file := range files {
 			if decls[file][name] {
@@ -73,12 +75,12 @@ func TestArchitectureDoc_NamesExist(t *testing.T) {
 				dir = m[1]
 			}
 		}
-		var rootFiles []string
+		var goFiles []string // the files of parsed packages the line names
 		locs := fileRef.FindAllStringIndex(line, -1)
 		for _, loc := range locs {
 			ref := line[loc[0]:loc[1]]
 			p := filepath.Join(dir, ref)
-			if dir == "." && strings.HasSuffix(ref, ".lua") && !strings.Contains(ref, "/") {
+			if strings.HasSuffix(ref, ".lua") && !strings.Contains(ref, "/") {
 				p = filepath.Join("internal", "protocol", "scripts", ref)
 			}
 			refs++
@@ -86,17 +88,17 @@ func TestArchitectureDoc_NamesExist(t *testing.T) {
 				t.Errorf("%s names %s, which does not exist (%s)", where, ref, p)
 				continue
 			}
-			if dir == "." && strings.HasSuffix(ref, ".go") && !strings.Contains(ref, "/") {
-				rootFiles = append(rootFiles, ref)
+			if decls[p] != nil {
+				goFiles = append(goFiles, p)
 			}
 		}
-		if len(rootFiles) == 0 {
+		if len(goFiles) == 0 {
 			continue
 		}
 		if inFence {
 			// The names after each root file, up to the next file.
 			for i, loc := range locs {
-				ref := line[loc[0]:loc[1]]
+				ref := filepath.Join(dir, line[loc[0]:loc[1]])
 				if decls[ref] == nil {
 					continue
 				}
@@ -133,8 +135,8 @@ func TestArchitectureDoc_NamesExist(t *testing.T) {
 				continue // another package's name (conn.Conn)
 			}
 			names++
-			if !declaredIn(name, rootFiles) {
-				t.Errorf("%s names `%s` beside %s, and none of them declares it", where, name, strings.Join(rootFiles, ", "))
+			if !declaredIn(name, goFiles) {
+				t.Errorf("%s names `%s` beside %s, and none of them declares it", where, name, strings.Join(goFiles, ", "))
 			}
 		}
 	}
@@ -146,14 +148,19 @@ func TestArchitectureDoc_NamesExist(t *testing.T) {
 	}
 }
 
-// rootDecls parses the root package's files (not its tests) and returns, per file, the names it
-// declares: functions, types, vars, consts as Name, methods as Recv.Name and Name, struct fields
-// and interface methods as Type.name; and the names of the packages the files import.
+// rootDecls parses the files (not the tests) of the root package and of the internal packages,
+// and returns, per file (its path from the root), the names it declares: functions, types,
+// vars, consts as Name, methods as Recv.Name and Name, struct fields and interface methods as
+// Type.name; and the names of the packages the files import.
 func rootDecls(t *testing.T) (map[string]map[string]bool, map[string]bool) {
 	t.Helper()
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, pattern := range []string{"*.go", "internal/*/*.go"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
 	}
 	decls := make(map[string]map[string]bool)
 	imports := map[string]bool{"dlock": true}

@@ -13,11 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/goredisconn"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-// Batching (batch.go), on a private server: a paused server holds the first calls on the
+// Batching (internal/backend/batch.go), on a private server: a paused server holds the first calls on the
 // wire, so that the calls made meanwhile wait for one batch, which the server then runs as
 // one acquire.lua (or release.lua) call.
 
@@ -86,7 +87,7 @@ func inBatch(t *testing.T, s *redistest.Server, c *Client, blockers []func(), ca
 // inBatchWith is inBatch with more calls, bg, that join the batch but are not waited for.
 func inBatchWith(t *testing.T, s *redistest.Server, c *Client, blockers, calls, bg []func(), acquisitions bool) {
 	t.Helper()
-	b := c.e.b.(*oneServer).batch
+	b := c.e.b.(*backend.OneServer).Batch
 	if b == nil {
 		t.Fatal("no batcher on one server")
 	}
@@ -106,16 +107,13 @@ func inBatchWith(t *testing.T, s *redistest.Server, c *Client, blockers, calls, 
 	}
 	// One call alone and one batch may be on their way (the limits lowered to make the slots
 	// few), taken by the blockers one after the other.
-	b.mu.Lock()
-	b.loneMax, b.batchOut = 1, 1
-	b.mu.Unlock()
+	b.SetLimits(1, 1)
 	for i, f := range blockers {
 		run(f)
 		poll(t, 10*time.Second, "the blockers on their way", func() error {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			if b.out < i+1 || len(b.acqs)+len(b.rels) > 0 {
-				return fmt.Errorf("%d calls on their way, %d waiting", b.out, len(b.acqs)+len(b.rels))
+			out, acqs, rels := b.Load()
+			if out < i+1 || acqs+rels > 0 {
+				return fmt.Errorf("%d calls on their way, %d waiting", out, acqs+rels)
 			}
 			return nil
 		})
@@ -127,11 +125,9 @@ func inBatchWith(t *testing.T, s *redistest.Server, c *Client, blockers, calls, 
 		go f()
 	}
 	poll(t, 10*time.Second, "the calls waiting for a batch", func() error {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		n := len(b.rels)
+		_, acqs, n := b.Load()
 		if acquisitions {
-			n = len(b.acqs)
+			n = acqs
 		}
 		if n != len(calls)+len(bg) {
 			return fmt.Errorf("%d of %d waiting", n, len(calls)+len(bg))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/rueidisconn"
 )
@@ -40,7 +41,7 @@ type Client struct {
 
 // engine is the machinery every lock of one Client shares. Each part is given what it uses:
 //
-//   - b, the backend: runs the scripts on the deployment (backend.go);
+//   - b, the backend: runs the scripts on the deployment (internal/backend);
 //   - renewer, the renewal loop: keeps held leases alive, ends lost ones, sends background
 //     releases (renew.go);
 //   - waits, this client's waiters per lock name, and both ends of the wait/handoff protocol
@@ -51,8 +52,8 @@ type Client struct {
 // The locks (mutex.go) and their leases (lease.go) use the engine; the parts do not reach one
 // another through it.
 type engine struct {
-	b       backend
-	traits  traits
+	b       backend.Backend
+	traits  backend.Traits
 	renewer *renewer
 	waits   *waitQueues
 	notices *notifier
@@ -103,8 +104,8 @@ func Dial(ctx context.Context, url string, opts ...ClientOption) (*Client, error
 	if err != nil {
 		return nil, dialErr(url, err)
 	}
-	s := newOneServer(cn, o.retention)
-	s.own = true
+	s := backend.NewOneServer(cn, o.retention)
+	s.Own = true
 	c, err := newClient(ctx, s, o)
 	if err != nil {
 		cn.Close()
@@ -130,7 +131,7 @@ func New(cn Conn, opts ...ClientOption) (*Client, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), newCheckTimeout)
 	defer cancel()
-	return newClient(ctx, newOneServer(cn, o.retention), o)
+	return newClient(ctx, backend.NewOneServer(cn, o.retention), o)
 }
 
 // newCheckTimeout bounds the server check of New and NewQuorum, which take no context.
@@ -138,17 +139,17 @@ const newCheckTimeout = 10 * time.Second
 
 // newClient makes a Client over b once its servers passed the eviction check, and starts the
 // renewal loop and the subscription.
-func newClient(ctx context.Context, b backend, o options) (*Client, error) {
+func newClient(ctx context.Context, b backend.Backend, o options) (*Client, error) {
 	logger := o.logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	tr := b.traits()
-	guard := newEvictionGuard(b, tr.majority, o.evictOK, logger)
+	tr := b.Traits()
+	guard := newEvictionGuard(b, tr.Majority, o.evictOK, logger)
 	risk, err := guard.check(ctx)
 	if err != nil {
 		var nr *notRedisError
-		if errors.As(err, &nr) && tr.servers == 1 {
+		if errors.As(err, &nr) && tr.Servers == 1 {
 			return nil, fmt.Errorf("dlock: %w", nr) // that, not "cannot read the memory policy"
 		}
 		if kind := classify(err); kind != nil && !errors.Is(err, kind) {
@@ -183,12 +184,12 @@ func newClient(ctx context.Context, b backend, o options) (*Client, error) {
 	if e.ev.hot() {
 		e.obs = e.ev
 	}
-	if qb, ok := b.(*quorum); ok {
-		qb.ev = e.ev
+	if qb, ok := b.(*backend.Quorum); ok {
+		qb.OnNodeError = e.ev.nodeError
 	}
 	e.renewer = newRenewer(b, guard.check)
 	e.renewer.ev = e.ev
-	e.notices = newNotifier(b.listen, e.granted)
+	e.notices = newNotifier(b.Listen, e.granted)
 	e.notices.own = e.clientID + "."
 	e.notices.ev = e.ev
 	e.waits = newWaitQueues(e.notices)
@@ -221,7 +222,7 @@ func (c *Client) Close() error {
 		e.renewer.stop()
 		e.notices.stop()
 		c.bg.Wait()
-		err = joinErrors(e.releaseAll(), e.b.close())
+		err = joinErrors(e.releaseAll(), e.b.Close())
 	})
 	return err
 }
@@ -237,7 +238,7 @@ func (e *engine) releaseAll() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	errs := e.b.renew(ctx, round{releases: releases}).relErrs
+	errs := e.b.Renew(ctx, backend.Round{Releases: releases}).RelErrs
 	var failed []error
 	for i, st := range held {
 		if err := errs[len(errs)-len(held)+i]; err != nil {
@@ -273,20 +274,7 @@ func (c *Client) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dlock: ping: %w", err)
 	}
-	return c.e.b.ping(ctx)
-}
-
-// pingErr is the error of one server's PING: it names the server and matches ErrUnavailable
-// (ErrDenied for a refusal by its access rules).
-func pingErr(addr string, err error) error {
-	switch kind := classify(err); {
-	case speaksOtherProtocol(err):
-		return fmt.Errorf("dlock: ping: %w", newNotRedis(addr, err))
-	case kind == ErrDenied:
-		return fmt.Errorf("dlock: ping: server %s: %w (%w)", addr, err, ErrDenied)
-	default:
-		return fmt.Errorf("dlock: ping: server %s: %w (%w)", addr, err, ErrUnavailable)
-	}
+	return c.e.b.Ping(ctx)
 }
 
 func (c *Client) checkOpen() error {
@@ -370,11 +358,11 @@ func (e *engine) redisErr(op string, err error) error {
 	switch kind := classify(err); kind {
 	case ErrOutOfMemory:
 		return fmt.Errorf("dlock: %s on %s: %w: its used memory reached maxmemory, and its maxmemory-policy noeviction refuses new keys until memory is freed (releases still work)",
-			op, e.b.addr(), ErrOutOfMemory)
+			op, e.b.Addr(), ErrOutOfMemory)
 	case nil:
-		return fmt.Errorf("dlock: %s on %s: %w", op, e.b.addr(), err)
+		return fmt.Errorf("dlock: %s on %s: %w", op, e.b.Addr(), err)
 	default:
-		return fmt.Errorf("dlock: %s on %s: %w (%w)", op, e.b.addr(), err, kind)
+		return fmt.Errorf("dlock: %s on %s: %w (%w)", op, e.b.Addr(), err, kind)
 	}
 }
 
@@ -404,8 +392,8 @@ func dialErr(url string, err error) error {
 
 // replicasShort reports a master with fewer than n replicas connected (INFO replication):
 // WithReplicaAck(n, …) could never be satisfied there.
-func replicasShort(ctx context.Context, b backend, n int) error {
-	for _, r := range b.masters(ctx, "INFO", "replication") {
+func replicasShort(ctx context.Context, b backend.Backend, n int) error {
+	for _, r := range b.Masters(ctx, "INFO", "replication") {
 		if r.Err != nil {
 			continue // unreachable now: acquisitions will say so
 		}
@@ -426,19 +414,19 @@ func replicasShort(ctx context.Context, b backend, n int) error {
 // the commands: without it, the first Lock or Unlock that needs one would fail halfway (a
 // release that writes and then may not announce itself), or waits would fall back on lease
 // times. Subscribing is checked when it first happens (notify.go).
-func probe(ctx context.Context, b backend, prefix string) error {
+func probe(ctx context.Context, b backend.Backend, prefix string) error {
 	var nonce [6]byte
 	rand.Read(nonce[:])
 	key := protocol.LockKey(prefix, "dlock-probe:"+hex.EncodeToString(nonce[:]))
 	q, w := protocol.QueueKeys(key)
-	denied, addr, err := b.probe(ctx, []string{key, q, w}, protocol.ReleaseChannel(key))
+	denied, addr, err := b.Probe(ctx, []string{key, q, w}, protocol.ReleaseChannel(key))
 	switch {
 	case len(denied) > 0:
 		return fmt.Errorf("%w: server %s refuses this user the commands %s that dlock's scripts run: add +%s to its ACL rule (docs/SECURITY.md)",
 			ErrDenied, addr, strings.Join(denied, ", "), strings.Join(denied, " +"))
 	case err != nil && classify(err) == ErrDenied:
 		return fmt.Errorf("%w: server %s refuses this user dlock's scripts or keys: %v (docs/SECURITY.md gives the ACL rule)", ErrDenied, addr, err)
-	case err != nil && speaksOtherProtocol(err) && b.traits().servers == 1:
+	case err != nil && speaksOtherProtocol(err) && b.Traits().Servers == 1:
 		// Reached with WithUnsafeEviction, which lets an unreadable memory policy pass.
 		return fmt.Errorf("dlock: %w", newNotRedis(addr, err))
 	}

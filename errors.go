@@ -4,118 +4,73 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 var (
 	// ErrNotAcquired is matched by the error of a TryLock, or of a Lock whose wait ended, while
 	// another owner held the lock (a *NotAcquiredError).
-	ErrNotAcquired = errors.New("dlock: not acquired: held by another owner")
+	ErrNotAcquired = errs.ErrNotAcquired
 	// ErrNotHeld is returned when an operation needs a lock the caller does not hold: a second
 	// Unlock, an Unlock, Extend or TTL on a lease that has ended, or a nil lease.
-	ErrNotHeld = errors.New("dlock: not held")
+	ErrNotHeld = errs.ErrNotHeld
 	// ErrLost is the cause of a lease context's cancellation when the lock may have passed to
 	// someone else: a renewal was refused (the key expired or was taken over), or no renewal
 	// succeeded before the lease could have expired on the server.
-	ErrLost = errors.New("dlock: lock lost")
+	ErrLost = errs.ErrLost
 	// ErrExpired is the cause of a lease context's cancellation when a fixed lease
 	// (WithoutRenewal) reached its planned end. It comes with ErrLost (the lock is no longer
 	// held), so errors.Is(cause, ErrExpired) tells a planned end from a loss. It is also wrapped
 	// by the error of a call on a countdown latch whose TTL ran out before it reached zero.
-	ErrExpired = errors.New("dlock: lease expired")
+	ErrExpired = errs.ErrExpired
 	// ErrClosed is returned by every call on a closed Client, and is the cause of the lease
 	// contexts that Close ended.
-	ErrClosed = errors.New("dlock: client closed")
+	ErrClosed = errs.ErrClosed
 	// ErrReplicaAck is wrapped by the error of an acquisition that fewer replicas than
 	// WithReplicaAck asks for acknowledged in time; the lock was released again.
-	ErrReplicaAck = errors.New("dlock: not acknowledged by enough replicas")
+	ErrReplicaAck = errs.ErrReplicaAck
 	// ErrOutOfMemory is wrapped by the error of an acquisition that a Redis server refused
 	// because its memory is full (maxmemory reached under the noeviction policy). Releases and
 	// renewals still work on such a server.
-	ErrOutOfMemory = errors.New("dlock: server out of memory")
+	ErrOutOfMemory = errs.ErrOutOfMemory
 	// ErrInvalid wraps every error about bad input: an empty or oversized name, a TTL below the
 	// minimum, a bad option, a bad or empty URL.
-	ErrInvalid = errors.New("dlock: invalid argument")
+	ErrInvalid = errs.ErrInvalid
 	// ErrDenied is wrapped by the error of a call the server refused for its access rules: a
 	// wrong user or password, or a user whose ACL lacks a command or key (docs/SECURITY.md
 	// gives the rule dlock needs).
-	ErrDenied = errors.New("dlock: permission denied")
+	ErrDenied = errs.ErrDenied
 	// ErrNotFound is wrapped by the error of a call on a latch that does not exist, made through
 	// a handle that cannot create it (Client.Latch with count 0).
-	ErrNotFound = errors.New("dlock: not found")
+	ErrNotFound = errs.ErrNotFound
 	// ErrStale is matched by the error of a fenced operation (Client.FencedGet, FencedSet, …)
 	// refused because the key's fence is newer than the token given: a newer holder of the lock
 	// has used the key, so that token's lease was lost (a *StaleError names both tokens).
-	ErrStale = errors.New("dlock: stale token")
+	ErrStale = errs.ErrStale
 	// ErrUnavailable is wrapped by the error of a call that could not reach the server, or
 	// whose connection failed (refused, reset, timed out), or that found at the server's
 	// address something other than a Redis server (an HTTP server, say: the error says so);
 	// in quorum mode by a *QuorumError. Client.Ping returns it when a server is down.
-	ErrUnavailable = errors.New("dlock: server unavailable")
+	ErrUnavailable = errs.ErrUnavailable
 )
 
 // classify returns the sentinel error a transport error falls under, or nil.
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	var ne net.Error
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "NOPERM"), strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"),
-		strings.Contains(msg, "can't run this command"), strings.Contains(msg, "invalid username-password"):
-		return ErrDenied
-	case strings.Contains(msg, "OOM command not allowed"):
-		return ErrOutOfMemory
-	case speaksOtherProtocol(err):
-		return ErrUnavailable // no Redis server at that address (notRedisError)
-	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		strings.Contains(msg, "connection refused"), strings.Contains(msg, "connection reset"),
-		strings.Contains(msg, "cannot reach redis"), strings.Contains(msg, "unreachable"):
-		return ErrUnavailable
-	}
-	return nil
-}
+func classify(err error) error { return errs.Classify(err) }
 
 // speaksOtherProtocol reports whether err is a transport's failure to read a reply in the
 // Redis protocol: what answered at the address is something else (an HTTP server, say).
-func speaksOtherProtocol(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "received unknown message type") || // rueidis
-		strings.Contains(msg, "redis: can't parse") || strings.Contains(msg, "redis: invalid reply") // go-redis
-}
+func speaksOtherProtocol(err error) bool { return errs.SpeaksOtherProtocol(err) }
 
 // notRedisError is the error of an address where something answered, but not in the Redis
-// protocol: a port of an HTTP server given for Redis's, say. Like a closed port it matches
-// ErrUnavailable: no Redis server answers there.
-type notRedisError struct {
-	addr string
-	err  error // what the transport made of the reply
-}
+// protocol (an HTTP server's port given for Redis's, say); it matches ErrUnavailable.
+type notRedisError = errs.NotRedisError
 
-// newNotRedis is the notRedisError of addr for the transport's err, without the dial's
-// "cannot reach redis at …" (it could be reached).
-func newNotRedis(addr string, err error) *notRedisError {
-	if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), "cannot reach redis") {
-		err = inner
-	}
-	return &notRedisError{addr: addr, err: err}
-}
-
-func (e *notRedisError) Error() string {
-	return fmt.Sprintf("%s is not a Redis server: it answered in another protocol (%v); check the host and port given for Redis", e.addr, e.err)
-}
-
-// Is reports whether target is ErrUnavailable.
-func (e *notRedisError) Is(target error) bool { return target == ErrUnavailable }
-
-func (e *notRedisError) Unwrap() error { return e.err }
+// newNotRedis is the notRedisError of addr for the transport's err.
+func newNotRedis(addr string, err error) *notRedisError { return errs.NewNotRedis(addr, err) }
 
 // notHeldError is the error of an Unlock whose lease was lost before it: its message is the
 // loss's cause alone, and it matches ErrNotHeld as well as what the cause matches (ErrLost).
@@ -151,57 +106,18 @@ func withUnlockErr(fnErr, uerr error) error {
 // ErrNoQuorum is matched (errors.Is) by the *QuorumError of an operation in quorum mode that
 // fewer than a majority of the servers answered: they are down, frozen or unreachable. It is
 // not ErrNotAcquired: nobody was found holding the lock.
-var ErrNoQuorum = errors.New("dlock: no quorum")
+var ErrNoQuorum = errs.ErrNoQuorum
 
-// QuorumError says, server by server, why an operation in quorum mode could not be decided.
-type QuorumError struct {
-	Op      string        // what was attempted: "lock", ...
-	Need    int           // the majority
-	Wait    time.Duration // how long the answers were waited for; 0 when every server answered
-	Servers []ServerState // one per server, in the order given to DialQuorum or NewQuorum
-}
+// QuorumError says, server by server, why an operation in quorum mode could not be decided:
+// Op is what was attempted ("lock", ...), Need the majority, Wait how long the answers were
+// waited for (0 when every server answered), and Servers holds one ServerState per server, in
+// the order given to DialQuorum or NewQuorum. It matches ErrNoQuorum and ErrUnavailable
+// (errors.Is), and unwraps to the servers' errors.
+type QuorumError = errs.QuorumError
 
-// ServerState is one server's part in a quorum operation.
-type ServerState struct {
-	Addr  string
-	State string // "granted", "held by another owner", "answered" (Ping), "error", "no answer"
-	Err   error  // with "error"
-}
-
-func (e *QuorumError) Error() string {
-	answered := 0
-	var b strings.Builder
-	for i, s := range e.Servers {
-		if s.State != "no answer" && s.State != "error" {
-			answered++
-		}
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(s.Addr + ": " + s.State)
-		if s.State == "no answer" && e.Wait > 0 {
-			b.WriteString(" within " + e.Wait.String())
-		}
-		if s.Err != nil {
-			b.WriteString(": " + s.Err.Error())
-		}
-	}
-	return fmt.Sprintf("no quorum: %d of %d servers answered the %s, a majority needs %d (%s)", answered, len(e.Servers), e.Op, e.Need, b.String())
-}
-
-// Is reports whether target is ErrNoQuorum or ErrUnavailable.
-func (e *QuorumError) Is(target error) bool { return target == ErrNoQuorum || target == ErrUnavailable }
-
-// Unwrap returns the servers' errors.
-func (e *QuorumError) Unwrap() []error {
-	var errs []error
-	for _, s := range e.Servers {
-		if s.Err != nil {
-			errs = append(errs, s.Err)
-		}
-	}
-	return errs
-}
+// ServerState is one server's part in a quorum operation: its Addr, its State ("granted",
+// "held by another owner", "answered" (Ping), "error", "no answer") and, with "error", its Err.
+type ServerState = errs.ServerState
 
 // ctxEnded is the error of ctx, which has ended, for the wait it ended: ctx.Err(), and the
 // cause it was given too (context.WithCancelCause, WithTimeoutCause, WithDeadlineCause), so
@@ -220,33 +136,7 @@ func ctxEnded(ctx context.Context) error {
 
 // joinErrors is errors.Join on one line: its message separates the errors with "; " (a
 // multi-line error splits log lines). It returns nil when every error is nil.
-func joinErrors(errs ...error) error {
-	var kept []error
-	for _, err := range errs {
-		if err != nil {
-			kept = append(kept, err)
-		}
-	}
-	switch len(kept) {
-	case 0:
-		return nil
-	case 1:
-		return kept[0]
-	}
-	return joined(kept)
-}
-
-type joined []error
-
-func (j joined) Error() string {
-	msgs := make([]string, len(j))
-	for i, err := range j {
-		msgs[i] = err.Error()
-	}
-	return strings.Join(msgs, "; ")
-}
-
-func (j joined) Unwrap() []error { return j }
+func joinErrors(e ...error) error { return errs.Join(e...) }
 
 // NotAcquiredError is the error of a TryLock, or of a Lock whose wait ended (WithWait, or its
 // context), while another owner held the lock. It matches ErrNotAcquired, and, when the

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // A server whose memory policy can evict keys can drop a held lock's key at any moment, and
@@ -91,7 +93,7 @@ func parseMemoryInfo(info string) (serverMemory, error) {
 
 // evictionGuard keeps a Client's view of whether its servers can evict lock keys.
 type evictionGuard struct {
-	b      backend
+	b      backend.Backend
 	need   int  // servers that must answer: 1, or a quorum's majority
 	allow  bool // WithUnsafeEviction: warn, never refuse
 	logger *slog.Logger
@@ -105,14 +107,14 @@ type evictionGuard struct {
 	checked time.Time        // when risk was last read
 }
 
-func newEvictionGuard(b backend, need int, allow bool, logger *slog.Logger) *evictionGuard {
+func newEvictionGuard(b backend.Backend, need int, allow bool, logger *slog.Logger) *evictionGuard {
 	return &evictionGuard{b: b, need: need, allow: allow, logger: logger, evicted: make(map[string]int64), warned: make(map[string]bool)}
 }
 
 // read asks every master for its memory settings; at least need must answer (in quorum mode
 // a minority may be down).
 func (g *evictionGuard) read(ctx context.Context) (map[string]serverMemory, error) {
-	replies := g.b.masters(ctx, "INFO", "memory", "stats")
+	replies := g.b.Masters(ctx, "INFO", "memory", "stats")
 	out := make(map[string]serverMemory, len(replies))
 	var errs []error
 	for _, r := range replies {
@@ -122,7 +124,7 @@ func (g *evictionGuard) read(ctx context.Context) (map[string]serverMemory, erro
 					r.Addr, r.Err)
 			}
 			if speaksOtherProtocol(r.Err) {
-				errs = append(errs, &notRedisError{addr: r.Addr, err: r.Err})
+				errs = append(errs, &notRedisError{Addr: r.Addr, Err: r.Err})
 				continue
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", r.Addr, r.Err))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/slot"
 )
@@ -156,7 +157,7 @@ func (c *Client) fencedCall(op, letter, key string, token uint64, args []string)
 		return conn.Call{}, err
 	}
 	switch {
-	case c.e.traits.servers > 1:
+	case c.e.traits.Servers > 1:
 		return conn.Call{}, fmt.Errorf("%w: %s %q: not available in quorum mode: the key lives on one server, not on the quorum's; use a client of the server that holds it (docs/PROTOCOL.md, \"Fenced operations on your own keys\")", ErrInvalid, "fenced "+op, key)
 	case key == "":
 		return conn.Call{}, fmt.Errorf("%w: %s: empty key", ErrInvalid, "fenced "+op)
@@ -185,7 +186,7 @@ func (c *Client) fencedInts(ctx context.Context, op, letter, key string, token u
 	if err != nil {
 		return 0, err
 	}
-	r, _, err := c.e.b.run(ctx, call, replicaAck{})
+	r, _, err := c.e.b.Run(ctx, call, backend.ReplicaAck{})
 	if err != nil {
 		return 0, c.fencedErr(op, key, err)
 	}
@@ -207,7 +208,7 @@ func (c *Client) fencedRead(ctx context.Context, op, letter, key string, token u
 	if err != nil {
 		return "", false, err
 	}
-	reply, err := c.e.b.evalAny(ctx, call.Script, call.Keys, call.Args...)
+	reply, err := c.e.b.EvalAny(ctx, call.Script, call.Keys, call.Args...)
 	if err != nil {
 		return "", false, c.fencedErr(op, key, err)
 	}

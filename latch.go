@@ -72,7 +72,7 @@ func (c *Client) Latch(name string, count int, opts ...Option) *Latch {
 	if err := checkName(name); err != nil {
 		l.err = err
 	}
-	if c.e.traits.multi == nil && l.err == nil {
+	if c.e.traits.Multi == nil && l.err == nil {
 		l.err = fmt.Errorf("%w: latch %q: latches are not available in quorum mode", ErrInvalid, name)
 	}
 	l.ttl = o.ttl
@@ -156,9 +156,9 @@ func (l *Latch) Count(ctx context.Context) (int, error) {
 		return 0, l.callErr(ctx, "count", err)
 	}
 	if err := l.stateErr(st); err != nil {
-		return st.left, err
+		return st.Left, err
 	}
-	return st.left, nil
+	return st.Left, nil
 }
 
 // Wait returns nil once the count is zero, at once if it is. It is woken by the count-down
@@ -184,21 +184,21 @@ func (l *Latch) Wait(ctx context.Context) error {
 		if err := l.stateErr(st); err != nil {
 			return err
 		}
-		if st.left <= 0 {
+		if st.Left <= 0 {
 			return nil
 		}
 		if err := e.notices.deniedErr(); err != nil {
 			return err
 		}
 		// Wake at the deadline, to say the latch expired: nothing announces that.
-		timer.Reset(st.rest + time.Millisecond)
+		timer.Reset(st.Rest + time.Millisecond)
 		select {
 		case <-sig:
 		case <-h.q.wake:
 			h.broadcast()
 		case <-timer.C:
 		case <-ctx.Done():
-			return fmt.Errorf("dlock: latch %q: %d of %d left: %w", l.name, st.left, st.initial, ctx.Err())
+			return fmt.Errorf("dlock: latch %q: %d of %d left: %w", l.name, st.Left, st.Initial, ctx.Err())
 		case <-e.done:
 			return ErrClosed
 		}
@@ -223,16 +223,16 @@ func (l *Latch) Inspect(ctx context.Context) (LatchInfo, error) {
 	if err := l.usable(ctx); err != nil {
 		return info, err
 	}
-	mb := l.e.traits.multi
-	st, err := mb.latch(ctx, latchArgs{key: l.key, op: 's', ttl: protocol.Millis(l.ttl), channel: l.channel})
+	mb := l.e.traits.Multi
+	st, err := mb.Latch(ctx, protocol.LatchArgs{Key: l.key, Op: 's', TTL: protocol.Millis(l.ttl), Channel: l.channel})
 	if err != nil {
 		return info, l.callErr(ctx, "inspect", err)
 	}
-	if st.status == latchNone {
+	if st.Status == protocol.LatchNone {
 		return info, nil
 	}
-	info.Exists, info.Left, info.Count, info.TTL = true, st.left, st.initial, max(st.rest, 0)
-	info.Expired = st.rest <= 0 && st.left > 0
+	info.Exists, info.Left, info.Count, info.TTL = true, st.Left, st.Initial, max(st.Rest, 0)
+	info.Expired = st.Rest <= 0 && st.Left > 0
 	return info, nil
 }
 
@@ -250,9 +250,9 @@ func (l *Latch) usable(ctx context.Context) error {
 	return nil
 }
 
-func (l *Latch) call(ctx context.Context, op byte, id string) (latchState, error) {
-	mb := l.e.traits.multi // Latch checked it
-	return mb.latch(ctx, latchArgs{key: l.key, op: op, count: l.count, ttl: protocol.Millis(l.ttl), channel: l.channel, id: id})
+func (l *Latch) call(ctx context.Context, op byte, id string) (protocol.LatchState, error) {
+	mb := l.e.traits.Multi // Latch checked it
+	return mb.Latch(ctx, protocol.LatchArgs{Key: l.key, Op: op, Count: l.count, TTL: protocol.Millis(l.ttl), Channel: l.channel, ID: id})
 }
 
 func (l *Latch) callErr(ctx context.Context, op string, err error) error {
@@ -264,14 +264,14 @@ func (l *Latch) callErr(ctx context.Context, op string, err error) error {
 
 // stateErr is the error a latch's state makes for its callers: expired before zero, created
 // with another count, or missing (a handle of count 0).
-func (l *Latch) stateErr(st latchState) error {
+func (l *Latch) stateErr(st protocol.LatchState) error {
 	switch {
-	case st.status == latchNone:
+	case st.Status == protocol.LatchNone:
 		return fmt.Errorf("%w: latch %q does not exist (a handle of count 0 does not create it)", ErrNotFound, l.name)
-	case st.status == latchOtherCount:
-		return fmt.Errorf("%w: latch %q exists with count %d, not %d", ErrInvalid, l.name, st.initial, l.count)
-	case st.rest <= 0 && st.left > 0:
-		return fmt.Errorf("dlock: latch %q expired before reaching zero, %d of %d left (%w)", l.name, st.left, st.initial, ErrExpired)
+	case st.Status == protocol.LatchOtherCount:
+		return fmt.Errorf("%w: latch %q exists with count %d, not %d", ErrInvalid, l.name, st.Initial, l.count)
+	case st.Rest <= 0 && st.Left > 0:
+		return fmt.Errorf("dlock: latch %q expired before reaching zero, %d of %d left (%w)", l.name, st.Left, st.Initial, ErrExpired)
 	}
 	return nil
 }

@@ -8,14 +8,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/timing"
 )
 
 // epoch anchors the monotonic clock readings kept as int64 nanoseconds in leases.
-var epoch = time.Now()
+var epoch = timing.Epoch
 
 // mono is the monotonic clock, in nanoseconds since epoch; wall-clock jumps do not move it.
-func mono() int64 { return int64(time.Since(epoch)) }
+func mono() int64 { return timing.Mono() }
 
 // Lease is one hold of an acquired lock. Unlock it exactly once. A Lease is safe for
 // concurrent use.
@@ -229,12 +231,12 @@ func (st *leaseState) context() *leaseCtx {
 // leavingQueue is req, the release of st's last hold, made to withdraw the queue entry the
 // hold was taken under when no waiter of this client needs it any more (else the entry that
 // st.leave names, if any).
-func (e *engine) leavingQueue(st *leaseState, req releaseReq) releaseReq {
+func (e *engine) leavingQueue(st *leaseState, req backend.ReleaseReq) backend.ReleaseReq {
 	if reg := st.takeQueued(); reg != nil && e.withdrawn(reg) {
-		req.leave = reg.id
+		req.Leave = reg.id
 	}
-	if req.leave == "" {
-		req.leave = st.leave
+	if req.Leave == "" {
+		req.Leave = st.leave
 	}
 	return req
 }
@@ -242,14 +244,14 @@ func (e *engine) leavingQueue(st *leaseState, req releaseReq) releaseReq {
 // afterRelease ends st once the release of its last hold, req, answered res or err, and returns
 // the error for its Unlock. A release that failed on the network is retried in the background
 // until it succeeds or the lease would have run out anyway.
-func (e *engine) afterRelease(st *leaseState, req releaseReq, res protocol.Released, err error) error {
+func (e *engine) afterRelease(st *leaseState, req backend.ReleaseReq, res protocol.Released, err error) error {
 	switch {
 	case err != nil && !refused(err):
 		st.mu.Lock()
 		until := st.lastSent + st.ttl.Load()
 		st.mu.Unlock()
 		waits, key, token := e.waits, st.spec.key, st.token
-		req.record = "" // the failed try may have recorded the hold: never twice
+		req.Record = "" // the failed try may have recorded the hold: never twice
 		e.renewer.retryRelease(req, until, func() { waits.leaseEnded(key, token) })
 		st.end(endReleased, nil)
 		return fmt.Errorf("%w (retrying in the background until the lease would run out)", e.redisErr("unlock "+strconv.Quote(st.spec.name), err))
@@ -304,28 +306,30 @@ func (st *leaseState) lostAtUnlock() error {
 
 // releaseReq releases one hold of this lease, or all. The floor is the lease's token: after
 // local handoffs it is above the stored one, and in quorum mode each server's may be below it.
-func (st *leaseState) releaseReq(all bool) releaseReq {
+func (st *leaseState) releaseReq(all bool) backend.ReleaseReq {
 	floor := st.token
 	if st.exact && st.spec.adapt == nil && st.spec.shared == nil {
 		floor = 0 // the stored token is this one (an adaptive lease's record still needs it)
 	}
-	return releaseReq{keys: st.spec.keys, channel: st.spec.channel, owner: st.owner, all: all, floor: floor, shared: st.spec.shared}
+	return backend.ReleaseReq{Keys: st.spec.keys, Channel: st.spec.channel, Owner: st.owner, All: all, Floor: floor, Shared: st.spec.shared}
 }
 
 // renewal is st's renewal to ttl in a round.
-func (st *leaseState) renewal(ttl time.Duration) renewal { return st.renewalTo(protocol.Millis(ttl)) }
+func (st *leaseState) renewal(ttl time.Duration) backend.Renewal {
+	return st.renewalTo(protocol.Millis(ttl))
+}
 
 // renewalTo is st's renewal to ttl ms (as the scripts take it) in a round.
-func (st *leaseState) renewalTo(ttl string) renewal {
-	return renewal{key: st.spec.key, owner: st.owner, ttl: ttl, ack: st.spec.ack, shared: st.spec.shared != nil}
+func (st *leaseState) renewalTo(ttl string) backend.Renewal {
+	return backend.Renewal{Key: st.spec.key, Owner: st.owner, TTL: ttl, Ack: st.spec.ack, Shared: st.spec.shared != nil}
 }
 
 // pttl reads the lease left to st as the server sees it, and false when st no longer holds.
 func (st *leaseState) pttl(ctx context.Context) (time.Duration, bool, error) {
 	if st.spec.shared == nil {
-		return st.e.b.pttl(ctx, st.spec.keys, st.owner)
+		return st.e.b.PTTL(ctx, st.spec.keys, st.owner)
 	}
-	r, _, err := st.e.b.run(ctx, protocol.SharedPTTLCall(st.spec.keys, st.owner), replicaAck{})
+	r, _, err := st.e.b.Run(ctx, protocol.SharedPTTLCall(st.spec.keys, st.owner), backend.ReplicaAck{})
 	if err != nil {
 		return 0, false, err
 	}
@@ -491,16 +495,16 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return st.endedErr()
 	}
 	sent := mono()
-	outs := st.e.b.renew(ctx, round{leases: []renewal{st.renewal(ttl)}}).leases
+	outs := st.e.b.Renew(ctx, backend.Round{Leases: []backend.Renewal{st.renewal(ttl)}}).Leases
 	switch {
-	case outs[0].err == errNotAcked:
+	case outs[0].Err == backend.ErrNotAcked:
 		return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.spec.name)
-	case outs[0].err != nil:
-		return st.e.redisErr("extend", outs[0].err)
-	case outs[0].released:
+	case outs[0].Err != nil:
+		return st.e.redisErr("extend", outs[0].Err)
+	case outs[0].Released:
 		st.end(endLost, st.lostAs(LostForceUnlocked, "Extend found it released by someone else (force-unlocked)"))
 		return st.endedErr()
-	case !outs[0].ok:
+	case !outs[0].OK:
 		st.end(endLost, st.lost("Extend found it no longer held by this lease"))
 		return st.endedErr()
 	}
@@ -587,7 +591,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if last && state == stateLost {
 		req = st.recordHold(req)
 	}
-	res, err := st.e.b.release(ctx, req)
+	res, err := st.e.b.Release(ctx, req)
 	return st.afterInnerRelease(state, res, err)
 }
 

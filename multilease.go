@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -222,21 +223,21 @@ func (m *multiLease) extend(ctx context.Context, l *Lease, ttl time.Duration) er
 	if l.unlocked.Load() || m.endedMember() != nil {
 		return m.endedErr(l)
 	}
-	rd := round{leases: make([]renewal, len(m.members))}
+	rd := backend.Round{Leases: make([]backend.Renewal, len(m.members))}
 	for i, mb := range m.members {
 		st := mb.st
-		rd.leases[i] = renewal{key: st.spec.key, owner: st.owner, ttl: protocol.Millis(ttl), ack: st.spec.ack}
+		rd.Leases[i] = backend.Renewal{Key: st.spec.key, Owner: st.owner, TTL: protocol.Millis(ttl), Ack: st.spec.ack}
 	}
 	sent := mono()
-	outs := m.e.b.renew(ctx, rd).leases
+	outs := m.e.b.Renew(ctx, rd).Leases
 	for i, mb := range m.members {
 		st := mb.st
 		switch {
-		case outs[i].err == errNotAcked:
+		case outs[i].Err == backend.ErrNotAcked:
 			return fmt.Errorf("%w: extend %q: the new lease is on the master only", ErrReplicaAck, st.spec.name)
-		case outs[i].err != nil:
-			return m.e.redisErr("extend "+strconv.Quote(st.spec.name), outs[i].err)
-		case !outs[i].ok:
+		case outs[i].Err != nil:
+			return m.e.redisErr("extend "+strconv.Quote(st.spec.name), outs[i].Err)
+		case !outs[i].OK:
 			st.end(endLost, st.lost("Extend found it no longer held by this lease"))
 			return st.endedErr()
 		}
@@ -290,7 +291,7 @@ func (e *engine) unlockMembers(ctx context.Context, leases []*Lease) error {
 			last = append(last, st)
 		default:
 			// An inner hold, or a lease already lost: as Lease.Unlock does.
-			res, err := e.b.release(ctx, st.releaseReq(lastHold))
+			res, err := e.b.Release(ctx, st.releaseReq(lastHold))
 			if err := st.afterInnerRelease(state, res, err); err != nil {
 				errs = append(errs, err)
 			}
@@ -304,7 +305,7 @@ func (e *engine) unlockMembers(ctx context.Context, leases []*Lease) error {
 // parallel in quorum mode).
 func (e *engine) letGoAll(ctx context.Context, sts []*leaseState) []error {
 	var errs []error
-	var reqs []releaseReq
+	var reqs []backend.ReleaseReq
 	var rel []*leaseState
 	for _, st := range sts {
 		if done, err := e.handOff(ctx, st); done {
@@ -327,14 +328,14 @@ func (e *engine) letGoAll(ctx context.Context, sts []*leaseState) []error {
 }
 
 // releaseMany runs the releases in one pipeline where the deployment can, else in parallel.
-func (e *engine) releaseMany(ctx context.Context, reqs []releaseReq) ([]protocol.Released, []error) {
-	if mb := e.traits.multi; mb != nil {
-		return mb.releaseMany(ctx, reqs)
+func (e *engine) releaseMany(ctx context.Context, reqs []backend.ReleaseReq) ([]protocol.Released, []error) {
+	if mb := e.traits.Multi; mb != nil {
+		return mb.ReleaseMany(ctx, reqs)
 	}
 	out, errs := make([]protocol.Released, len(reqs)), make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
-		wg.Go(func() { out[i], errs[i] = e.b.release(ctx, r) })
+		wg.Go(func() { out[i], errs[i] = e.b.Release(ctx, r) })
 	}
 	wg.Wait()
 	return out, errs

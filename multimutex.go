@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/slot"
 )
 
@@ -79,7 +81,7 @@ func (c *Client) MultiMutex(names []string, opts ...Option) *MultiMutex {
 	}
 	slices.SortFunc(mm.specs, multiOrder)
 	mm.wait = mm.specs[0].wait
-	mm.groups = groupsOf(c.e.traits.multi, mm.specs)
+	mm.groups = groupsOf(c.e.traits.Multi, mm.specs)
 	return mm
 }
 
@@ -96,11 +98,11 @@ func multiOrder(a, b *lockSpec) int {
 
 // groupsOf cuts specs (in the global order) into the names one attempt takes together: all of
 // them on one server; those of one slot each on a Cluster; one by one in quorum mode.
-func groupsOf(mb multiBackend, specs []*lockSpec) [][]int {
+func groupsOf(mb backend.Multi, specs []*lockSpec) [][]int {
 	var groups [][]int
 	for i, spec := range specs {
 		switch {
-		case i == 0, mb == nil, mb.oneSlot() && slot.Of(spec.key) != slot.Of(specs[i-1].key):
+		case i == 0, mb == nil, mb.OneSlot() && slot.Of(spec.key) != slot.Of(specs[i-1].key):
 			groups = append(groups, []int{i})
 		default:
 			groups[len(groups)-1] = append(groups[len(groups)-1], i)
@@ -204,7 +206,7 @@ func (mm *MultiMutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 			return a.lease(), nil
 		},
 		func(wctx context.Context) (*Lease, error) {
-			if e.traits.servers > 1 {
+			if e.traits.Servers > 1 {
 				a.nq = &noQuorumSeen{}
 			}
 			if err := a.run(wctx); err != nil {
@@ -259,7 +261,7 @@ func (a *multiAcq) run(ctx context.Context) error {
 			reg   *registration
 		)
 		if !e.waits.queued(mm.specs[first].key) {
-			if e.traits.queue {
+			if e.traits.Queue {
 				reg = e.newRegistration(mm.specs[first])
 			}
 			r, err := a.try(ctx, g, a.ordered[g], -1, reg)
@@ -385,7 +387,7 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 	if len(idx) == 0 {
 		return res, nil
 	}
-	mb := e.traits.multi
+	mb := e.traits.Multi
 	ok := mb != nil
 	if !ok || len(idx) == 1 {
 		return a.tryOne(ctx, idx[0], at, reg)
@@ -395,25 +397,25 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 	}
 	spec0 := specs[idx[0]]
 	owner := e.newOwner()
-	args := multiArgs{owner: owner, ttl: spec0.ttlArg, meta: spec0.meta, prefix: prefix, at: "*"}
+	args := protocol.MultiAcquireArgs{Owner: owner, TTL: spec0.ttlArg, Meta: spec0.meta, Prefix: prefix, At: "*"}
 	atPos := -1
 	for k, i := range idx {
-		args.keys = append(args.keys, specs[i].keys...)
+		args.Keys = append(args.Keys, specs[i].keys...)
 		if i == at {
 			atPos = k
-			args.at = strconv.Itoa(k + 1)
+			args.At = strconv.Itoa(k + 1)
 		}
 	}
 	if reg != nil {
-		args.entry, args.eowner, args.window = reg.id, reg.owner, reg.winArg
+		args.Entry, args.EOwner, args.Window = reg.id, reg.owner, reg.winArg
 		if at >= 0 && atPos < 0 {
-			args.entry = "" // not a name of this attempt: queue nowhere
+			args.Entry = "" // not a name of this attempt: queue nowhere
 		}
 	}
 	sent := mono()
-	r, acked, err := mb.acquireMulti(ctx, args, spec0.ack)
+	r, acked, err := mb.AcquireMulti(ctx, args, spec0.ack)
 	if err != nil {
-		a.abandon(idx, atPos, at, owner, reg, args.entry != "")
+		a.abandon(idx, atPos, at, owner, reg, args.Entry != "")
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("dlock: locks %s: %w", quoteNames(a.mm.names), ctx.Err())
 		}
@@ -421,12 +423,12 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 	}
 	var taken []*leaseState
 	for k, i := range idx {
-		t := r.tokens[k]
+		t := r.Tokens[k]
 		if t == 0 {
 			continue
 		}
 		o := owner
-		if k == atPos && reg != nil && args.entry != "" {
+		if k == atPos && reg != nil && args.Entry != "" {
 			o = reg.owner
 			if !e.claimed(reg) {
 				// Granted to reg, and the announcement got there first: the lease is on its
@@ -443,17 +445,17 @@ func (a *multiAcq) try(ctx context.Context, g int, prefix bool, at int, reg *reg
 		a.held[i] = &Lease{st: st}
 		taken = append(taken, st)
 	}
-	if r.busy >= 0 {
-		res.busy, res.h = idx[r.busy], holder{pttl: r.pttl, token: r.token}
-		if reg != nil && args.entry != "" && (atPos < 0 || r.busy == atPos) {
+	if r.Busy >= 0 {
+		res.busy, res.h = idx[r.Busy], holder{pttl: r.PTTL, token: r.Token}
+		if reg != nil && args.Entry != "" && (atPos < 0 || r.Busy == atPos) {
 			if atPos < 0 {
 				reg.spec = specs[res.busy] // queued at the busy name: the registration is its
 			}
-			e.registered(reg, sent, 1, []uint64{r.token})
+			e.registered(reg, sent, 1, []uint64{r.Token})
 			res.queued = true
 		}
 	}
-	if spec0.ack.n > 0 && acked < spec0.ack.n && len(taken) > 0 {
+	if spec0.ack.N > 0 && acked < spec0.ack.N && len(taken) > 0 {
 		return res, a.rollBack(ctx, idx, taken, acked)
 	}
 	return res, nil
@@ -503,7 +505,7 @@ func (a *multiAcq) abandon(idx []int, atPos, at int, owner string, reg *registra
 	reg.state.Store(regDone)
 	for _, i := range idx {
 		req := specs[i].releaseReq(reg.owner)
-		req.leave = reg.id
+		req.Leave = reg.id
 		e.renewer.orphan(req, specs[i].ttl)
 	}
 }
@@ -520,7 +522,7 @@ func (a *multiAcq) rollBack(ctx context.Context, idx []int, taken []*leaseState,
 	}
 	ack := a.mm.specs[idx[0]].ack
 	return fmt.Errorf("%w: locks %s: %d of %d replicas acknowledged within %v; released again",
-		ErrReplicaAck, quoteNames(a.mm.names), max(acked, 0), ack.n, ack.wait)
+		ErrReplicaAck, quoteNames(a.mm.names), max(acked, 0), ack.N, ack.Wait)
 }
 
 // giveBackAbove releases every name held (but the re-entered ones) that comes after spec b in

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -36,7 +37,7 @@ type lockSpec struct {
 	ttlArg  string // ttl in ms, as the scripts take it
 	renew   bool
 	meta    string
-	ack     replicaAck
+	ack     backend.ReplicaAck
 	wait    time.Duration        // WithWait: how long Lock waits; negative: as long as its context allows
 	shared  *protocol.SharedSpec // a read-write lock's or semaphore's hold (shared.go); nil for a Mutex
 	adapt   *adaptiveLock        // WithAdaptiveTTL (adaptive.go; ttl is then its greatest lease); nil: a fixed lease
@@ -60,7 +61,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	if m.err == nil {
 		m.err = checkTTL(o.ttl, o.renew)
 	}
-	if m.err == nil && o.ackN > 0 && !c.e.traits.replicaAck {
+	if m.err == nil && o.ackN > 0 && !c.e.traits.ReplicaAck {
 		m.err = fmt.Errorf("%w: WithReplicaAck is not available in quorum mode", ErrInvalid)
 	}
 	if m.err == nil {
@@ -73,7 +74,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m.own = lockSpec{
 		name: name, key: key, keyArr: [3]string{key, qkey, wkey}, channel: channel, grants: grants,
 		ttl: o.ttl, ttlArg: o.ttlArg(), renew: o.renew, meta: c.meta,
-		ack: replicaAck{n: o.ackN, wait: o.ackWait}, wait: o.wait, slice: o.slice,
+		ack: backend.ReplicaAck{N: o.ackN, Wait: o.ackWait}, wait: o.wait, slice: o.slice,
 	}
 	m.spec = &m.own
 	m.spec.keys = m.spec.keyArr[:]
@@ -143,7 +144,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		return e.attempt(ctx, spec, reg)
 	}
 	var nq *noQuorumSeen
-	if wait && spec.wait != 0 && e.traits.servers > 1 {
+	if wait && spec.wait != 0 && e.traits.Servers > 1 {
 		nq = &noQuorumSeen{}
 		attempt = nq.watch(attempt)
 	}
@@ -251,8 +252,8 @@ func (e *engine) notAcquired(ctx context.Context, spec *lockSpec, h holder, wait
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	na := &NotAcquiredError{Name: spec.name, Waited: waited, Cause: cause}
-	reply, err := e.b.inspect(rctx, spec.keys[:1])
-	if arr, ok := reply.([]any); err == nil && ok && len(arr) == inspectWidth {
+	reply, err := e.b.Inspect(rctx, spec.keys[:1])
+	if arr, ok := reply.([]any); err == nil && ok && len(arr) == backend.InspectWidth {
 		if info, perr := parseLock(spec.name, arr[0], arr[1]); perr == nil && info.Held {
 			na.Holder = info
 			if v, ok := arr[0].(string); ok && strings.HasPrefix(v, e.ownerID) {
@@ -286,7 +287,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 	var sent int64
 	if reg != nil {
 		a.Owner, a.Queue, a.Client, a.Window, a.Place = reg.owner, true, reg.id, reg.winArg, reg.place
-		if e.traits.servers > 1 {
+		if e.traits.Servers > 1 {
 			a.QueuedLate = func(server int, token uint64) { e.registeredLate(reg, sent, server, token) }
 		}
 	} else {
@@ -294,7 +295,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 	}
 	owner := a.Owner
 	sent = mono()
-	res, acked, err := e.b.acquire(ctx, a, spec.ack)
+	res, acked, err := e.b.Acquire(ctx, a, spec.ack)
 	if err != nil {
 		// The script may have run all the same (the reply was lost, or the caller gave up
 		// waiting for it): release under this owner secret, so that no lease nobody holds
@@ -316,7 +317,7 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 				e.dropRegistration(reg) // its owner may be released late on some server: never reuse it
 			} else {
 				mask, tokens := res.QueuedOn, res.TokensOn
-				if e.traits.servers == 1 {
+				if e.traits.Servers == 1 {
 					mask, tokens = 1, []uint64{res.Token}
 				}
 				if res.TTL > 0 {
@@ -332,15 +333,15 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 		// the head. Wait for it.
 		return nil, holder{pttl: -1, token: res.Token}, nil
 	}
-	if spec.ack.n > 0 && acked < spec.ack.n {
+	if spec.ack.N > 0 && acked < spec.ack.N {
 		return nil, holder{}, e.rollBack(ctx, spec, owner, acked)
 	}
 	st := newLeaseState(e, spec, ctx, owner, res.Token, sent)
-	st.exact = e.traits.servers == 1
+	st.exact = e.traits.Servers == 1
 	if res.TTL > 0 {
 		st.adaptTo(res.TTL, sent)
 	}
-	if reg != nil && e.traits.servers > 1 {
+	if reg != nil && e.traits.Servers > 1 {
 		st.leave = reg.id
 	}
 	if !e.renewer.add(st) {
@@ -356,12 +357,12 @@ func (e *engine) attempt(ctx context.Context, spec *lockSpec, reg *registration)
 func (e *engine) rollBack(ctx context.Context, spec *lockSpec, owner string, acked int) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 	defer cancel()
-	if _, rerr := e.b.release(rctx, spec.releaseReq(owner)); rerr != nil {
+	if _, rerr := e.b.Release(rctx, spec.releaseReq(owner)); rerr != nil {
 		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 	}
 	err := fmt.Errorf("%w: lock %q: %d of %d replicas acknowledged within %v; released again",
-		ErrReplicaAck, spec.name, max(acked, 0), spec.ack.n, spec.ack.wait)
-	if short := replicasShort(rctx, e.b, spec.ack.n); short != nil {
+		ErrReplicaAck, spec.name, max(acked, 0), spec.ack.N, spec.ack.Wait)
+	if short := replicasShort(rctx, e.b, spec.ack.N); short != nil {
 		err = fmt.Errorf("%w (%v)", err, short)
 	}
 	return err
@@ -374,7 +375,7 @@ func (e *engine) rollBack(ctx context.Context, spec *lockSpec, owner string, ack
 func (e *engine) dropRegistration(reg *registration) {
 	if reg.state.CompareAndSwap(regNew, regDone) {
 		req := reg.spec.releaseReq(reg.owner)
-		req.leave = reg.id
+		req.Leave = reg.id
 		e.renewer.orphan(req, reg.spec.ttl)
 		return
 	}
@@ -382,14 +383,14 @@ func (e *engine) dropRegistration(reg *registration) {
 }
 
 // releaseReq releases every hold of owner on spec's lock.
-func (spec *lockSpec) releaseReq(owner string) releaseReq {
-	return releaseReq{keys: spec.keys, channel: spec.channel, owner: owner, all: true, shared: spec.shared}
+func (spec *lockSpec) releaseReq(owner string) backend.ReleaseReq {
+	return backend.ReleaseReq{Keys: spec.keys, Channel: spec.channel, Owner: owner, All: true, Shared: spec.shared}
 }
 
 // reenter adds a hold to st, a lease of this client on this lock found in the caller's context.
 func (e *engine) reenter(ctx context.Context, st *leaseState) (*Lease, error) {
 	return e.reentry(st, func(ttl time.Duration) (bool, error) {
-		res, _, err := e.b.acquire(ctx, protocol.AcquireArgs{Keys: st.spec.keys, Owner: st.owner, TTL: protocol.Millis(ttl), Meta: st.spec.meta, ReenterOnly: true}, replicaAck{})
+		res, _, err := e.b.Acquire(ctx, protocol.AcquireArgs{Keys: st.spec.keys, Owner: st.owner, TTL: protocol.Millis(ttl), Meta: st.spec.meta, ReenterOnly: true}, backend.ReplicaAck{})
 		return res.OK, err
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock/conn"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -133,7 +134,7 @@ func (n *notifier) lookup(channel string) *queue {
 // client's registration: the lease; to another's: the head keeps waiting for its own).
 func (n *notifier) onMessage(channel, payload string) {
 	server := 0
-	if p, tag, ok := strings.Cut(payload, serverTag); ok { // quorum mode: which server said it
+	if p, tag, ok := strings.Cut(payload, backend.ServerTag); ok { // quorum mode: which server said it
 		payload = p
 		server, _ = strconv.Atoi(tag)
 	}
@@ -209,7 +210,7 @@ func (n *notifier) run() {
 			n.refused(err)
 			n.closeListener()
 			n.wakeEveryHead()
-			if !errors.Is(err, errListenRetry) {
+			if !errors.Is(err, backend.ErrListenRetry) {
 				n.dropped(err)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/timing"
 )
 
 const (
@@ -232,9 +233,7 @@ func checkName(name string) error {
 // drift is how much earlier than the server's expiry a holder treats its lease as over:
 // TTL/100 + 2 ms for clock-rate differences (the Redlock allowance), plus TTL/20, at most 50 ms,
 // for the delay before the renewal loop's timer runs on a busy machine.
-func drift(ttl time.Duration) time.Duration {
-	return ttl/100 + 2*time.Millisecond + min(ttl/20, 50*time.Millisecond)
-}
+func drift(ttl time.Duration) time.Duration { return timing.Drift(ttl) }
 
 // WithUnsafeEviction lets Dial, New and their quorum forms use servers whose memory policy can
 // evict keys (maxmemory set, maxmemory-policy other than noeviction), which they otherwise

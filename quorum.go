@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/rueidisconn"
 )
 
@@ -125,11 +126,11 @@ func newQuorumClient(ctx context.Context, conns []Conn, own bool, opts []ClientO
 	if o.ackN > 0 {
 		return nil, fmt.Errorf("%w: WithReplicaAck is not available in quorum mode", ErrInvalid)
 	}
-	q := newQuorumBackend(conns, o.retention)
-	q.own = own
+	q := backend.NewQuorum(conns, o.retention)
+	q.Own = own
 	c, err := newClient(ctx, q, o)
 	if err != nil {
-		q.halt()
+		q.Halt()
 		return nil, err
 	}
 	return c, nil

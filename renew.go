@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -24,7 +25,7 @@ import (
 // carry the background releases (an acquisition whose caller gave up mid-call, an Unlock whose
 // release failed) and, every evictionCheckEvery while leases are held, the eviction check.
 type renewer struct {
-	b         backend
+	b         backend.Backend
 	check     func(context.Context) (risk, err error) // the eviction check (evict.go)
 	entryGone func(*registration)                     // a queue entry the server no longer has (wait.go)
 	lockEnds  func(*registration, int64)              // a queue entry's lock may be free from then (mono ns; wait.go)
@@ -56,13 +57,13 @@ type renewer struct {
 
 // sendReq is what the loop hands the sender: a round, and whether to run the eviction check.
 type sendReq struct {
-	round
+	backend.Round
 	check bool
 }
 
 // sendRes is the sender's answer.
 type sendRes struct {
-	roundResult
+	backend.RoundResult
 	risk error         // the check found a server that may evict lock keys
 	took time.Duration // how long the round took to come back (0: nothing sent)
 }
@@ -77,7 +78,7 @@ const orphanRecheck = time.Second
 // with backoff until it succeeds, until the lease it ends would have run out on the server
 // anyway, or until the client closes.
 type release struct {
-	req   releaseReq
+	req   backend.ReleaseReq
 	at    int64  // mono ns when to send it
 	until int64  // mono ns after which a failure is not retried
 	wait  int64  // ns before the next try after a failure (doubles up to releaseRetryMax)
@@ -90,7 +91,7 @@ const (
 	releaseRetryMax = time.Second
 )
 
-func newRenewer(b backend, check func(context.Context) (error, error)) *renewer {
+func newRenewer(b backend.Backend, check func(context.Context) (error, error)) *renewer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &renewer{
 		b: b, check: check,
@@ -173,7 +174,7 @@ func (r *renewer) remove(st *leaseState) { removeDue(r, &r.h, st) }
 
 // orphan queues the release of an acquisition with lease ttl that nobody will use: sent at
 // once and again after orphanRecheck.
-func (r *renewer) orphan(req releaseReq, ttl time.Duration) {
+func (r *renewer) orphan(req backend.ReleaseReq, ttl time.Duration) {
 	now := mono()
 	until := now + int64(ttl)
 	r.background(release{req: req, at: now, until: until}, release{req: req, at: now + int64(orphanRecheck), until: until})
@@ -181,7 +182,7 @@ func (r *renewer) orphan(req releaseReq, ttl time.Duration) {
 
 // retryRelease queues a release whose first try failed, to be tried again until until (mono
 // ns); woken runs once it succeeds.
-func (r *renewer) retryRelease(req releaseReq, until int64, woken func()) {
+func (r *renewer) retryRelease(req backend.ReleaseReq, until int64, woken func()) {
 	r.background(release{req: req, at: mono() + int64(releaseRetryMin), until: until, wait: int64(releaseRetryMin), woken: woken})
 }
 
@@ -197,7 +198,7 @@ func (r *renewer) background(rs ...release) {
 	if stopped {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		r.b.renew(ctx, round{releases: []releaseReq{rs[0].req}})
+		r.b.Renew(ctx, backend.Round{Releases: []backend.ReleaseReq{rs[0].req}})
 		return
 	}
 	r.poke()
@@ -222,14 +223,14 @@ func (r *renewer) stop() {
 
 // drain empties the renewer after the loop stopped: the leases still held, and the background
 // releases not yet sent (Close sends them with the leases' releases).
-func (r *renewer) drain() ([]*leaseState, []releaseReq) {
+func (r *renewer) drain() ([]*leaseState, []backend.ReleaseReq) {
 	r.mu.Lock()
 	held := append(r.pending, r.flying...)
 	r.pending, r.flying = nil, nil
 	for len(r.h) > 0 {
 		held = append(held, heap.Pop(&r.h).(*leaseState))
 	}
-	var releases []releaseReq
+	var releases []backend.ReleaseReq
 	for _, rel := range r.releases {
 		releases = append(releases, rel.req)
 	}
@@ -314,9 +315,9 @@ func (r *renewer) sendRound(rd sendReq) sendRes {
 		res.risk, _ = r.check(ctx)
 		cancel()
 	}
-	if len(rd.releases) > 0 || len(rd.leases) > 0 || len(rd.entries) > 0 {
+	if len(rd.Releases) > 0 || len(rd.Leases) > 0 || len(rd.Entries) > 0 {
 		start := mono()
-		res.roundResult = r.b.renew(r.ctx, rd.round)
+		res.RoundResult = r.b.Renew(r.ctx, rd.Round)
 		res.took = max(time.Duration(mono()-start), 1)
 	}
 	return res
@@ -406,7 +407,7 @@ func (r *renewer) next() {
 	}
 	if r.waiting != nil {
 		for i, reg := range regs {
-			rd.entries[i].waiting = strconv.Itoa(r.waiting(reg))
+			rd.Entries[i].Waiting = strconv.Itoa(r.waiting(reg))
 		}
 	}
 	if send {
@@ -424,14 +425,14 @@ func (r *renewer) roundLocked(now int64) (rd sendReq, regs []*registration) {
 		if reg.state.Load() == regQueued {
 			r.refresh = append(r.refresh, reg)
 			regs = append(regs, reg)
-			rd.entries = append(rd.entries, queued{key: reg.spec.key, id: reg.id, window: reg.winArg, watch: reg.spec.shared == nil})
+			rd.Entries = append(rd.Entries, backend.Queued{Key: reg.spec.key, ID: reg.id, Window: reg.winArg, Watch: reg.spec.shared == nil})
 		}
 	}
 	keep := r.releases[:0]
 	for _, rel := range r.releases {
 		if rel.at <= now {
 			r.sending = append(r.sending, rel)
-			rd.releases = append(rd.releases, rel.req)
+			rd.Releases = append(rd.Releases, rel.req)
 		} else {
 			keep = append(keep, rel)
 		}
@@ -444,16 +445,16 @@ func (r *renewer) roundLocked(now int64) (rd sendReq, regs []*registration) {
 	if rd.check {
 		r.checkDue = now + int64(evictionCheckEvery)
 	}
-	if len(r.pending) > 0 || len(rd.releases) > 0 || len(rd.entries) > 0 || rd.check {
+	if len(r.pending) > 0 || len(rd.Releases) > 0 || len(rd.Entries) > 0 || rd.check {
 		r.inFlight = true
 		r.flying, r.pending = r.pending, nil
-		rd.leases = make([]renewal, len(r.flying))
+		rd.Leases = make([]backend.Renewal, len(r.flying))
 		for i, st := range r.flying {
 			ttl := st.currentTTL()
 			if st.confirm.Load() {
 				ttl = st.fullTTL()
 			}
-			rd.leases[i] = st.renewal(ttl)
+			rd.Leases[i] = st.renewal(ttl)
 		}
 		r.sentAt = mono()
 	}
@@ -466,35 +467,35 @@ func (r *renewer) apply(res sendRes) {
 	flying, sending, refresh, sentAt := r.flying, r.sending, r.refresh, r.sentAt
 	r.flying, r.sending, r.refresh, r.inFlight = nil, nil, nil, false
 	r.mu.Unlock()
-	r.released(sending, res.relErrs)
-	r.refreshed(refresh, res.entries, sentAt)
+	r.released(sending, res.RelErrs)
+	r.refreshed(refresh, res.Entries, sentAt)
 	ev := RenewalEvent{Leases: len(flying), Entries: len(refresh), Releases: len(sending), Latency: res.took}
 	for i, st := range flying {
-		out := renewed{err: errShortReply}
-		if i < len(res.leases) {
-			out = res.leases[i]
+		out := backend.Renewed{Err: backend.ErrShortReply}
+		if i < len(res.Leases) {
+			out = res.Leases[i]
 		}
 		switch {
-		case out.err != nil:
+		case out.Err != nil:
 			ev.Failed++
 			if ev.Err == nil {
-				ev.Err = out.err
+				ev.Err = out.Err
 			}
-		case out.ok:
+		case out.OK:
 			ev.Renewed++
 		default:
 			ev.Refused++
 		}
 		switch {
 		case st.state.Load() != stateHeld:
-			if out.ok {
+			if out.OK {
 				r.renewedAfterLoss(st, max(st.currentTTL(), st.fullTTL()))
 			}
-		case !out.ok && out.err == nil && st.releasing.Load():
+		case !out.OK && out.Err == nil && st.releasing.Load():
 			// Refused because its own Unlock released it meanwhile: the Unlock ends it.
-		case out.err != nil:
+		case out.Err != nil:
 			r.retry(st)
-		case out.ok:
+		case out.OK:
 			ttl := st.currentTTL()
 			if st.confirm.Load() {
 				ttl = st.fullTTL()
@@ -505,7 +506,7 @@ func (r *renewer) apply(res sendRes) {
 			last := st.lastSent // an Extend may have answered a later request
 			st.mu.Unlock()
 			r.push(st, dueAfter(st, last))
-		case out.released:
+		case out.Released:
 			st.end(endLost, st.lostAs(LostForceUnlocked, "a renewal found it released by someone else (force-unlocked)"))
 		default:
 			st.end(endLost, st.lost("a renewal found it no longer held by this lease (expired, force-unlocked, or taken over)"))
@@ -541,7 +542,7 @@ func (r *renewer) released(sent []release, errs []error) {
 	now := mono()
 	var again []release
 	for i, rel := range sent {
-		err := errShortReply
+		err := backend.ErrShortReply
 		if i < len(errs) {
 			err = errs[i]
 		}
@@ -594,30 +595,30 @@ func removeDue[T dueItem](r *renewer, h *dueHeap[T], it T) {
 // longer has was granted or has expired: its queue's head is woken (see entryGone). An entry
 // refreshed tells when its lock may next be free: its head attempts then if its timer was set
 // for later (see lockEnds).
-func (r *renewer) refreshed(regs []*registration, outs []renewed, sentAt int64) {
+func (r *renewer) refreshed(regs []*registration, outs []backend.Renewed, sentAt int64) {
 	for i, reg := range regs {
-		out := renewed{err: errShortReply}
+		out := backend.Renewed{Err: backend.ErrShortReply}
 		if i < len(outs) {
 			out = outs[i]
 		}
 		switch {
 		case reg.state.Load() != regQueued:
-		case out.err != nil:
+		case out.Err != nil:
 			r.mu.Lock()
 			if reg.idx < 0 {
 				reg.due = mono() + int64(reg.window/10)
 				heap.Push(&r.entries, reg)
 			}
 			r.mu.Unlock()
-		case out.ok:
-			mask := out.on
+		case out.OK:
+			mask := out.On
 			if len(reg.sentOn) == 1 {
 				mask = 1
 			}
 			reg.refreshedOn(mask, sentAt)
-			if out.lockLeft != protocol.LockLeftUnknown && r.lockEnds != nil {
+			if out.LockLeft != protocol.LockLeftUnknown && r.lockEnds != nil {
 				// Counted from the send time: never later than the server's end of it.
-				r.lockEnds(reg, sentAt+int64(out.lockLeft))
+				r.lockEnds(reg, sentAt+int64(out.LockLeft))
 			}
 			r.mu.Lock()
 			if reg.idx < 0 && reg.state.Load() == regQueued {

@@ -143,7 +143,7 @@ func (c *Client) resizeSemaphore(ctx context.Context, name string, size int) (Se
 	if err := c.checkAdmin(name); err != nil {
 		return SemaphoreResize{}, err
 	}
-	if !c.e.traits.shared {
+	if !c.e.traits.Shared {
 		return SemaphoreResize{}, fmt.Errorf("%w: semaphore %q: not available in quorum mode", ErrInvalid, name)
 	}
 	what := "resize semaphore"
@@ -151,8 +151,8 @@ func (c *Client) resizeSemaphore(ctx context.Context, name string, size int) (Se
 		what = "reset the size of semaphore"
 	}
 	key := c.lockKey(name) + semSuffix
-	reply, err := c.e.b.evalAny(ctx, protocol.ScriptShared, protocol.SharedKeys(key),
-		protocol.SharedResizeArgs(size, protocol.Millis(c.opts.retention), protocol.ReleaseChannel(key), c.e.traits.sharded)...)
+	reply, err := c.e.b.EvalAny(ctx, protocol.ScriptShared, protocol.SharedKeys(key),
+		protocol.SharedResizeArgs(size, protocol.Millis(c.opts.retention), protocol.ReleaseChannel(key), c.e.traits.Sharded)...)
 	if err != nil {
 		return SemaphoreResize{}, c.e.redisErr(what+" "+strconv.Quote(name), err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -45,7 +46,7 @@ func (c *Client) newSharedHandle(name, suffix, what string, opts []Option) share
 	if h.err == nil && turnAsked(opts) {
 		h.err = fmt.Errorf("%w: %s %q: WithTurnSlice is for a Mutex: a read-write lock's or semaphore's holds are granted by the server one by one", ErrInvalid, what, name)
 	}
-	if h.err == nil && !c.e.traits.shared {
+	if h.err == nil && !c.e.traits.Shared {
 		h.err = fmt.Errorf("%w: %s %q: not available in quorum mode (docs/PROTOCOL.md, \"Read-write locks and semaphores\")", ErrInvalid, what, name)
 	}
 	o.slice = 0 // a client default for Mutexes
@@ -53,7 +54,7 @@ func (c *Client) newSharedHandle(name, suffix, what string, opts []Option) share
 	h.base = lockSpec{
 		name: name, key: key, keys: protocol.SharedKeys(key), channel: protocol.ReleaseChannel(key),
 		ttl: o.ttl, ttlArg: protocol.Millis(o.ttl), renew: o.renew, meta: c.meta,
-		ack: replicaAck{n: o.ackN, wait: o.ackWait}, wait: o.wait,
+		ack: backend.ReplicaAck{N: o.ackN, Wait: o.ackWait}, wait: o.wait,
 	}
 	if o.label != c.opts.label {
 		h.base.meta = holderMeta(o.label)
@@ -119,7 +120,7 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 	if err := e.guard.refusal(ctx); err != nil {
 		return nil, protocol.SharedAcquired{}, fmt.Errorf("dlock: lock %q: %w", spec.name, err)
 	}
-	a := spec.sharedArgs(spec.ttlArg, e.traits.sharded)
+	a := spec.sharedArgs(spec.ttlArg, e.traits.Sharded)
 	var reg *registration
 	if w != nil {
 		reg = w.reg
@@ -128,7 +129,7 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 		a.Owner = e.newOwner()
 	}
 	sent := mono()
-	r, acked, err := e.b.run(ctx, a.Call(), spec.ack)
+	r, acked, err := e.b.Run(ctx, a.Call(), spec.ack)
 	var res protocol.SharedAcquired
 	if err == nil {
 		res, err = protocol.ReadSharedAcquire(r)
@@ -156,7 +157,7 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 	if reg != nil && !e.claimed(reg) {
 		return nil, protocol.SharedAcquired{Pending: true, Retry: -1}, nil
 	}
-	if spec.ack.n > 0 && acked < spec.ack.n {
+	if spec.ack.N > 0 && acked < spec.ack.N {
 		return nil, protocol.SharedAcquired{}, e.rollBack(ctx, spec, a.Owner, acked)
 	}
 	st := newLeaseState(e, spec, ctx, a.Owner, res.Token, sent)
@@ -171,9 +172,9 @@ func (e *engine) sharedAttempt(ctx context.Context, spec *lockSpec, w *sharedWai
 // the caller's context: same token, one more hold, as Mutex re-entry.
 func (e *engine) reenterShared(ctx context.Context, st *leaseState) (*Lease, error) {
 	return e.reentry(st, func(ttl time.Duration) (bool, error) {
-		a := st.spec.sharedArgs(protocol.Millis(ttl), e.traits.sharded)
+		a := st.spec.sharedArgs(protocol.Millis(ttl), e.traits.Sharded)
 		a.Owner, a.Mode = st.owner, 'r'
-		r, _, err := e.b.run(ctx, a.Call(), replicaAck{})
+		r, _, err := e.b.Run(ctx, a.Call(), backend.ReplicaAck{})
 		if err != nil {
 			return false, err
 		}
@@ -190,9 +191,9 @@ func (e *engine) downgrade(ctx context.Context, spec *lockSpec, w *leaseState) (
 	}
 	owner := e.newOwner()
 	sent := mono()
-	a := spec.sharedArgs(spec.ttlArg, e.traits.sharded)
+	a := spec.sharedArgs(spec.ttlArg, e.traits.Sharded)
 	a.Owner, a.Mode, a.Parent = owner, 'd', w.owner
-	r, acked, err := e.b.run(ctx, a.Call(), spec.ack)
+	r, acked, err := e.b.Run(ctx, a.Call(), spec.ack)
 	var res protocol.SharedAcquired
 	if err == nil {
 		res, err = protocol.ReadSharedAcquire(r)
@@ -205,10 +206,10 @@ func (e *engine) downgrade(ctx context.Context, spec *lockSpec, w *leaseState) (
 		w.end(endLost, w.lost("a read lock under it found the write lock no longer held by this lease"))
 		return nil, w.endedErr()
 	}
-	if spec.ack.n > 0 && acked < spec.ack.n {
+	if spec.ack.N > 0 && acked < spec.ack.N {
 		e.renewer.orphan(spec.releaseReq(owner), spec.ttl)
 		return nil, fmt.Errorf("%w: read-lock %q: %d of %d replicas acknowledged within %v; released again",
-			ErrReplicaAck, spec.name, max(acked, 0), spec.ack.n, spec.ack.wait)
+			ErrReplicaAck, spec.name, max(acked, 0), spec.ack.N, spec.ack.Wait)
 	}
 	st := newLeaseState(e, spec, ctx, owner, res.Token, sent)
 	if !e.renewer.add(st) {
@@ -225,7 +226,7 @@ func (e *engine) sharedNotAcquired(ctx context.Context, spec *lockSpec, token ui
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	na := &NotAcquiredError{Name: spec.name, Waited: waited, Cause: cause}
-	reply, err := e.b.evalAny(rctx, protocol.ScriptShared, spec.keys, protocol.SharedInspectArgs...)
+	reply, err := e.b.EvalAny(rctx, protocol.ScriptShared, spec.keys, protocol.SharedInspectArgs...)
 	if err == nil {
 		if s, err := protocol.ReadSharedState(reply); err == nil {
 			na.Holder = sharedInfo(spec.name, spec.shared.Kind, s)

@@ -51,7 +51,7 @@ func checkSlice(o options, e *engine) error {
 	switch {
 	case o.slice == 0:
 		return nil
-	case !e.traits.localHandoffs:
+	case !e.traits.LocalHandoffs:
 		return fmt.Errorf("%w: WithTurnSlice: this deployment passes no lock within a client", ErrInvalid)
 	case !o.renew:
 		return fmt.Errorf("%w: WithTurnSlice with WithoutRenewal: a parked lock must stay renewed", ErrInvalid)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -215,12 +216,12 @@ func (e *engine) newRegistration(spec *lockSpec) *registration {
 func (e *engine) initRegistration(reg *registration, id string, spec *lockSpec) {
 	w := acceptWindow(spec.leastTTL())
 	*reg = registration{id: id, owner: e.newOwner(), spec: spec, window: w, winArg: spec.winArg(w), idx: -1}
-	if n := e.traits.servers; n == 1 {
+	if n := e.traits.Servers; n == 1 {
 		reg.sentOn, reg.seenOn = reg.sentOn1[:], reg.seenOn1[:]
 	} else {
 		reg.sentOn, reg.seenOn = make([]atomic.Int64, n), make([]atomic.Uint64, n)
 	}
-	if e.traits.majority > 1 {
+	if e.traits.Majority > 1 {
 		// The same place on every server: clients registered on them all are ordered the same
 		// way everywhere, so that the servers grant the lock to the same one.
 		reg.place = strconv.FormatInt(time.Now().UnixMicro(), 10)
@@ -235,7 +236,7 @@ func (e *engine) acquireWaiting(ctx context.Context, spec *lockSpec, attempt att
 		return e.waitInQueue(ctx, spec, nil, nil, attempt)
 	}
 	var reg *registration
-	if e.traits.queue {
+	if e.traits.Queue {
 		reg = e.firstRegistration(spec)
 	}
 	st, h, err := attempt(ctx, reg)
@@ -266,7 +267,7 @@ func (spec *lockSpec) winArg(w time.Duration) string {
 // reached a queue, so no grant or entry can name it. Most Locks find the lock free, and an
 // uncontended Lock then builds no registration.
 func (e *engine) firstRegistration(spec *lockSpec) *registration {
-	if e.traits.servers != 1 {
+	if e.traits.Servers != 1 {
 		return e.newRegistration(spec)
 	}
 	reg, _ := e.spareRegs.Get().(*registration)
@@ -513,27 +514,27 @@ func (e *engine) confirmedOrErr(ctx context.Context, st *leaseState, err error) 
 // lock with WithReplicaAck is renewed at once and counts only once enough replicas have it
 // (else it is released again, as an acquisition is). Every other lease counts as it is.
 func (e *engine) confirmed(ctx context.Context, st *leaseState) (*leaseState, error) {
-	if st == nil || st.spec.ack.n == 0 || !st.confirm.Load() {
+	if st == nil || st.spec.ack.N == 0 || !st.confirm.Load() {
 		return st, nil
 	}
 	sent := mono()
-	res := e.b.renew(ctx, round{leases: []renewal{st.renewalTo(st.fullTTLArg())}})
-	out := res.leases[0]
-	if out.ok && st.state.Load() == stateHeld && st.renewed(sent, st.fullTTL()) {
+	res := e.b.Renew(ctx, backend.Round{Leases: []backend.Renewal{st.renewalTo(st.fullTTLArg())}})
+	out := res.Leases[0]
+	if out.OK && st.state.Load() == stateHeld && st.renewed(sent, st.fullTTL()) {
 		st.confirm.Store(false)
 		e.renewer.reschedule(st)
 		return st, nil
 	}
 	(&Lease{st: st}).Unlock(context.WithoutCancel(ctx))
-	if out.err == nil {
+	if out.Err == nil {
 		return nil, fmt.Errorf("%w: lock %q: granted, but the grant had lapsed on the server before it could be confirmed",
 			ErrLost, st.spec.name)
 	}
-	if out.err == errNotAcked {
+	if out.Err == backend.ErrNotAcked {
 		return nil, fmt.Errorf("%w: lock %q: granted, but fewer than %d replicas acknowledged it within %v; released again",
-			ErrReplicaAck, st.spec.name, st.spec.ack.n, st.spec.ack.wait)
+			ErrReplicaAck, st.spec.name, st.spec.ack.N, st.spec.ack.Wait)
 	}
-	return nil, e.redisErr("lock "+strconv.Quote(st.spec.name), out.err)
+	return nil, e.redisErr("lock "+strconv.Quote(st.spec.name), out.Err)
 }
 
 // pause waits, as the head of a queue, for d to pass, to be woken (when wake is not nil), or
@@ -628,7 +629,7 @@ func (e *engine) adopt(q *queue, reg *registration, ctx context.Context) *leaseS
 // registration made for a lease other than spec asks (TTL, label, renewal) is dropped for a
 // new one.
 func (e *engine) headRegistration(q *queue, spec *lockSpec) *registration {
-	if !e.traits.queue {
+	if !e.traits.Queue {
 		return nil
 	}
 	s := e.waits.shard(q.key)
@@ -778,7 +779,7 @@ func (e *engine) unregister(reg *registration) bool {
 		e.renewer.removeEntry(reg)
 	}
 	req := reg.spec.releaseReq(reg.owner)
-	req.leave = reg.id
+	req.Leave = reg.id
 	e.renewer.background(release{req: req, at: mono(), until: mono() + 2*int64(reg.window)})
 	return true
 }
@@ -869,11 +870,11 @@ func (e *engine) granted(id string, token uint64, server int, window time.Durati
 	}
 	atomicMax(&reg.token, token)
 	mask := reg.grantedOn.Or(1<<server) | 1<<server
-	if n := bits.OnesCount64(mask); n < e.traits.majority {
+	if n := bits.OnesCount64(mask); n < e.traits.Majority {
 		if n == 1 {
 			// In case the other servers' grants never come: the head then claims what it has
 			// with an attempt, and gives it back if that is not a majority.
-			qs.pokeSoon(reg, quorumTimeout(reg.spec.ttl))
+			qs.pokeSoon(reg, backend.QuorumTimeout(reg.spec.ttl))
 		}
 		return
 	}
@@ -934,7 +935,7 @@ func (e *engine) grantee(id string, token uint64, server int, window time.Durati
 	qs.regMu.Lock()
 	defer qs.regMu.Unlock()
 	reg := qs.regs[id]
-	if reg != nil || server >= e.traits.servers || !strings.HasPrefix(id, e.clientID+".") {
+	if reg != nil || server >= e.traits.Servers || !strings.HasPrefix(id, e.clientID+".") {
 		return reg
 	}
 	now := mono()
@@ -947,7 +948,7 @@ func (e *engine) grantee(id string, token uint64, server int, window time.Durati
 	}
 	g, ok := qs.early[id]
 	if !ok {
-		g = earlyGrant{tokens: make([]uint64, e.traits.servers), at: now}
+		g = earlyGrant{tokens: make([]uint64, e.traits.Servers), at: now}
 	}
 	g.tokens[server] = max(g.tokens[server], token)
 	g.window = max(g.window, window)
@@ -963,7 +964,7 @@ func (e *engine) grantLease(reg *registration, from int64) *leaseState {
 	if l := reg.lease.Load(); l > 0 {
 		st.adaptMS = int32(time.Duration(l) / time.Millisecond)
 	}
-	if e.traits.servers > 1 {
+	if e.traits.Servers > 1 {
 		// The servers that did not grant it (yet) still queue the entry: its release drops it.
 		st.leave = reg.id
 	}
@@ -1080,7 +1081,7 @@ func (e *engine) letGo(ctx context.Context, st *leaseState) error {
 		return err
 	}
 	req := e.leavingQueue(st, st.recordHold(st.releaseReq(true)))
-	res, err := e.b.release(ctx, req)
+	res, err := e.b.Release(ctx, req)
 	return e.afterRelease(st, req, res, err)
 }
 
@@ -1104,7 +1105,7 @@ const localHandoffs = 15
 // renewal, label), is a server handover: one round trip, a new owner secret and a server token,
 // and the server's check that no other client waits too long.
 func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err error) {
-	if !e.traits.localHandoffs || st.spec.ack.n > 0 || st.spec.adapt.on() || st.spec.shared != nil {
+	if !e.traits.LocalHandoffs || st.spec.ack.N > 0 || st.spec.adapt.on() || st.spec.shared != nil {
 		return false, nil // an adaptive lock: every hold goes through the server, which measures it; a read-write lock or semaphore: no local handoffs
 	}
 	qs := e.waits
@@ -1113,7 +1114,7 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 		return e.park(st), nil // kept for the rest of the turn (WithTurnSlice), or released
 	}
 	next := w.spec
-	if next.ack.n > 0 || next.adapt.on() {
+	if next.ack.N > 0 || next.adapt.on() {
 		qs.settle(q, w, nil, false)
 		return false, nil
 	}
@@ -1130,13 +1131,13 @@ func (e *engine) handOff(ctx context.Context, st *leaseState) (done bool, err er
 		}
 		return true, nil
 	}
-	if !e.traits.handover {
+	if !e.traits.Handover {
 		qs.settle(q, w, nil, false) // the release that follows lets every client compete
 		return false, nil
 	}
 	owner := e.newOwner()
 	sent := mono()
-	res, err := e.b.handover(ctx, protocol.HandoverArgs{
+	res, err := e.b.Handover(ctx, protocol.HandoverArgs{
 		Keys: st.spec.keys, Holder: st.owner, Owner: owner, TTL: next.ttlArg, Meta: next.meta,
 		Streak: streak, CheckAt: localHandoffs, Client: e.clientID, HolderToken: st.token,
 	})

@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
-// renew sends the whole round to every server at once, one pipeline each: the releases (each
+// Renew sends the whole round to every server at once, one pipeline each: the releases (each
 // decided when a majority answered it: the lock is then released, or was not held), the lease
 // renewals and the queue entries' refreshes (renewed when a majority renewed them, lost or gone
 // when a majority says so; otherwise an error, and the renewal loop retries). Each server's
@@ -18,10 +18,10 @@ import (
 // release never overtakes what it undoes. The round waits no longer than a third of the
 // shortest lease or window in it (answerWait when it only releases), so that a server that
 // never answers cannot hold up every other lease's renewal.
-func (q *quorum) renew(ctx context.Context, rd round) roundResult {
-	nRel, nLease := len(rd.releases), len(rd.leases)
-	items := nRel + nLease + len(rd.entries)
-	res := roundResult{relErrs: make([]error, nRel), leases: make([]renewed, nLease), entries: make([]renewed, len(rd.entries))}
+func (q *Quorum) Renew(ctx context.Context, rd Round) RoundResult {
+	nRel, nLease := len(rd.Releases), len(rd.Leases)
+	items := nRel + nLease + len(rd.Entries)
+	res := RoundResult{RelErrs: make([]error, nRel), Leases: make([]Renewed, nLease), Entries: make([]Renewed, len(rd.Entries))}
 	if items == 0 {
 		return res
 	}
@@ -54,8 +54,8 @@ type roundSpan struct {
 // entries. With them it returns the span of items each call carries, the acquisitions of the
 // released owners still running (which the pipeline waits for), and how long the round may
 // wait: a third of its shortest lease or window, or answerWait when it has none.
-func (q *quorum) roundCalls(rd round) ([]conn.Call, []roundSpan, []*pendingAcquire, time.Duration) {
-	nRel, nLease := len(rd.releases), len(rd.leases)
+func (q *Quorum) roundCalls(rd Round) ([]conn.Call, []roundSpan, []*pendingAcquire, time.Duration) {
+	nRel, nLease := len(rd.Releases), len(rd.Leases)
 	var calls []conn.Call
 	var spans []roundSpan
 	var after []*pendingAcquire
@@ -65,31 +65,31 @@ func (q *quorum) roundCalls(rd round) ([]conn.Call, []roundSpan, []*pendingAcqui
 			limit = d
 		}
 	}
-	for i, r := range rd.releases {
-		calls = append(calls, protocol.ReleaseArgs{Keys: r.keys, Owner: r.owner, Retention: q.retention, Channel: r.channel,
-			All: r.all, Floor: r.floor, Leave: r.leave, Record: r.record}.Call())
+	for i, r := range rd.Releases {
+		calls = append(calls, protocol.ReleaseArgs{Keys: r.Keys, Owner: r.Owner, Retention: q.retention, Channel: r.Channel,
+			All: r.All, Floor: r.Floor, Leave: r.Leave, Record: r.Record}.Call())
 		spans = append(spans, roundSpan{i, i + 1, spanRelease})
-		if p := q.pendingOf(r.owner); p != nil {
+		if p := q.pendingOf(r.Owner); p != nil {
 			after = append(after, p)
 		}
 	}
 	for i := 0; i < nLease; i += renewBatch {
 		j := min(i+renewBatch, nLease)
 		keys, owners, ttls := make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i)
-		for _, l := range rd.leases[i:j] {
-			keys, owners, ttls = append(keys, l.key), append(owners, l.owner), append(ttls, l.ttl)
-			shorter(parseMS(l.ttl) / 3)
+		for _, l := range rd.Leases[i:j] {
+			keys, owners, ttls = append(keys, l.Key), append(owners, l.Owner), append(ttls, l.TTL)
+			shorter(parseMS(l.TTL) / 3)
 		}
 		calls, spans = append(calls, protocol.RenewCall(keys, owners, ttls)), append(spans, roundSpan{nRel + i, nRel + j, spanLease})
 	}
-	for i := 0; i < len(rd.entries); i += renewBatch {
-		j := min(i+renewBatch, len(rd.entries))
+	for i := 0; i < len(rd.Entries); i += renewBatch {
+		j := min(i+renewBatch, len(rd.Entries))
 		keys, ids, windows, waiting := make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i), make([]string, 0, j-i)
 		watch := make([]bool, 0, j-i)
-		for _, e := range rd.entries[i:j] {
-			keys, ids, windows, waiting = append(keys, e.key), append(ids, e.id), append(windows, e.window), append(waiting, e.waiting)
-			watch = append(watch, e.watch)
-			shorter(parseMS(e.window) / 3)
+		for _, e := range rd.Entries[i:j] {
+			keys, ids, windows, waiting = append(keys, e.Key), append(ids, e.ID), append(windows, e.Window), append(waiting, e.Waiting)
+			watch = append(watch, e.Watch)
+			shorter(parseMS(e.Window) / 3)
 		}
 		calls, spans = append(calls, protocol.QueueCall(keys, ids, windows, waiting, watch)), append(spans, roundSpan{nRel + nLease + i, nRel + nLease + j, spanEntry})
 	}
@@ -102,7 +102,7 @@ func (q *quorum) roundCalls(rd round) ([]conn.Call, []roundSpan, []*pendingAcqui
 // roundTally counts the servers' answers to a quorum round, per item (in the round's order of
 // items) and per call.
 type roundTally struct {
-	q       *quorum
+	q       *Quorum
 	nRel    int // the round's releases: items 0 up to nRel
 	spans   []roundSpan
 	yes, no []int             // per item: servers that renewed (or released) it, and that refused
@@ -117,7 +117,7 @@ type roundTally struct {
 
 // newRoundTally returns the tally, before any server answered, of a round that has this many
 // items (the first nRel of them releases) in this many calls, cut as spans says.
-func (q *quorum) newRoundTally(spans []roundSpan, items, nRel, calls int) *roundTally {
+func (q *Quorum) newRoundTally(spans []roundSpan, items, nRel, calls int) *roundTally {
 	t := &roundTally{q: q, nRel: nRel, spans: spans,
 		yes: make([]int, items), no: make([]int, items), on: make([]uint64, items), freed: make([]bool, items),
 		lefts: make([][]time.Duration, items), failed: make([]int, calls), callOf: make([]int, items)}
@@ -201,17 +201,17 @@ func (t *roundTally) decided() bool {
 
 // fill writes the round's outcome into res: an error for each release a majority did not
 // answer, and each lease's and entry's outcome (nLease leases, then the entries).
-func (t *roundTally) fill(res *roundResult, nLease int) {
+func (t *roundTally) fill(res *RoundResult, nLease int) {
 	for k := range t.yes {
 		switch {
 		case k < t.nRel:
 			if t.yes[k]+t.no[k] < t.q.need {
-				res.relErrs[k] = t.undecided()
+				res.RelErrs[k] = t.undecided()
 			}
 		case k < t.nRel+nLease:
-			res.leases[k-t.nRel] = t.outcome(k, false)
+			res.Leases[k-t.nRel] = t.outcome(k, false)
 		default:
-			res.entries[k-t.nRel-nLease] = t.outcome(k, true)
+			res.Entries[k-t.nRel-nLease] = t.outcome(k, true)
 		}
 	}
 }
@@ -219,23 +219,23 @@ func (t *roundTally) fill(res *roundResult, nLease int) {
 // outcome is item k's outcome, a lease's or (entry) a queue entry's: renewed when a majority
 // renewed it, lost or gone when a majority refused, else an error; an entry also says when a
 // majority may have its lock free, once the need-th shortest time told has passed.
-func (t *roundTally) outcome(k int, entry bool) renewed {
+func (t *roundTally) outcome(k int, entry bool) Renewed {
 	need := t.q.need
-	o := renewed{on: t.on[k]}
+	o := Renewed{On: t.on[k]}
 	if entry {
-		o.lockLeft = protocol.LockLeftUnknown
+		o.LockLeft = protocol.LockLeftUnknown
 		if l := t.lefts[k]; len(l) >= need {
 			slices.Sort(l)
-			o.lockLeft = l[need-1]
+			o.LockLeft = l[need-1]
 		}
 	}
 	switch {
 	case t.yes[k] >= need:
-		o.ok = true
+		o.OK = true
 	case t.no[k] >= len(t.q.nodes)-need+1: // a majority refused: lost, or gone
-		o.released = t.freed[k]
+		o.Released = t.freed[k]
 	default:
-		o.err = t.undecided()
+		o.Err = t.undecided()
 	}
 	return o
 }
@@ -249,9 +249,9 @@ func (t *roundTally) undecided() error {
 	return fmt.Errorf("undecided, %d of %d servers answered in time", t.answers, n)
 }
 
-// pttl: the lease is held on a majority for at least the majority-th longest remaining lease;
+// PTTL: the lease is held on a majority for at least the majority-th longest remaining lease;
 // lost when fewer than a majority hold it.
-func (q *quorum) pttl(ctx context.Context, keys []string, owner string) (time.Duration, bool, error) {
+func (q *Quorum) PTTL(ctx context.Context, keys []string, owner string) (time.Duration, bool, error) {
 	var (
 		left         []time.Duration
 		no, answered int

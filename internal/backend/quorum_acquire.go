@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -7,30 +7,32 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/timing"
 )
 
-// quorumTimeout is how long an acquisition waits for the servers' answers: small against the
+// QuorumTimeout is how long an acquisition waits for the servers' answers: small against the
 // lease, as the Redlock algorithm asks ("5-50 ms for a 10 s auto-release time"), so that a
 // majority of frozen or unreachable servers fails an attempt fast: 50 ms, or a third of a TTL
 // shorter than 150 ms.
-func quorumTimeout(ttl time.Duration) time.Duration {
+func QuorumTimeout(ttl time.Duration) time.Duration {
 	return min(50*time.Millisecond, ttl/3)
 }
 
-// acquire: the lock is taken when a majority of servers took (or re-entered) it within
+// Acquire: the lock is taken when a majority of servers took (or re-entered) it within
 // quorumTimeout, before the lease could have run out; its token is the largest among them.
 // Otherwise it is released on every server that may have granted it, and the answer says when
 // to try again: after a split vote (some servers granted it, not a majority) a random 1-8 ms,
 // so that the contenders stop colliding; else when enough holders' leases run out for a
 // majority. When fewer than a majority answered at all, the error is a *QuorumError.
-func (q *quorum) acquire(ctx context.Context, a protocol.AcquireArgs, _ replicaAck) (protocol.Acquired, int, error) {
-	sent := mono()
+func (q *Quorum) Acquire(ctx context.Context, a protocol.AcquireArgs, _ ReplicaAck) (protocol.Acquired, int, error) {
+	sent := timing.Mono()
 	t := q.newAcquireTally()
 	ttl := parseMS(a.TTL)
 	// On a machine or network slow for every server, wait longer: eight times the recent
 	// answer time, up to a third of the lease.
-	wait := max(quorumTimeout(ttl), min(8*time.Duration(q.latency.Load()), ttl/3))
+	wait := max(QuorumTimeout(ttl), min(8*time.Duration(q.latency.Load()), ttl/3))
 	var (
 		res protocol.Acquired
 		err error
@@ -62,21 +64,21 @@ func (q *quorum) acquire(ctx context.Context, a protocol.AcquireArgs, _ replicaA
 
 // acquireTally counts the servers' answers to one acquisition, as they come.
 type acquireTally struct {
-	yes, no, failed int             // servers that granted it, refused it, answered with an error
-	token           uint64          // the largest token among the granting servers
-	holds           int             // the most holds among them
-	pttls           []time.Duration // the refusing servers' holders' remaining leases, when known
-	queuedOn        uint64          // bit i: server i queued the caller
-	tokensOn        []uint64        // per server that refused: its current token
-	leases, offers  []time.Duration // adaptive lease: the granting servers' and the others' choices
-	states          []ServerState   // what each server did, for a *QuorumError
+	yes, no, failed int                // servers that granted it, refused it, answered with an error
+	token           uint64             // the largest token among the granting servers
+	holds           int                // the most holds among them
+	pttls           []time.Duration    // the refusing servers' holders' remaining leases, when known
+	queuedOn        uint64             // bit i: server i queued the caller
+	tokensOn        []uint64           // per server that refused: its current token
+	leases, offers  []time.Duration    // adaptive lease: the granting servers' and the others' choices
+	states          []errs.ServerState // what each server did, for a *errs.QuorumError
 }
 
 // newAcquireTally returns the tally of an acquisition no server has answered yet.
-func (q *quorum) newAcquireTally() *acquireTally {
-	t := &acquireTally{tokensOn: make([]uint64, len(q.nodes)), states: make([]ServerState, len(q.nodes))}
+func (q *Quorum) newAcquireTally() *acquireTally {
+	t := &acquireTally{tokensOn: make([]uint64, len(q.nodes)), states: make([]errs.ServerState, len(q.nodes))}
 	for i, node := range q.nodes {
-		t.states[i] = ServerState{Addr: node.Addr(), State: "no answer"}
+		t.states[i] = errs.ServerState{Addr: node.Addr(), State: "no answer"}
 	}
 	return t
 }
@@ -117,7 +119,7 @@ func (t *acquireTally) add(r reply, queue bool) {
 
 // decideAcquire reports whether the answers so far decide a's acquisition (false while a
 // majority can still grant it) and, when they do, its outcome.
-func (q *quorum) decideAcquire(t *acquireTally, a protocol.AcquireArgs) (protocol.Acquired, bool, error) {
+func (q *Quorum) decideAcquire(t *acquireTally, a protocol.AcquireArgs) (protocol.Acquired, bool, error) {
 	switch {
 	case t.yes >= q.need:
 		return protocol.Acquired{OK: true, Token: t.token, Holds: t.holds}, true, nil
@@ -133,7 +135,7 @@ func (q *quorum) decideAcquire(t *acquireTally, a protocol.AcquireArgs) (protoco
 
 // undecidedAcquire is the outcome of an acquisition that no decision came for within wait, or
 // whose caller gave up (ctx).
-func (q *quorum) undecidedAcquire(ctx context.Context, t *acquireTally, a protocol.AcquireArgs, wait time.Duration) (protocol.Acquired, error) {
+func (q *Quorum) undecidedAcquire(ctx context.Context, t *acquireTally, a protocol.AcquireArgs, wait time.Duration) (protocol.Acquired, error) {
 	switch {
 	case ctx.Err() != nil:
 		return protocol.Acquired{}, ctx.Err()
@@ -147,7 +149,7 @@ func (q *quorum) undecidedAcquire(ctx context.Context, t *acquireTally, a protoc
 
 // refused is a refusal's answer of when to try again: after a split vote (some servers granted
 // it) a random 1-8 ms; else when a majority could grant it (freeIn).
-func (q *quorum) refused(t *acquireTally) protocol.Acquired {
+func (q *Quorum) refused(t *acquireTally) protocol.Acquired {
 	if t.yes > 0 {
 		return protocol.Acquired{PTTL: time.Duration(1+rand.Int64N(8)) * time.Millisecond}
 	}
@@ -157,17 +159,17 @@ func (q *quorum) refused(t *acquireTally) protocol.Acquired {
 // acquiredLease sets res's adaptive lease from the servers' choices and, as Redlock asks,
 // turns a grant into a failure when the majority took longer than the validity time (TTL -
 // drift, counted from sent) to answer.
-func (q *quorum) acquiredLease(res protocol.Acquired, t *acquireTally, a protocol.AcquireArgs, ttl time.Duration, sent int64) protocol.Acquired {
+func (q *Quorum) acquiredLease(res protocol.Acquired, t *acquireTally, a protocol.AcquireArgs, ttl time.Duration, sent int64) protocol.Acquired {
 	if res.OK {
 		// Each server chose its own adaptive lease: the lock is held on a majority for the
 		// need-th longest (renewals then give every server the same).
-		if res.TTL = majorityLease(t.leases, q.need); res.TTL > 0 {
+		if res.TTL = timing.MajorityLease(t.leases, q.need); res.TTL > 0 {
 			ttl = res.TTL
 		}
 	} else {
-		res.TTL = majorityLease(t.offers, q.need)
+		res.TTL = timing.MajorityLease(t.offers, q.need)
 	}
-	if res.OK && !a.ReenterOnly && mono() >= sent+int64(ttl-drift(ttl)) {
+	if res.OK && !a.ReenterOnly && timing.Mono() >= sent+int64(ttl-timing.Drift(ttl)) {
 		// The lease has no time left. Give it back and count the attempt as failed.
 		return protocol.Acquired{}
 	}
@@ -177,7 +179,7 @@ func (q *quorum) acquiredLease(res protocol.Acquired, t *acquireTally, a protoco
 // freeIn estimates when a majority could grant the lock: the servers that refused free up as
 // their holders' leases run out. Negative: unknown (the waiter then waits a whole TTL or for a
 // release notice).
-func (q *quorum) freeIn(pttls []time.Duration) time.Duration {
+func (q *Quorum) freeIn(pttls []time.Duration) time.Duration {
 	if q.need > len(pttls) {
 		return -1
 	}
@@ -203,7 +205,7 @@ func lateReply(a protocol.AcquireArgs) func(reply) {
 
 // releaseOwner releases, in the background, every hold of owner on every server: after an
 // acquisition that did not reach a quorum, no server may keep it.
-func (q *quorum) releaseOwner(keys []string, owner string) {
+func (q *Quorum) releaseOwner(keys []string, owner string) {
 	call := protocol.ReleaseArgs{Keys: keys, Owner: owner, Retention: q.retention, Channel: protocol.ReleaseChannel(keys[0]), All: true}.Call()
 	p := q.pendingOf(owner)
 	q.bg.Add(len(q.nodes))

@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -26,34 +27,38 @@ func inParallel[X, T any](xs []X, f func(int, X) T) []T {
 	return out
 }
 
-// quorum is the backend of N independent Redis masters (Redlock): every script runs on every
+// Quorum is the backend of N independent Redis masters (Redlock): every script runs on every
 // server in parallel, and the answers are combined by the majority rule of each script: a
 // lock is held when a majority of servers hold it. A call returns as soon as the answers
 // decide it, so a slow server costs nothing; calls still running finish in the background.
-type quorum struct {
+type Quorum struct {
 	nodes     []conn.Conn
 	need      int    // a majority of len(nodes)
 	retention string // ms, for release.lua and forceunlock.lua
 	desc      string // "quorum of 5 [a b c d e]"
-	own       bool   // close the nodes' connections (DialQuorum made them)
+	Own       bool   // Close closes the nodes' connections (DialQuorum made them)
 
 	pmu     sync.Mutex
 	pending map[string]*pendingAcquire // owner -> its acquisition still running on some server
 
 	latency atomic.Int64 // ns: a moving average of the servers' answer times
 
-	ev *observer // reports the servers' errors (observe.go); set by the client
+	// OnNodeError, when set (by the client: its observer), is told of each server's error: the
+	// server, the script (or command) that failed, and the error.
+	OnNodeError func(server, op string, err error)
 
 	bg      sync.WaitGroup  // calls still running on slow servers after a decision was reached
-	closing context.Context // cancelled by close: abandons those calls
-	halt    context.CancelFunc
+	closing context.Context // cancelled by Close: abandons those calls
+	// Halt cancels closing without waiting (Close does, then waits for the calls; the root's
+	// quorum.go calls it alone when the client cannot be made).
+	Halt context.CancelFunc
 }
 
-var _ backend = (*quorum)(nil)
+var _ Backend = (*Quorum)(nil)
 
-func newQuorumBackend(nodes []conn.Conn, retention time.Duration) *quorum {
-	q := &quorum{nodes: slices.Clone(nodes), need: len(nodes)/2 + 1, retention: protocol.Millis(retention)}
-	q.closing, q.halt = context.WithCancel(context.Background())
+func NewQuorum(nodes []conn.Conn, retention time.Duration) *Quorum {
+	q := &Quorum{nodes: slices.Clone(nodes), need: len(nodes)/2 + 1, retention: protocol.Millis(retention)}
+	q.closing, q.Halt = context.WithCancel(context.Background())
 	addrs := make([]string, len(nodes))
 	for i, cn := range nodes {
 		addrs[i] = cn.Addr()
@@ -62,20 +67,20 @@ func newQuorumBackend(nodes []conn.Conn, retention time.Duration) *quorum {
 	return q
 }
 
-func (q *quorum) traits() traits {
+func (q *Quorum) Traits() Traits {
 	// Local handoffs, but no server handover: after localHandoffs in a row the lock is
 	// released (the servers' stored tokens then follow the last local token, the release's
 	// floor), which grants it to the first client queued. Waiting clients queue on every
 	// server at the same place, so that the servers grant to the same one; no retry jitter.
-	return traits{majority: q.need, servers: len(q.nodes), localHandoffs: true, queue: true}
+	return Traits{Majority: q.need, Servers: len(q.nodes), LocalHandoffs: true, Queue: true}
 }
 
-func (q *quorum) addr() string { return q.desc }
+func (q *Quorum) Addr() string { return q.desc }
 
-func (q *quorum) close() error {
-	q.halt()
+func (q *Quorum) Close() error {
+	q.Halt()
 	q.bg.Wait()
-	if !q.own {
+	if !q.Own {
 		return nil
 	}
 	var errs []error
@@ -108,10 +113,10 @@ type pendingAcquire struct {
 // passes first (it returns false). When owner is set (an acquisition), the calls are
 // registered so that releases of owner wait for them per server; when after is set, each
 // server's call first waits for that server's answer to it. Calls still running when fanOut
-// returns finish in the background (close waits for them): they end with ctx, or, with
+// returns finish in the background (Close waits for them): they end with ctx, or, with
 // detach, at answerWait whatever becomes of ctx (a release every server must hear, though the
 // caller returns once a majority answered and may then cancel ctx).
-func (q *quorum) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, detach bool, owner string, after *pendingAcquire, decide func(reply) bool) bool {
+func (q *Quorum) fanOut(ctx context.Context, calls []conn.Call, limit time.Duration, detach bool, owner string, after *pendingAcquire, decide func(reply) bool) bool {
 	return q.fanOutAdapt(ctx, calls, limit, false, detach, owner, afterOf(after), decide, nil)
 }
 
@@ -125,7 +130,7 @@ func afterOf(p *pendingAcquire) []*pendingAcquire {
 // fanOutAdapt is fanOut; with adapt, the limit grows to four times the time the first answer
 // took, so that a machine or network slow for everyone (not a few servers frozen) does not
 // fail every call. Once decided (or given up), the answers still to come go to late, when set.
-func (q *quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.Duration, adapt, detach bool, owner string, after []*pendingAcquire, decide func(reply) bool, late func(reply)) bool {
+func (q *Quorum) fanOutAdapt(ctx context.Context, calls []conn.Call, limit time.Duration, adapt, detach bool, owner string, after []*pendingAcquire, decide func(reply) bool, late func(reply)) bool {
 	start := time.Now()
 	mine := q.register(owner)
 	out := &fanAnswers{ch: make(chan reply, len(q.nodes)), late: late}
@@ -173,7 +178,7 @@ func (a *fanAnswers) settle() {
 
 // register records the acquisition of owner about to run on every server, so that releases of
 // owner wait for it (pendingOf); nil when owner is empty (not an acquisition).
-func (q *quorum) register(owner string) *pendingAcquire {
+func (q *Quorum) register(owner string) *pendingAcquire {
 	if owner == "" {
 		return nil
 	}
@@ -192,7 +197,7 @@ func (q *quorum) register(owner string) *pendingAcquire {
 
 // unregister forgets mine, whose calls have all ended, unless a newer acquisition of owner
 // took its place.
-func (q *quorum) unregister(owner string, mine *pendingAcquire) {
+func (q *Quorum) unregister(owner string, mine *pendingAcquire) {
 	if mine == nil {
 		return
 	}
@@ -205,9 +210,9 @@ func (q *quorum) unregister(owner string, mine *pendingAcquire) {
 
 // launch starts calls on every server, one goroutine each, and gives each answer to out. The
 // calls outlive the fan-out when a decision comes first: they end with ctx (with detach, at
-// answerWait whatever becomes of ctx) or at close; once every server answered, a background
-// goroutine (which close waits for) releases their context and unregisters mine.
-func (q *quorum) launch(ctx context.Context, calls []conn.Call, detach bool, after []*pendingAcquire, owner string, mine *pendingAcquire, out *fanAnswers) {
+// answerWait whatever becomes of ctx) or at Close; once every server answered, a background
+// goroutine (which Close waits for) releases their context and unregisters mine.
+func (q *Quorum) launch(ctx context.Context, calls []conn.Call, detach bool, after []*pendingAcquire, owner string, mine *pendingAcquire, out *fanAnswers) {
 	var cctx context.Context
 	var cancel context.CancelFunc
 	if detach {
@@ -237,7 +242,7 @@ func (q *quorum) launch(ctx context.Context, calls []conn.Call, detach bool, aft
 // callOne runs calls on server i, n, once its answers to the acquisitions in after came; then
 // it marks mine's call on that server done, takes the answer time into the moving average and
 // reports the server's errors (unless ctx ended).
-func (q *quorum) callOne(ctx context.Context, i int, n conn.Conn, calls []conn.Call, after []*pendingAcquire, mine *pendingAcquire) reply {
+func (q *Quorum) callOne(ctx context.Context, i int, n conn.Conn, calls []conn.Call, after []*pendingAcquire, mine *pendingAcquire) reply {
 	for _, p := range after {
 		select {
 		case <-p.done[i]:
@@ -252,7 +257,7 @@ func (q *quorum) callOne(ctx context.Context, i int, n conn.Conn, calls []conn.C
 	if r.res[0].Err == nil {
 		q.observe(time.Since(sent))
 	}
-	if q.ev != nil && ctx.Err() == nil {
+	if q.OnNodeError != nil && ctx.Err() == nil {
 		q.nodeErrors(n.Addr(), calls, r.res)
 	}
 	return r
@@ -262,7 +267,7 @@ func (q *quorum) callOne(ctx context.Context, i int, n conn.Conn, calls []conn.C
 // decide reports true or every server answered (true), or limit (when > 0) passes or ctx ends
 // first (false). With adapt, a first answer that took more than a quarter of limit stretches
 // the limit to four times that answer's time, counted from start.
-func (q *quorum) collect(ctx context.Context, ch <-chan reply, start time.Time, limit time.Duration, adapt bool, decide func(reply) bool) bool {
+func (q *Quorum) collect(ctx context.Context, ch <-chan reply, start time.Time, limit time.Duration, adapt bool, decide func(reply) bool) bool {
 	var expire <-chan time.Time
 	var timer *time.Timer
 	if limit > 0 {
@@ -291,41 +296,41 @@ func (q *quorum) collect(ctx context.Context, ch <-chan reply, start time.Time, 
 }
 
 // pendingOf returns the acquisition of owner still running on some server, or nil.
-func (q *quorum) pendingOf(owner string) *pendingAcquire {
+func (q *Quorum) pendingOf(owner string) *pendingAcquire {
 	q.pmu.Lock()
 	defer q.pmu.Unlock()
 	return q.pending[owner]
 }
 
-func (q *quorum) nodeErr(node int, err error) error {
+func (q *Quorum) nodeErr(node int, err error) error {
 	return fmt.Errorf("%s: %w", q.nodes[node].Addr(), err)
 }
 
 // noQuorum is the error of an operation that fewer than a majority of servers answered (within
 // wait, when it is not 0).
-func (q *quorum) noQuorum(op string, states []ServerState, wait time.Duration) error {
-	return &QuorumError{Op: op, Need: q.need, Wait: wait, Servers: states}
+func (q *Quorum) noQuorum(op string, states []errs.ServerState, wait time.Duration) error {
+	return &errs.QuorumError{Op: op, Need: q.need, Wait: wait, Servers: states}
 }
 
 var errNoHandover = errors.New("dlock: no handover in quorum mode")
 
-func (q *quorum) handover(context.Context, protocol.HandoverArgs) (protocol.HandedOver, error) {
+func (q *Quorum) Handover(context.Context, protocol.HandoverArgs) (protocol.HandedOver, error) {
 	return protocol.HandedOver{}, errNoHandover
 }
 
 var errNoShared = errors.New("dlock: read-write locks and semaphores are not available in quorum mode")
 
-// run is not offered: traits().shared is false, so no read-write lock or semaphore gets here.
-func (q *quorum) run(context.Context, conn.Call, replicaAck) ([]int64, int, error) {
+// Run is not offered: Traits().Shared is false, so no read-write lock or semaphore gets here.
+func (q *Quorum) Run(context.Context, conn.Call, ReplicaAck) ([]int64, int, error) {
 	return nil, -1, errNoShared
 }
 
-func (q *quorum) evalAny(context.Context, *conn.Script, []string, ...string) (any, error) {
+func (q *Quorum) EvalAny(context.Context, *conn.Script, []string, ...string) (any, error) {
 	return nil, errNoShared
 }
 
 // observe takes one server's answer time into the moving average (weight 1/8).
-func (q *quorum) observe(d time.Duration) {
+func (q *Quorum) observe(d time.Duration) {
 	for {
 		old := q.latency.Load()
 		next := old + (int64(d)-old)/8
@@ -339,7 +344,7 @@ func (q *quorum) observe(d time.Duration) {
 }
 
 // nodeErrors reports the first error of one server's answer to calls, if any.
-func (q *quorum) nodeErrors(addr string, calls []conn.Call, res []conn.Result) {
+func (q *Quorum) nodeErrors(addr string, calls []conn.Call, res []conn.Result) {
 	for i, r := range res {
 		if r.Err == nil {
 			continue
@@ -348,7 +353,7 @@ func (q *quorum) nodeErrors(addr string, calls []conn.Call, res []conn.Result) {
 		if i < len(calls) && calls[i].Script != nil {
 			op = calls[i].Script.Name
 		}
-		q.ev.nodeError(addr, op, r.Err)
+		q.OnNodeError(addr, op, r.Err)
 		return
 	}
 }

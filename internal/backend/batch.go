@@ -1,9 +1,8 @@
-package dlock
+package backend
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -78,7 +77,7 @@ type pending struct {
 	ctx   context.Context // the caller's: its values go with the batch (callersCtx)
 }
 
-// batched is a call waiting in a batch: its input (protocol.AcquireArgs or releaseReq) and,
+// batched is a call waiting in a batch: its input (protocol.AcquireArgs or ReleaseReq) and,
 // once done, its result.
 type batched[In, Out any] struct {
 	pending
@@ -88,7 +87,7 @@ type batched[In, Out any] struct {
 
 type (
 	batchedAcquire = batched[protocol.AcquireArgs, protocol.Acquired]
-	batchedRelease = batched[releaseReq, protocol.Released]
+	batchedRelease = batched[ReleaseReq, protocol.Released]
 )
 
 func newBatcher(cn conn.Conn, retention string) *batcher {
@@ -106,7 +105,7 @@ func (b *batcher) acquire(ctx context.Context, a protocol.AcquireArgs) (protocol
 }
 
 // release runs release.lua for r: alone, or in the next batch.
-func (b *batcher) release(ctx context.Context, r releaseReq) (protocol.Released, error) {
+func (b *batcher) release(ctx context.Context, r ReleaseReq) (protocol.Released, error) {
 	return submit(ctx, b, r, &b.rels, (*batcher).releaseAlone)
 }
 
@@ -220,7 +219,7 @@ func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
 	var calls []conn.Call
 	var callers []context.Context
 	for _, ch := range acqChunks {
-		calls = append(calls, acquireBatchCall(ch))
+		calls = append(calls, protocol.AcquireBatchCall(ch, acquireArgsOf))
 		for _, p := range ch {
 			callers = append(callers, p.ctx)
 		}
@@ -239,15 +238,15 @@ func (b *batcher) send(acqs []*batchedAcquire, rels []*batchedRelease) {
 		if i < len(results) {
 			return results[i]
 		}
-		return conn.Result{Err: errShortReply}
+		return conn.Result{Err: ErrShortReply}
 	}
 	var alone []func()
 	for c, ch := range acqChunks {
-		outs, err := readAcquireBatch(result(c), len(ch))
+		outs, err := protocol.ReadAcquireBatch(result(c), len(ch))
 		alone = settle(b, ch, outs, err, (*batcher).acquireAlone, alone)
 	}
 	for c, ch := range relChunks {
-		outs, err := readReleaseBatch(result(len(acqChunks)+c), len(ch))
+		outs, err := protocol.ReadReleaseBatch(result(len(acqChunks)+c), len(ch))
 		alone = settle(b, ch, outs, err, (*batcher).releaseAlone, alone)
 	}
 	for _, f := range alone {
@@ -270,20 +269,20 @@ func chunked[P any](ps []P) [][]P {
 // script call's reply, or err, when there is none. A lock that raised an error is to be sent
 // alone (sendAlone), to learn the error (or succeed): its call is appended to alone, which is
 // returned.
-func settle[In, Out any](b *batcher, ch []*batched[In, Out], outs []batchAnswer[Out], err error,
+func settle[In, Out any](b *batcher, ch []*batched[In, Out], outs []protocol.BatchAnswer[Out], err error,
 	sendAlone func(*batcher, context.Context, In) (Out, error), alone []func()) []func() {
 	for i, p := range ch {
 		switch {
 		case err != nil:
 			p.err = err
-		case outs[i].failed:
+		case outs[i].Failed:
 			alone = append(alone, func() {
 				p.res, p.err = sendAlone(b, b.callersCtx([]context.Context{p.ctx}), p.in)
 				close(p.done)
 			})
 			continue
 		default:
-			p.res, p.err = outs[i].res, outs[i].err
+			p.res, p.err = outs[i].Res, outs[i].Err
 		}
 		close(p.done)
 	}
@@ -321,57 +320,15 @@ func live[P interface{ sent() bool }](ps []P) []P {
 // sent marks the call sent, unless its caller gave up first.
 func (p *pending) sent() bool { return p.state.CompareAndSwap(pendQueued, pendSent) }
 
+// acquireArgsOf is what a waiting acquisition acquires.
+func acquireArgsOf(p *batchedAcquire) *protocol.AcquireArgs { return &p.in }
+
 func (b *batcher) acquireAlone(ctx context.Context, a protocol.AcquireArgs) (protocol.Acquired, error) {
 	return evalRead(ctx, b.cn, a.Call(), protocol.ReadAcquire)
 }
 
-func (b *batcher) releaseAlone(ctx context.Context, r releaseReq) (protocol.Released, error) {
+func (b *batcher) releaseAlone(ctx context.Context, r ReleaseReq) (protocol.Released, error) {
 	return evalRead(ctx, b.cn, r.args(b.retention, false).Call(), protocol.ReadRelease)
-}
-
-// acquireBatchCall builds the call of a batch of acquisitions: acquire.lua's batch form (one
-// lock: its one-lock form), locks with the same settings in one group.
-func acquireBatchCall(ps []*batchedAcquire) conn.Call {
-	if len(ps) == 1 {
-		return ps[0].in.Call()
-	}
-	type group struct {
-		head []string // lease, description, mode, "p", window, least, greatest
-		ps   []*batchedAcquire
-	}
-	var groups []*group
-	for _, p := range ps {
-		a := &p.in
-		mode := a.Mode()
-		var g *group
-		for _, x := range groups {
-			h := x.head
-			if h[0] == a.TTL && h[1] == a.Meta && h[2] == mode && h[4] == a.Window && h[5] == a.AdaptLo && h[6] == a.AdaptHi {
-				g = x
-				break
-			}
-		}
-		if g == nil {
-			g = &group{head: []string{a.TTL, a.Meta, mode, "p", a.Window, a.AdaptLo, a.AdaptHi}}
-			groups = append(groups, g)
-		}
-		g.ps = append(g.ps, p)
-	}
-	// The reply follows the groups' order: ps is put in that order.
-	keys := make([]string, 0, len(ps))
-	args := make([]string, 0, 1+8*len(groups)+2*len(ps))
-	args = append(args, "")
-	ps = ps[:0]
-	for _, g := range groups {
-		args = append(args, g.head...)
-		args = append(args, strconv.Itoa(len(g.ps)))
-		for _, p := range g.ps {
-			keys = append(keys, p.in.Keys[0])
-			args = append(args, p.in.Owner, p.in.Client)
-			ps = append(ps, p)
-		}
-	}
-	return conn.Call{Script: protocol.ScriptAcquire, Keys: keys, Args: args}
 }
 
 // releaseBatchCall builds the call of a batch of releases: release.lua's batch form (one
@@ -390,13 +347,13 @@ func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 	for _, p := range ps {
 		var g *group
 		for _, x := range groups {
-			if x.all == p.in.all && x.record == p.in.record {
+			if x.all == p.in.All && x.record == p.in.Record {
 				g = x
 				break
 			}
 		}
 		if g == nil {
-			g = &group{all: p.in.all, record: p.in.record}
+			g = &group{all: p.in.All, record: p.in.Record}
 			groups = append(groups, g)
 		}
 		g.ps = append(g.ps, p)
@@ -408,65 +365,27 @@ func (b *batcher) releaseBatchCall(ps []*batchedRelease) conn.Call {
 	for _, g := range groups {
 		args = append(args, protocol.FlagArg(g.all), "p", g.record, strconv.Itoa(len(g.ps)))
 		for _, p := range g.ps {
-			keys = append(keys, p.in.keys[0])
-			args = append(args, p.in.owner, strconv.FormatUint(p.in.floor, 10), p.in.leave)
+			keys = append(keys, p.in.Keys[0])
+			args = append(args, p.in.Owner, strconv.FormatUint(p.in.Floor, 10), p.in.Leave)
 			ps = append(ps, p)
 		}
 	}
 	return conn.Call{Script: protocol.ScriptRelease, Keys: keys, Args: args}
 }
 
-// batchAnswer is one lock's answer in a batch.
-type batchAnswer[Out any] struct {
-	res    Out
-	err    error
-	failed bool // doing the lock raised an error: send it alone
+// SetLimits sets how many calls may be on their way before a call waits for a batch, and how
+// many batches may be on their way at once (loneMax and batchOut by default): tests of batching
+// lower them to make the slots few.
+func (b *batcher) SetLimits(lone, batches int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.loneMax, b.batchOut = lone, batches
 }
 
-// readAcquireBatch reads the reply to acquireBatchCall for n locks: four integers a lock, the
-// first -1 when doing the lock raised an error, the last 0 when the lease is the one asked for.
-func readAcquireBatch(r conn.Result, n int) ([]batchAnswer[protocol.Acquired], error) {
-	return readBatch(r, n, "acquire.lua", 4, protocol.ReadAcquire, func(x []int64) batchAnswer[protocol.Acquired] {
-		if x[0] == -1 {
-			return batchAnswer[protocol.Acquired]{failed: true}
-		}
-		if x[3] == 0 {
-			x = x[:3]
-		}
-		res, err := protocol.ReadAcquire(x)
-		return batchAnswer[protocol.Acquired]{res: res, err: err}
-	})
-}
-
-// readReleaseBatch reads the reply to releaseBatchCall for n locks: an integer a lock, -2 when
-// doing the lock raised an error.
-func readReleaseBatch(r conn.Result, n int) ([]batchAnswer[protocol.Released], error) {
-	return readBatch(r, n, "release.lua", 1, protocol.ReadRelease, func(x []int64) batchAnswer[protocol.Released] {
-		if x[0] == -2 {
-			return batchAnswer[protocol.Released]{failed: true}
-		}
-		res, err := protocol.ReadRelease(x)
-		return batchAnswer[protocol.Released]{res: res, err: err}
-	})
-}
-
-// readBatch reads the reply of script's batch form for n locks, width integers a lock, each
-// read by lock; a batch of one went in the one-lock form, whose reply one reads.
-func readBatch[Out any](r conn.Result, n int, script string, width int,
-	one func([]int64) (Out, error), lock func([]int64) batchAnswer[Out]) ([]batchAnswer[Out], error) {
-	if r.Err != nil {
-		return nil, r.Err
-	}
-	if n == 1 {
-		res, err := one(r.Ints)
-		return []batchAnswer[Out]{{res: res, err: err}}, nil
-	}
-	if len(r.Ints) != width*n {
-		return nil, fmt.Errorf("%s: %d answers for a batch of %d locks", script, len(r.Ints), n)
-	}
-	out := make([]batchAnswer[Out], n)
-	for i := range out {
-		out[i] = lock(r.Ints[width*i : width*(i+1)])
-	}
-	return out, nil
+// Load reports how many calls and batches are on their way, and how many acquisitions and
+// releases wait for the next batch.
+func (b *batcher) Load() (out, acqs, rels int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.out, len(b.acqs), len(b.rels)
 }

@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"github.com/dlock-go/dlock/conn"
 )
 
-// listen subscribes on every server, so that a release announced by any of them wakes the
+// Listen subscribes on every server, so that a release announced by any of them wakes the
 // waiters. It succeeds when a majority could be reached; while some server is missing, the
 // listener reports itself done after listenRetry so that the client subscribes again,
 // including to the servers that came back.
-func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
+func (q *Quorum) Listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
 	ql := &quorumListener{done: make(chan error, 1), quit: make(chan struct{})}
 	type listened struct {
 		ln  conn.Listener
@@ -26,7 +26,7 @@ func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, err
 		// Announcements say which server made them (a grant counts per server).
 		nh := h
 		if h.Message != nil {
-			nh.Message = func(channel, payload string) { h.Message(channel, payload+serverTag+strconv.Itoa(i)) }
+			nh.Message = func(channel, payload string) { h.Message(channel, payload+ServerTag+strconv.Itoa(i)) }
 		}
 		ln, err := n.Listen(ctx, nh)
 		return listened{ln, err}
@@ -48,14 +48,14 @@ func (q *quorum) listen(ctx context.Context, h conn.Handler) (conn.Listener, err
 	return ql, nil
 }
 
-// serverTag separates an announcement from the index of the server that made it, in quorum
+// ServerTag separates an announcement from the index of the server that made it, in quorum
 // mode (see listen).
-const serverTag = "\x00"
+const ServerTag = "\x00"
 
-// errListenRetry ends a quorum listener that could not reach every server, after listenRetry,
+// ErrListenRetry ends a quorum listener that could not reach every server, after listenRetry,
 // so that the client subscribes again, including to the servers that came back: no loss of the
 // subscription (a majority was listening all along).
-var errListenRetry = errors.New("pub/sub: retrying the servers that were unreachable")
+var ErrListenRetry = errors.New("pub/sub: retrying the servers that were unreachable")
 
 // listenRetry is how long a quorum listener that could not reach every server waits before it
 // asks to be made again.
@@ -97,7 +97,7 @@ func (l *quorumListener) watch(missing bool) {
 		}
 		l.done <- err
 	case <-retry:
-		l.done <- errListenRetry
+		l.done <- ErrListenRetry
 	case <-l.quit:
 	}
 	close(l.done)

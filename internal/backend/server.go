@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"cmp"
@@ -10,58 +10,59 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/conn"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/slot"
 )
 
-// oneServer is the backend of one Redis deployment reached through one conn.Conn: a single
+// OneServer is the backend of one Redis deployment reached through one conn.Conn: a single
 // server, a master followed through Sentinel, or a Cluster (whose client routes each call to
 // the slot's master). On a Cluster it announces releases with SPUBLISH and cuts renewal
 // calls at slot boundaries; with WithReplicaAck it follows calls with WAIT.
-type oneServer struct {
+type OneServer struct {
 	cn        conn.Conn
-	cluster   bool
+	Cluster   bool
 	retention string // ms, for release.lua and forceunlock.lua
-	own       bool   // close closes cn (Dial made it)
-	// batch gathers concurrent acquisitions and releases into batches (batch.go); nil on a
+	Own       bool   // Close closes cn (Dial made it)
+	// Batch gathers concurrent acquisitions and releases into batches (batch.go); nil on a
 	// Cluster, whose keys of one call must share a slot.
-	batch *batcher
+	Batch *batcher
 }
 
-var _ backend = (*oneServer)(nil)
+var _ Backend = (*OneServer)(nil)
 
-func newOneServer(cn conn.Conn, retention time.Duration) *oneServer {
-	s := &oneServer{cn: cn, retention: protocol.Millis(retention)}
+func NewOneServer(cn conn.Conn, retention time.Duration) *OneServer {
+	s := &OneServer{cn: cn, retention: protocol.Millis(retention)}
 	if cl, ok := cn.(conn.Clustered); ok && cl.Cluster() {
-		s.cluster = true
+		s.Cluster = true
 	} else {
-		s.batch = newBatcher(cn, s.retention)
+		s.Batch = newBatcher(cn, s.retention)
 	}
 	return s
 }
 
-func (s *oneServer) traits() traits {
-	return traits{majority: 1, servers: 1, localHandoffs: true, handover: true, replicaAck: true, queue: true, shared: true, sharded: s.cluster, multi: s}
+func (s *OneServer) Traits() Traits {
+	return Traits{Majority: 1, Servers: 1, LocalHandoffs: true, Handover: true, ReplicaAck: true, Queue: true, Shared: true, Sharded: s.Cluster, Multi: s}
 }
 
-func (s *oneServer) addr() string { return s.cn.Addr() }
-func (s *oneServer) close() error {
-	if s.batch != nil {
-		s.batch.stop()
+func (s *OneServer) Addr() string { return s.cn.Addr() }
+func (s *OneServer) Close() error {
+	if s.Batch != nil {
+		s.Batch.stop()
 	}
-	if !s.own {
+	if !s.Own {
 		return nil
 	}
 	return s.cn.Close()
 }
 
-func (s *oneServer) acquire(ctx context.Context, a protocol.AcquireArgs, ack replicaAck) (protocol.Acquired, int, error) {
-	a.Sharded = s.cluster
-	if ack.n == 0 && s.batch != nil && batchable(a) {
-		res, err := s.batch.acquire(ctx, a)
+func (s *OneServer) Acquire(ctx context.Context, a protocol.AcquireArgs, ack ReplicaAck) (protocol.Acquired, int, error) {
+	a.Sharded = s.Cluster
+	if ack.N == 0 && s.Batch != nil && batchable(a) {
+		res, err := s.Batch.acquire(ctx, a)
 		return res, -1, err
 	}
-	r, acked, err := s.run(ctx, a.Call(), ack)
+	r, acked, err := s.Run(ctx, a.Call(), ack)
 	if err != nil {
 		return protocol.Acquired{}, -1, err
 	}
@@ -69,25 +70,25 @@ func (s *oneServer) acquire(ctx context.Context, a protocol.AcquireArgs, ack rep
 	return res, acked, err
 }
 
-func (s *oneServer) releaseCall(r releaseReq) conn.Call {
-	if r.shared != nil {
-		return r.args(s.retention, s.cluster).SharedCall(r.shared)
+func (s *OneServer) releaseCall(r ReleaseReq) conn.Call {
+	if r.Shared != nil {
+		return r.args(s.retention, s.Cluster).SharedCall(r.Shared)
 	}
-	return r.args(s.retention, s.cluster).Call()
+	return r.args(s.retention, s.Cluster).Call()
 }
 
 // args is release.lua's one-lock call for r, with the token retention (ms) and the kind of
 // announcement (SPUBLISH when sharded) of the server it goes to.
-func (r releaseReq) args(retention string, sharded bool) protocol.ReleaseArgs {
+func (r ReleaseReq) args(retention string, sharded bool) protocol.ReleaseArgs {
 	return protocol.ReleaseArgs{
-		Keys: r.keys, Owner: r.owner, Retention: retention, Channel: r.channel,
-		All: r.all, Sharded: sharded, Floor: r.floor, Leave: r.leave, Record: r.record,
+		Keys: r.Keys, Owner: r.Owner, Retention: retention, Channel: r.Channel,
+		All: r.All, Sharded: sharded, Floor: r.Floor, Leave: r.Leave, Record: r.Record,
 	}
 }
 
-func (s *oneServer) release(ctx context.Context, r releaseReq) (protocol.Released, error) {
-	if s.batch != nil && r.shared == nil { // a read-write lock's or semaphore's goes alone (shared.lua)
-		return s.batch.release(ctx, r)
+func (s *OneServer) Release(ctx context.Context, r ReleaseReq) (protocol.Released, error) {
+	if s.Batch != nil && r.Shared == nil { // a read-write lock's or semaphore's goes alone (shared.lua)
+		return s.Batch.release(ctx, r)
 	}
 	return evalRead(ctx, s.cn, s.releaseCall(r), protocol.ReadRelease)
 }
@@ -96,34 +97,34 @@ func (s *oneServer) release(ctx context.Context, r releaseReq) (protocol.Release
 // server busy for well under a millisecond.
 const renewBatch = 256
 
-// renew sends the round in one pipeline: the releases, then renew.lua calls of up to
+// Renew sends the round in one pipeline: the releases, then renew.lua calls of up to
 // renewBatch keys (on a Cluster, of one slot each), then, if a lease asks for replica
 // acknowledgement, one WAIT that covers every renewal before it, then queue.lua calls for the
 // queue entries (cut the same way).
-func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
-	calls := make([]conn.Call, 0, len(rd.releases)+len(rd.leases)/renewBatch+len(rd.entries)/renewBatch+3)
-	for _, r := range rd.releases {
+func (s *OneServer) Renew(ctx context.Context, rd Round) RoundResult {
+	calls := make([]conn.Call, 0, len(rd.Releases)+len(rd.Leases)/renewBatch+len(rd.Entries)/renewBatch+3)
+	for _, r := range rd.Releases {
 		calls = append(calls, s.releaseCall(r))
 	}
-	leaseCalls, leaseChunks := s.leaseCalls(rd.leases)
+	leaseCalls, leaseChunks := s.leaseCalls(rd.Leases)
 	calls = append(calls, leaseCalls...)
-	ack := roundAck(rd.leases)
+	ack := roundAck(rd.Leases)
 	waitAt := -1
-	if ack.n > 0 {
+	if ack.N > 0 {
 		waitAt = len(calls)
-		calls = append(calls, conn.Call{WaitReplicas: ack.n, WaitTimeout: ack.wait})
+		calls = append(calls, conn.Call{WaitReplicas: ack.N, WaitTimeout: ack.Wait})
 	}
 	entryFrom := len(calls)
-	entryCalls, entryChunks := s.entryCalls(rd.entries)
+	entryCalls, entryChunks := s.entryCalls(rd.Entries)
 	calls = append(calls, entryCalls...)
 	results := roundReplies(s.cn.EvalMulti(ctx, calls))
-	var res roundResult
-	res.relErrs = make([]error, len(rd.releases))
-	for i := range rd.releases {
+	var res RoundResult
+	res.RelErrs = make([]error, len(rd.Releases))
+	for i := range rd.Releases {
 		if r := results.at(i); r.Err != nil {
-			res.relErrs[i] = r.Err
+			res.RelErrs[i] = r.Err
 		} else if _, err := protocol.ReadRelease(r.Ints); err != nil {
-			res.relErrs[i] = err
+			res.RelErrs[i] = err
 		}
 	}
 	acked := -1
@@ -132,36 +133,36 @@ func (s *oneServer) renew(ctx context.Context, rd round) roundResult {
 			acked = int(w.Ints[0])
 		}
 	}
-	res.leases = readLeases(rd.leases, leaseChunks, results, len(rd.releases), acked)
-	res.entries = readEntries(len(rd.entries), entryChunks, results, entryFrom)
+	res.Leases = readLeases(rd.Leases, leaseChunks, results, len(rd.Releases), acked)
+	res.Entries = readEntries(len(rd.Entries), entryChunks, results, entryFrom)
 	return res
 }
 
 // roundAck is the replica acknowledgement a round's WAIT asks for: the most replicas and the
 // longest wait any of its leases asks for.
-func roundAck(leases []renewal) replicaAck {
-	var ack replicaAck
+func roundAck(leases []Renewal) ReplicaAck {
+	var ack ReplicaAck
 	for _, l := range leases {
-		ack.n, ack.wait = max(ack.n, l.ack.n), max(ack.wait, l.ack.wait)
+		ack.N, ack.Wait = max(ack.N, l.Ack.N), max(ack.Wait, l.Ack.Wait)
 	}
 	return ack
 }
 
 // leaseCalls cuts a round's leases into renew.lua calls (shared.lua's for the shared holds)
 // and returns them with, for each, the indexes into leases it renews.
-func (s *oneServer) leaseCalls(leases []renewal) ([]conn.Call, [][]int) {
+func (s *OneServer) leaseCalls(leases []Renewal) ([]conn.Call, [][]int) {
 	leaseKeys := make([]string, len(leases))
 	for i, l := range leases {
-		leaseKeys[i] = l.key
+		leaseKeys[i] = l.Key
 	}
-	chunks := s.chunks(leaseKeys, func(i int) bool { return leases[i].shared })
+	chunks := s.chunks(leaseKeys, func(i int) bool { return leases[i].Shared })
 	calls := make([]conn.Call, 0, len(chunks))
 	for _, ch := range chunks {
 		keys, owners, ttls := make([]string, len(ch)), make([]string, len(ch)), make([]string, len(ch))
 		for k, idx := range ch {
-			keys[k], owners[k], ttls[k] = leases[idx].key, leases[idx].owner, leases[idx].ttl
+			keys[k], owners[k], ttls[k] = leases[idx].Key, leases[idx].Owner, leases[idx].TTL
 		}
-		if leases[ch[0]].shared {
+		if leases[ch[0]].Shared {
 			calls = append(calls, protocol.SharedRenewCall(keys, owners, ttls))
 		} else {
 			calls = append(calls, protocol.RenewCall(keys, owners, ttls))
@@ -172,10 +173,10 @@ func (s *oneServer) leaseCalls(leases []renewal) ([]conn.Call, [][]int) {
 
 // entryCalls cuts a round's queue entries into queue.lua calls and returns them with, for
 // each, the indexes into entries it refreshes.
-func (s *oneServer) entryCalls(entries []queued) ([]conn.Call, [][]int) {
+func (s *OneServer) entryCalls(entries []Queued) ([]conn.Call, [][]int) {
 	entryKeys := make([]string, len(entries))
 	for i, q := range entries {
-		entryKeys[i] = q.key
+		entryKeys[i] = q.Key
 	}
 	chunks := s.chunks(entryKeys, nil)
 	calls := make([]conn.Call, 0, len(chunks))
@@ -184,7 +185,7 @@ func (s *oneServer) entryCalls(entries []queued) ([]conn.Call, [][]int) {
 		watch := make([]bool, len(ch))
 		for k, idx := range ch {
 			e := entries[idx]
-			keys[k], ids[k], windows[k], waiting[k], watch[k] = e.key, e.id, e.window, e.waiting, e.watch
+			keys[k], ids[k], windows[k], waiting[k], watch[k] = e.Key, e.ID, e.Window, e.Waiting, e.Watch
 		}
 		calls = append(calls, protocol.QueueCall(keys, ids, windows, waiting, watch))
 	}
@@ -199,15 +200,15 @@ func (rs roundReplies) at(i int) conn.Result {
 	if i < len(rs) {
 		return rs[i]
 	}
-	return conn.Result{Err: errShortReply}
+	return conn.Result{Err: ErrShortReply}
 }
 
 // readLeases reads the renew.lua answers of a round, whose calls (one per chunk of leases)
 // start at from: each lease renewed, refused (and whether it was released), or an error, which
 // is also what a renewal fewer replicas acknowledged than its lease asks for gets (acked: the
 // WAIT's count, -1 when unknown), so that it is tried again.
-func readLeases(leases []renewal, chunks [][]int, results roundReplies, from, acked int) []renewed {
-	out := make([]renewed, len(leases))
+func readLeases(leases []Renewal, chunks [][]int, results roundReplies, from, acked int) []Renewed {
+	out := make([]Renewed, len(leases))
 	for c, ch := range chunks {
 		r := results.at(from + c)
 		oks, err := r.Ints, r.Err
@@ -218,12 +219,12 @@ func readLeases(leases []renewal, chunks [][]int, results roundReplies, from, ac
 		for k, idx := range ch {
 			switch {
 			case err != nil:
-				out[idx].err = err
-			case flags[k] && leases[idx].ack.n > 0 && leases[idx].ack.n > acked:
-				out[idx].err = errNotAcked // renewed on the master only: try again
+				out[idx].Err = err
+			case flags[k] && leases[idx].Ack.N > 0 && leases[idx].Ack.N > acked:
+				out[idx].Err = ErrNotAcked // renewed on the master only: try again
 			default:
-				out[idx].ok = flags[k]
-				out[idx].released = oks[k] == protocol.RenewReleased
+				out[idx].OK = flags[k]
+				out[idx].Released = oks[k] == protocol.RenewReleased
 			}
 		}
 	}
@@ -232,8 +233,8 @@ func readLeases(leases []renewal, chunks [][]int, results roundReplies, from, ac
 
 // readEntries reads the queue.lua answers of a round's n entries, whose calls (one per chunk)
 // start at from: each entry refreshed or gone, and when its lock may be free; or an error.
-func readEntries(n int, chunks [][]int, results roundReplies, from int) []renewed {
-	out := make([]renewed, n)
+func readEntries(n int, chunks [][]int, results roundReplies, from int) []Renewed {
+	out := make([]Renewed, n)
 	for c, ch := range chunks {
 		r := results.at(from + c)
 		var flags []bool
@@ -244,9 +245,9 @@ func readEntries(n int, chunks [][]int, results roundReplies, from int) []renewe
 		}
 		for k, idx := range ch {
 			if err != nil {
-				out[idx].err = err
+				out[idx].Err = err
 			} else {
-				out[idx].ok, out[idx].lockLeft = flags[k], left[k]
+				out[idx].OK, out[idx].LockLeft = flags[k], left[k]
 			}
 		}
 	}
@@ -256,7 +257,7 @@ func readEntries(n int, chunks [][]int, results roundReplies, from int) []renewe
 // chunks cuts keys into the calls of a round: up to renewBatch each, on a Cluster of one
 // slot each, and, when apart is given, of keys for which it says the same (they go to another
 // script). It returns indexes into keys.
-func (s *oneServer) chunks(keys []string, apart func(int) bool) [][]int {
+func (s *OneServer) chunks(keys []string, apart func(int) bool) [][]int {
 	order := make([]int, len(keys))
 	for i := range order {
 		order[i] = i
@@ -265,7 +266,7 @@ func (s *oneServer) chunks(keys []string, apart func(int) bool) [][]int {
 		apart = nil // none goes to another script: the order is the keys'
 	}
 	side := func(i int) bool { return apart != nil && apart(i) }
-	if s.cluster || apart != nil {
+	if s.Cluster || apart != nil {
 		slices.SortStableFunc(order, func(a, b int) int {
 			if sa, sb := side(a), side(b); sa != sb {
 				if sa {
@@ -273,7 +274,7 @@ func (s *oneServer) chunks(keys []string, apart func(int) bool) [][]int {
 				}
 				return -1
 			}
-			if !s.cluster {
+			if !s.Cluster {
 				return 0
 			}
 			return cmp.Compare(slot.Of(keys[a]), slot.Of(keys[b]))
@@ -283,7 +284,7 @@ func (s *oneServer) chunks(keys []string, apart func(int) bool) [][]int {
 	for i := 0; i < len(order); {
 		j := i + 1
 		for j < len(order) && j-i < renewBatch && side(order[j]) == side(order[i]) &&
-			(!s.cluster || slot.Of(keys[order[j]]) == slot.Of(keys[order[i]])) {
+			(!s.Cluster || slot.Of(keys[order[j]]) == slot.Of(keys[order[i]])) {
 			j++
 		}
 		out = append(out, order[i:j])
@@ -293,17 +294,17 @@ func (s *oneServer) chunks(keys []string, apart func(int) bool) [][]int {
 }
 
 var (
-	errShortReply = errors.New("dlock: transport returned fewer replies than calls")
-	errNotAcked   = errors.New("dlock: renewal not acknowledged by enough replicas")
+	ErrShortReply = errors.New("dlock: transport returned fewer replies than calls")
+	ErrNotAcked   = errors.New("dlock: renewal not acknowledged by enough replicas")
 )
 
-func (s *oneServer) run(ctx context.Context, c conn.Call, ack replicaAck) ([]int64, int, error) {
-	if ack.n == 0 {
+func (s *OneServer) Run(ctx context.Context, c conn.Call, ack ReplicaAck) ([]int64, int, error) {
+	if ack.N == 0 {
 		r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
 		return r, -1, err
 	}
 	// WAIT right after the script, on the same connection, covers its write.
-	rs := s.cn.EvalMulti(ctx, []conn.Call{c, {WaitReplicas: ack.n, WaitTimeout: ack.wait}})
+	rs := s.cn.EvalMulti(ctx, []conn.Call{c, {WaitReplicas: ack.N, WaitTimeout: ack.Wait}})
 	if rs[0].Err != nil {
 		return nil, -1, rs[0].Err
 	}
@@ -314,11 +315,11 @@ func (s *oneServer) run(ctx context.Context, c conn.Call, ack replicaAck) ([]int
 	return rs[0].Ints, acked, nil
 }
 
-func (s *oneServer) evalAny(ctx context.Context, sc *conn.Script, keys []string, args ...string) (any, error) {
+func (s *OneServer) EvalAny(ctx context.Context, sc *conn.Script, keys []string, args ...string) (any, error) {
 	return evalStrings(ctx, s.cn, sc, keys, args...)
 }
 
-func (s *oneServer) pttl(ctx context.Context, keys []string, owner string) (time.Duration, bool, error) {
+func (s *OneServer) PTTL(ctx context.Context, keys []string, owner string) (time.Duration, bool, error) {
 	c := protocol.PTTLCall(keys, owner)
 	r, err := s.cn.Eval(ctx, c.Script, c.Keys, c.Args)
 	if err != nil {
@@ -327,16 +328,16 @@ func (s *oneServer) pttl(ctx context.Context, keys []string, owner string) (time
 	return protocol.ReadPTTL(r)
 }
 
-func (s *oneServer) handover(ctx context.Context, h protocol.HandoverArgs) (protocol.HandedOver, error) {
+func (s *OneServer) Handover(ctx context.Context, h protocol.HandoverArgs) (protocol.HandedOver, error) {
 	return evalRead(ctx, s.cn, h.Call(), protocol.ReadHandover)
 }
 
-func (s *oneServer) listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
+func (s *OneServer) Listen(ctx context.Context, h conn.Handler) (conn.Listener, error) {
 	return s.cn.Listen(ctx, h)
 }
 
-// inspect runs inspect.lua on the locks whose keys are given (with their queues).
-func (s *oneServer) inspect(ctx context.Context, keys []string) (any, error) {
+// Inspect runs inspect.lua on the locks whose keys are given (with their queues).
+func (s *OneServer) Inspect(ctx context.Context, keys []string) (any, error) {
 	return evalStrings(ctx, s.cn, protocol.ScriptInspect, inspectKeys(keys))
 }
 
@@ -350,23 +351,23 @@ func inspectKeys(keys []string) []string {
 	return out
 }
 
-// inspectWidth is how many elements inspect.lua answers per lock.
-const inspectWidth = 4
+// InspectWidth is how many elements inspect.lua answers per lock.
+const InspectWidth = 4
 
-func (s *oneServer) forceUnlock(ctx context.Context, key, channel string) (any, error) {
+func (s *OneServer) ForceUnlock(ctx context.Context, key, channel string) (any, error) {
 	args := []string{s.retention, channel}
-	if s.cluster {
+	if s.Cluster {
 		args = append(args, "s")
 	}
 	q, _ := protocol.QueueKeys(key)
 	return evalStrings(ctx, s.cn, protocol.ScriptForceUnlock, []string{key, q}, args...)
 }
 
-func (s *oneServer) scan(ctx context.Context, cursor, pattern string) (any, error) {
+func (s *OneServer) Scan(ctx context.Context, cursor, pattern string) (any, error) {
 	return s.cn.Command(ctx, "SCAN", cursor, "MATCH", pattern, "COUNT", "1000")
 }
 
-func (s *oneServer) masters(ctx context.Context, args ...string) []conn.MasterReply {
+func (s *OneServer) Masters(ctx context.Context, args ...string) []conn.MasterReply {
 	if ms, ok := s.cn.(conn.Masters); ok {
 		return ms.CommandMasters(ctx, args...)
 	}
@@ -374,14 +375,14 @@ func (s *oneServer) masters(ctx context.Context, args ...string) []conn.MasterRe
 	return []conn.MasterReply{{Addr: s.cn.Addr(), Reply: v, Err: err}}
 }
 
-func (s *oneServer) ping(ctx context.Context) error {
-	var errs []error
-	for _, r := range s.masters(ctx, "PING") {
+func (s *OneServer) Ping(ctx context.Context) error {
+	var failed []error
+	for _, r := range s.Masters(ctx, "PING") {
 		if r.Err != nil {
-			errs = append(errs, pingErr(r.Addr, r.Err))
+			failed = append(failed, errs.PingErr(r.Addr, r.Err))
 		}
 	}
-	return joinErrors(errs...)
+	return joinErrors(failed...)
 }
 
 // evalRead runs the script call c and reads its reply with read.
@@ -409,8 +410,8 @@ func evalStrings(ctx context.Context, cn conn.Conn, s *conn.Script, keys []strin
 	return reply, err
 }
 
-func (s *oneServer) probe(ctx context.Context, keys []string, channel string) ([]string, string, error) {
-	reply, err := evalStrings(ctx, s.cn, protocol.ScriptProbe, keys, channel, protocol.PubArg(s.cluster))
+func (s *OneServer) Probe(ctx context.Context, keys []string, channel string) ([]string, string, error) {
+	reply, err := evalStrings(ctx, s.cn, protocol.ScriptProbe, keys, channel, protocol.PubArg(s.Cluster))
 	return probeDenied(reply), s.cn.Addr(), err
 }
 

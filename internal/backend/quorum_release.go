@@ -1,4 +1,4 @@
-package dlock
+package backend
 
 import (
 	"context"
@@ -8,11 +8,11 @@ import (
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
-// release: the holds left as a majority counts them, or not owned when a majority says the
+// Release: the holds left as a majority counts them, or not owned when a majority says the
 // caller does not hold the lock.
-func (q *quorum) release(ctx context.Context, r releaseReq) (protocol.Released, error) {
-	c := protocol.ReleaseArgs{Keys: r.keys, Owner: r.owner, Retention: q.retention, Channel: r.channel,
-		All: r.all, Floor: r.floor, Leave: r.leave, Record: r.record}.Call()
+func (q *Quorum) Release(ctx context.Context, r ReleaseReq) (protocol.Released, error) {
+	c := protocol.ReleaseArgs{Keys: r.Keys, Owner: r.Owner, Retention: q.retention, Channel: r.Channel,
+		All: r.All, Floor: r.Floor, Leave: r.Leave, Record: r.Record}.Call()
 	var (
 		ok, notHeld, bad int
 		res              protocol.Released
@@ -20,7 +20,7 @@ func (q *quorum) release(ctx context.Context, r releaseReq) (protocol.Released, 
 		errs             []error
 	)
 	n := len(q.nodes)
-	if !q.fanOut(ctx, []conn.Call{c}, answerWait, true, "", q.pendingOf(r.owner), func(rp reply) bool {
+	if !q.fanOut(ctx, []conn.Call{c}, answerWait, true, "", q.pendingOf(r.Owner), func(rp reply) bool {
 		x, rerr := protocol.ReadRelease(rp.res[0].Ints)
 		if rp.res[0].Err != nil {
 			rerr = rp.res[0].Err
