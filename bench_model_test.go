@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dlock-go/dlock"
@@ -112,4 +114,52 @@ func commandStats(b *testing.B) map[string]cmdStat {
 		out[strings.TrimPrefix(name, "cmdstat_")] = st
 	}
 	return out
+}
+
+// BenchmarkHandoff_ServerWork: the server's work per hold when clients take turns on one name,
+// each handoff a grant from the server: 10 clients (each its own Client, as 10 processes
+// would have, in this one process) × 1 goroutine lock and unlock one name for b.N holds in all.
+// It reports the scripts' time inside the server and the commands they ran per hold (INFO
+// commandstats, as BenchmarkDataModel), and the messages published per hold.
+//
+//	go test -run XXX -bench BenchmarkHandoff_ServerWork -count 5 .
+func BenchmarkHandoff_ServerWork(b *testing.B) {
+	needShared(b)
+	ctx := context.Background()
+	name := "handoff:" + strconv.FormatInt(benchSeq.Add(1), 10)
+	const clients = 10
+	ms := make([]*dlock.Mutex, clients)
+	for i := range ms {
+		ms[i] = transports[0].dial(b, shared.URL()).Mutex(name)
+		if err := lockUnlock(ctx, ms[i].Lock); err != nil { // scripts loaded, subscriptions made
+			b.Fatal(err)
+		}
+	}
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	before := commandStats(b)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := lockUnlock(ctx, m.Lock); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	after := commandStats(b)
+	var inner int64
+	for cmd, st := range after {
+		if cmd != "evalsha" && cmd != "info" && cmd != "ping" {
+			inner += st.sub(before[cmd]).calls
+		}
+	}
+	b.ReportMetric(float64(after["evalsha"].sub(before["evalsha"]).usec)/float64(b.N), "script-µs/hold")
+	b.ReportMetric(float64(inner)/float64(b.N), "commands/hold")
+	b.ReportMetric(float64(after["publish"].sub(before["publish"]).calls)/float64(b.N), "messages/hold")
 }
