@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,12 +42,12 @@ func BenchmarkAdaptive(b *testing.B) {
 				leases[i], err = c.Mutex("bench-release-" + k.name + ":" + strconv.Itoa(i)).TryLock(ctx)
 				return err
 			})
-			before, usec := serverCPU(b), evalshaUsec(b)
+			before, usec := serverCPU(b), commandStats(b, shared)["evalsha"].usec
 			b.ResetTimer()
 			parallel(b, b.N, func(i int) error { return leases[i].Unlock(ctx) })
 			b.StopTimer()
 			b.ReportMetric(float64((serverCPU(b)-before).Nanoseconds())/1000/float64(b.N), "redis-cpu-µs/op")
-			b.ReportMetric(float64(evalshaUsec(b)-usec)/float64(b.N), "script-µs/op")
+			b.ReportMetric(float64(commandStats(b, shared)["evalsha"].usec-usec)/float64(b.N), "script-µs/op")
 		})
 	}
 	for _, k := range kinds {
@@ -71,26 +70,6 @@ func BenchmarkAdaptive(b *testing.B) {
 			})
 		})
 	}
-}
-
-// evalshaUsec is the time the shared server spent running EVALSHA calls so far, in µs (INFO
-// commandstats): the scripts' own work, without the network and the event loop that the CPU
-// time also counts.
-func evalshaUsec(b *testing.B) int64 {
-	b.Helper()
-	for _, line := range strings.Split(redisDo(b, shared, "INFO", "commandstats"), "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-	}
-	return 0
 }
 
 // parallel runs f(0) … f(n-1) from benchGoroutines goroutines, failing b on the first error.

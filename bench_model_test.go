@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -57,7 +56,7 @@ func BenchmarkDataModel(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			before := commandStats(b)
+			before := commandStats(b, shared)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if err := pairs[i%len(pairs)](); err != nil {
@@ -65,7 +64,7 @@ func BenchmarkDataModel(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			after := commandStats(b)
+			after := commandStats(b, shared)
 			ev := after["evalsha"].sub(before["evalsha"])
 			var inner int64
 			for cmd, st := range after {
@@ -85,35 +84,6 @@ func lockUnlock(ctx context.Context, lock func(context.Context) (*dlock.Lease, e
 		return err
 	}
 	return l.Unlock(ctx)
-}
-
-type cmdStat struct{ calls, usec int64 }
-
-func (s cmdStat) sub(o cmdStat) cmdStat { return cmdStat{s.calls - o.calls, s.usec - o.usec} }
-
-// commandStats reads the shared server's INFO commandstats: calls and usec per command.
-func commandStats(b *testing.B) map[string]cmdStat {
-	b.Helper()
-	out := map[string]cmdStat{}
-	for _, line := range strings.Split(redisDo(b, shared, "INFO", "commandstats"), "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		var st cmdStat
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "calls":
-				st.calls = n
-			case "usec":
-				st.usec = n
-			}
-		}
-		out[strings.TrimPrefix(name, "cmdstat_")] = st
-	}
-	return out
 }
 
 // BenchmarkHandoff_ServerWork: the server's work per hold when clients take turns on one name,
@@ -137,7 +107,7 @@ func BenchmarkHandoff_ServerWork(b *testing.B) {
 	}
 	var left atomic.Int64
 	left.Store(int64(b.N))
-	before := commandStats(b)
+	before := commandStats(b, shared)
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for _, m := range ms {
@@ -152,7 +122,7 @@ func BenchmarkHandoff_ServerWork(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	after := commandStats(b)
+	after := commandStats(b, shared)
 	var inner int64
 	for cmd, st := range after {
 		if cmd != "evalsha" && cmd != "info" && cmd != "ping" {

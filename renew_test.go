@@ -81,16 +81,39 @@ func dlockGoroutines() int {
 }
 
 func scriptCalls(t testing.TB, s *redistest.Server) int {
+	st := commandStats(t, s)
+	return int(st["evalsha"].calls + st["eval"].calls)
+}
+
+// cmdStat is one command's line of INFO commandstats: its calls and the µs spent in them.
+type cmdStat struct{ calls, usec int64 }
+
+func (s cmdStat) sub(o cmdStat) cmdStat { return cmdStat{s.calls - o.calls, s.usec - o.usec} }
+
+// commandStats reads s's INFO commandstats: calls and usec per command (scripts' own commands
+// included), by command name as INFO writes it ("evalsha", "pubsub|numsub").
+func commandStats(t testing.TB, s *redistest.Server) map[string]cmdStat {
 	t.Helper()
-	n := 0
+	out := map[string]cmdStat{}
 	for _, line := range strings.Split(redisDo(t, s, "INFO", "commandstats"), "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-			f := strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls=")
-			v, _ := strconv.Atoi(f[:strings.Index(f, ",")])
-			n += v
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
 		}
+		var st cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				st.calls = n
+			case "usec":
+				st.usec = n
+			}
+		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = st
 	}
-	return n
+	return out
 }
 
 // Close returns while renewals are in flight (a batch handed to the sender as the client

@@ -815,13 +815,8 @@ func TestUncontendedPair_ServerWork(t *testing.T) {
 			cycle(i)
 		}
 		got := map[string]int{}
-		for _, line := range strings.Split(redisDo(t, s, "INFO", "commandstats"), "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-			if !ok {
-				continue
-			}
-			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-			got[strings.TrimPrefix(name, "cmdstat_")] = n
+		for cmd, st := range commandStats(t, s) {
+			got[cmd] = int(st.calls)
 		}
 		delete(got, "info")
 		delete(got, "config|resetstat")

@@ -97,8 +97,8 @@ func (q *Quorum) Inspect(ctx context.Context, keys []string) (any, error) {
 // answered.
 func (q *Quorum) ForceUnlock(ctx context.Context, key, channel string) (any, error) {
 	return q.first(ctx, func(ctx context.Context, cn conn.Conn) (any, error) {
-		qk, _ := protocol.QueueKeys(key)
-		return evalStrings(ctx, cn, protocol.ScriptForceUnlock, []string{key, qk}, q.retention, channel)
+		qk, wk := protocol.QueueKeys(key)
+		return evalStrings(ctx, cn, protocol.ScriptForceUnlock, []string{key, qk, wk}, q.retention, channel)
 	})
 }
 

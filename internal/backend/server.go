@@ -359,8 +359,8 @@ func (s *OneServer) ForceUnlock(ctx context.Context, key, channel string) (any, 
 	if s.Cluster {
 		args = append(args, "s")
 	}
-	q, _ := protocol.QueueKeys(key)
-	return evalStrings(ctx, s.cn, protocol.ScriptForceUnlock, []string{key, q}, args...)
+	q, w := protocol.QueueKeys(key)
+	return evalStrings(ctx, s.cn, protocol.ScriptForceUnlock, []string{key, q, w}, args...)
 }
 
 func (s *OneServer) Scan(ctx context.Context, cursor, pattern string) (any, error) {

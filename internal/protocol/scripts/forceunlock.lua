@@ -4,7 +4,7 @@
 -- to the first live entry of its queue, or announced free.
 -- KEYS[1]  lock key
 -- KEYS[2]  queue: <lock key>:q (see acquire.lua)
--- KEYS[3]  optional: its entries <lock key>:w (derived from KEYS[1] when absent: same slot)
+-- KEYS[3]  its entries: <lock key>:w
 -- ARGV[1]  milliseconds to keep the last token (60000)
 -- ARGV[2]  release channel: <prefix>{<name>}:rel
 -- ARGV[3]  optional: "s" to announce with SPUBLISH (Redis Cluster), else PUBLISH
@@ -29,7 +29,7 @@ end
 -- write that needs none lets through. A released value so always means an empty queue, which
 -- acquire.lua's fast path relies on.
 local n = 0
-local win, _, msg = grantFirst(KEYS[1], KEYS[2], KEYS[3] or KEYS[1] .. ':w', ARGV[2], ARGV[3], tonumber(t))
+local win, _, msg = grantFirst(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], tonumber(t))
 if win then
   n = 1
 else

@@ -312,8 +312,9 @@ local function grantFirst(key, q, w, rel, pub, last, mine)
   publish(pub, to, msg)
   if 3 * left < 2 * tonumber(full) then
     local nxt = redis.call('ZRANGE', q, 0, 0)[1]
-    if nxt and clientChannel(rel, nxt) ~= to then
-      publish(pub, clientChannel(rel, nxt), msg)
+    local after = nxt and clientChannel(rel, nxt)
+    if after and after ~= to then
+      publish(pub, after, msg)
     end
   end
   return win, token, msg
