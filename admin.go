@@ -56,6 +56,9 @@ type Info struct {
 	// readers'; a semaphore: the first holder's), Holds the number of holders (the writer's
 	// holds), and TTL the longest lease left.
 	Shared *SharedInfo
+	// Leader is set when the lock is held by an election's leader (Client.Election): the
+	// leader, its value and term. nil otherwise.
+	Leader *LeaderInfo
 	// HoldStats is what the server measured of the name's holds, for a lock taken with
 	// WithAdaptiveTTL (zero otherwise, and once the record expired). Inspect and List read it;
 	// ForceUnlock does not.
@@ -307,15 +310,19 @@ func parseLock(name string, value, pttl any) (Info, error) {
 	}
 	if len(f) == 4 {
 		var d struct {
-			Host  string `json:"host"`
-			PID   int    `json:"pid"`
-			Start int64  `json:"start"`
-			Label string `json:"label"`
+			Host  string  `json:"host"`
+			PID   int     `json:"pid"`
+			Start int64   `json:"start"`
+			Label string  `json:"label"`
+			Value *string `json:"value"` // an election's leader (election.go)
 		}
 		if json.Unmarshal([]byte(f[3]), &d) == nil {
 			info.Holder = Holder{Host: d.Host, PID: d.PID, Label: d.Label}
 			if d.Start > 0 {
 				info.Holder.Start = time.Unix(d.Start, 0)
+			}
+			if d.Value != nil {
+				info.Leader = &LeaderInfo{Value: *d.Value, Term: token, Holder: info.Holder, Since: info.TokenTime()}
 			}
 		}
 	}

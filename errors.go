@@ -56,6 +56,9 @@ var (
 	// address something other than a Redis server (an HTTP server, say: the error says so);
 	// in quorum mode by a *QuorumError. Client.Ping returns it when a server is down.
 	ErrUnavailable = errs.ErrUnavailable
+	// ErrNoLeader is wrapped by the error of Election.Leader when nobody leads the election:
+	// its lock is free.
+	ErrNoLeader = errs.ErrNoLeader
 )
 
 // classify returns the sentinel error a transport error falls under, or nil.

@@ -43,6 +43,13 @@ type notifier struct {
 	idle     map[string]int64
 	released map[string]uint64
 
+	// watches: channels that an election's observers follow (Election.Observe, election.go),
+	// each with the functions that take a poke for every notice there and for every
+	// confirmation of its subscription; nwatch counts them, so that a client without observers
+	// looks nothing up per notice.
+	watches map[string]map[*watch]struct{}
+	nwatch  atomic.Int32
+
 	dirty chan struct{} // capacity 1: subs changed
 	quit  chan struct{}
 
@@ -66,6 +73,7 @@ func newNotifier(listen func(context.Context, conn.Handler) (conn.Listener, erro
 		live:     make(map[string]bool),
 		idle:     make(map[string]int64),
 		released: make(map[string]uint64),
+		watches:  make(map[string]map[*watch]struct{}),
 		dirty:    make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		active:   make(map[string]bool),
@@ -114,6 +122,71 @@ func (n *notifier) remove(channel string, q *queue) {
 	n.markDirty()
 }
 
+// watch is one observer of a release channel: poke is called, from the subscription's
+// goroutine, for every notice on the channel and every confirmation of its subscription (a
+// notice may have been missed before it). It must not block.
+type watch struct{ poke func() }
+
+// watch routes every notice on channel, and every confirmation of its subscription, to w as a
+// poke; a channel already subscribed pokes w at once.
+func (n *notifier) watch(channel string, w *watch) {
+	n.mu.Lock()
+	ws := n.watches[channel]
+	if ws == nil {
+		ws = make(map[*watch]struct{})
+		n.watches[channel] = ws
+	}
+	ws[w] = struct{}{}
+	n.nwatch.Add(1)
+	delete(n.idle, channel)
+	live := n.live[channel]
+	n.mu.Unlock()
+	n.markDirty()
+	if live {
+		w.poke()
+	}
+}
+
+// unwatch stops poking w; the channel lingers as a queue's does.
+func (n *notifier) unwatch(channel string, w *watch) {
+	n.mu.Lock()
+	if ws := n.watches[channel]; ws != nil {
+		if _, ok := ws[w]; ok {
+			delete(ws, w)
+			n.nwatch.Add(-1)
+		}
+		if len(ws) == 0 {
+			delete(n.watches, channel)
+			if n.subs[channel] == nil {
+				n.idle[channel] = mono()
+			}
+		}
+	}
+	n.mu.Unlock()
+	n.markDirty()
+}
+
+// pokeWatches pokes the observers of channel (every one of them when channel is empty: the
+// subscription dropped, and notices may have been missed).
+func (n *notifier) pokeWatches(channel string) {
+	if n.nwatch.Load() == 0 {
+		return
+	}
+	n.mu.Lock()
+	var ws []*watch
+	for ch, set := range n.watches {
+		if channel == "" || ch == channel {
+			for w := range set {
+				ws = append(ws, w)
+			}
+		}
+	}
+	n.mu.Unlock()
+	for _, w := range ws {
+		w.poke()
+	}
+}
+
 func (n *notifier) markDirty() {
 	select {
 	case n.dirty <- struct{}{}:
@@ -137,6 +210,10 @@ func (n *notifier) onMessage(channel, payload string) {
 	if p, tag, ok := strings.Cut(payload, backend.ServerTag); ok { // quorum mode: which server said it
 		payload = p
 		server, _ = strconv.Atoi(tag)
+	}
+	n.pokeWatches(channel)
+	if protocol.IsLeaderNotice(payload) {
+		return // an election's new term, for its observers only
 	}
 	if q := n.lookup(channel); q != nil && q.sink != nil {
 		q.sink.notice(payload) // a read-write lock's or semaphore's
@@ -175,6 +252,7 @@ func (n *notifier) onSubscribed(channel string) {
 	if q != nil {
 		q.wakeHead(anyToken)
 	}
+	n.pokeWatches(channel)
 }
 
 // wakeEveryHead wakes every queue's head: notices may have been missed.
@@ -210,6 +288,7 @@ func (n *notifier) run() {
 			n.refused(err)
 			n.closeListener()
 			n.wakeEveryHead()
+			n.pokeWatches("")
 			if !errors.Is(err, backend.ErrListenRetry) {
 				n.dropped(err)
 			}
@@ -223,6 +302,7 @@ func (n *notifier) run() {
 			n.refused(err)
 			n.closeListener()
 			n.wakeEveryHead()
+			n.pokeWatches("")
 			n.dropped(err)
 			backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
 			retry.Reset(backoff)
@@ -294,8 +374,13 @@ func (n *notifier) syncSubscriptions() error {
 			sub = append(sub, ch)
 		}
 	}
+	for ch := range n.watches {
+		if !n.active[ch] && n.subs[ch] == nil {
+			sub = append(sub, ch)
+		}
+	}
 	for ch := range n.active {
-		if _, lingering := n.idle[ch]; n.subs[ch] == nil && !lingering {
+		if _, lingering := n.idle[ch]; n.subs[ch] == nil && n.watches[ch] == nil && !lingering {
 			unsub = append(unsub, ch)
 			delete(n.live, ch) // a queue added from now on waits for the next confirmation
 		}

@@ -30,6 +30,7 @@ var (
 	ErrStale       = errors.New("dlock: stale token")
 	ErrUnavailable = errors.New("dlock: server unavailable")
 	ErrNoQuorum    = errors.New("dlock: no quorum")
+	ErrNoLeader    = errors.New("dlock: no leader")
 )
 
 // Classify returns the sentinel error a transport error falls under, or nil.

@@ -65,3 +65,11 @@ func ParseRelease(payload string) uint64 {
 	}
 	return token
 }
+
+// LeaderNotice is what proclaim.lua announces on a lock's release channel when an election's
+// leader takes office or changes its advertised value: "l <token>". Only an election's
+// observers act on it (they read the lock again); a waiting client ignores it.
+func LeaderNotice(token uint64) string { return "l " + strconv.FormatUint(token, 10) }
+
+// IsLeaderNotice reports whether payload is a LeaderNotice.
+func IsLeaderNotice(payload string) bool { return strings.HasPrefix(payload, "l ") }

@@ -277,3 +277,24 @@ func ReadHandover(r []int64) (HandedOver, error) {
 	}
 	return HandedOver{}, nil
 }
+
+// ProclaimCall: proclaim.lua announces an election's term on the release channel and, when
+// meta is not empty, stores meta as the holder description of the lock at key, for its owner
+// only; sharded announces with SPUBLISH (Redis Cluster).
+func ProclaimCall(key, owner, meta, channel string, sharded bool) conn.Call {
+	pub := ""
+	if sharded {
+		pub = "s"
+	}
+	return conn.Call{Script: ScriptProclaim, Keys: []string{key}, Args: []string{owner, meta, channel, pub}}
+}
+
+// ReadProclaim reads proclaim.lua's reply: the lock's token, and false when owner no longer
+// holds it.
+func ReadProclaim(reply any) (uint64, bool, error) {
+	n, ok := reply.(int64)
+	if !ok || n < 0 {
+		return 0, false, fmt.Errorf("proclaim.lua: unexpected reply %v", reply)
+	}
+	return uint64(n), n > 0, nil
+}

@@ -232,12 +232,13 @@ var (
 	ScriptMultiAcquire = mustScript("multiacquire.lua") // multi-locks
 	ScriptMultiRelease = mustScript("multirelease.lua")
 	ScriptLatch        = mustScript("latch.lua")
-	ScriptFenced       = mustScript("fenced.lua") // fenced operations on the caller's own keys
+	ScriptFenced       = mustScript("fenced.lua")   // fenced operations on the caller's own keys
+	ScriptProclaim     = mustScript("proclaim.lua") // elections: a leader's announcement
 )
 
 // Scripts returns every script, for inspection and for loading them ahead of time (SCRIPT
 // LOAD) on servers that restrict EVAL.
 func Scripts() []*conn.Script {
 	return []*conn.Script{ScriptAcquire, ScriptRelease, ScriptRenew, ScriptPTTL, ScriptHandover, ScriptQueue, ScriptInspect, ScriptForceUnlock, ScriptProbe,
-		ScriptMultiAcquire, ScriptMultiRelease, ScriptLatch, ScriptShared, ScriptFenced}
+		ScriptMultiAcquire, ScriptMultiRelease, ScriptLatch, ScriptShared, ScriptFenced, ScriptProclaim}
 }

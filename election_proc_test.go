@@ -1,0 +1,252 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+func init() { moreHelpers["elect"] = electHelper }
+
+// electHelper is a candidate of the election DLOCK_NAME (lease DLOCK_TTL, value DLOCK_VALUE):
+// it campaigns, and while it leads it checks its leadership's context every millisecond,
+// printing "lead <term>" when a term begins, "held <term> <first> <last>" every 10 ms and when
+// the term ends (the first and last instants, Unix ns, at which the context was live: taken
+// before each check, so a pause between the two cannot stretch them), then "lost <term>" or,
+// after SIGUSR1, "resigned <term>", and campaigns again.
+func electHelper() int {
+	ttl, err := time.ParseDuration(os.Getenv("DLOCK_TTL"))
+	if err != nil {
+		fmt.Println("bad DLOCK_TTL:", err)
+		return 2
+	}
+	c, closeClient, err := helperClient(dlock.WithTTL(ttl))
+	if err != nil {
+		fmt.Println("dial:", err)
+		return 2
+	}
+	defer closeClient()
+	resign := make(chan os.Signal, 1)
+	signal.Notify(resign, syscall.SIGUSR1)
+	ctx := context.Background()
+	e := c.Election(os.Getenv("DLOCK_NAME"))
+	for {
+		ld, err := e.Campaign(ctx, os.Getenv("DLOCK_VALUE"))
+		if err != nil {
+			fmt.Println("campaign:", err)
+			return 2
+		}
+		term, lctx := ld.Term(), ld.Context()
+		fmt.Printf("lead %d\n", term)
+		var first, last int64
+		tick := time.NewTicker(time.Millisecond)
+		end := "lost"
+	believe:
+		for n := 0; ; n++ {
+			t0 := time.Now().UnixNano()
+			if lctx.Err() != nil {
+				break
+			}
+			if first == 0 {
+				first = t0
+			}
+			last = t0
+			if n%10 == 0 {
+				fmt.Printf("held %d %d %d\n", term, first, last)
+			}
+			select {
+			case <-tick.C:
+			case <-resign:
+				end = "resigned"
+				break believe
+			}
+		}
+		tick.Stop()
+		fmt.Printf("held %d %d %d\n", term, first, last)
+		if end == "resigned" {
+			ld.Resign(ctx)
+		}
+		fmt.Printf("%s %d\n", end, term)
+	}
+}
+
+// termSpan is when one process believed it led for one term.
+type termSpan struct {
+	proc        int
+	term        uint64
+	first, last int64
+}
+
+// candidates follows the lines of the election helpers.
+type candidates struct {
+	mu    sync.Mutex
+	spans map[uint64]*termSpan
+	leads chan [2]uint64 // {proc, term} at each "lead"
+	ended chan [2]uint64 // {proc, term} at each "lost" or "resigned"
+}
+
+func (cs *candidates) follow(proc int, h *helperProc) {
+	for line := range h.lines {
+		var term uint64
+		var first, last int64
+		switch {
+		case strings.HasPrefix(line, "lead "):
+			fmt.Sscanf(line, "lead %d", &term)
+			cs.leads <- [2]uint64{uint64(proc), term}
+		case strings.HasPrefix(line, "held "):
+			fmt.Sscanf(line, "held %d %d %d", &term, &first, &last)
+			cs.mu.Lock()
+			if first > 0 {
+				cs.spans[term] = &termSpan{proc: proc, term: term, first: first, last: last}
+			}
+			cs.mu.Unlock()
+		case strings.HasPrefix(line, "lost "), strings.HasPrefix(line, "resigned "):
+			fmt.Sscanf(line[strings.IndexByte(line, ' ')+1:], "%d", &term)
+			cs.ended <- [2]uint64{uint64(proc), term}
+		}
+	}
+}
+
+// Five processes campaign on one election, in a known order. The leader is killed, then
+// paused past its lease, then resigns, then is force-unlocked: each time the next candidate in
+// campaign order leads, both Observe streams (one per transport) see every new term in order,
+// and, merging what every process recorded, no two ever believed they led at once.
+func TestElection_FiveProcesses(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		const ttl = time.Second
+		admin := tr.dial(t, shared.URL())
+		streams := []<-chan dlock.LeaderInfo{
+			transports[0].dial(t, shared.URL()).Election(name).Observe(ctx),
+			transports[1].dial(t, shared.URL()).Election(name).Observe(ctx),
+		}
+		for _, s := range streams {
+			observed(t, s, 5*time.Second, "no leader at first", nobody)
+		}
+		seeAll := func(what string, term uint64) {
+			t.Helper()
+			for _, s := range streams {
+				observed(t, s, 5*time.Second, what, func(i dlock.LeaderInfo) bool {
+					if i.Term > term {
+						t.Fatalf("%s: observed term %d, past %d", what, i.Term, term)
+					}
+					return i.Term == term
+				})
+			}
+		}
+		cs := &candidates{spans: map[uint64]*termSpan{}, leads: make(chan [2]uint64, 64), ended: make(chan [2]uint64, 64)}
+		var procs []*helperProc
+		nextLead := func(what string, within time.Duration) (int, uint64) {
+			t.Helper()
+			select {
+			case l := <-cs.leads:
+				return int(l[0]), l[1]
+			case <-time.After(within):
+				t.Fatalf("%s: no new leader within %v", what, within)
+			}
+			return 0, 0
+		}
+		var (
+			leader int
+			term   uint64
+		)
+		for i := range 5 {
+			h := spawnHelper(t, "elect", shared.URL(), name, ttl, "DLOCK_TRANSPORT="+tr.name, fmt.Sprintf("DLOCK_VALUE=p%d", i))
+			procs = append(procs, h)
+			go cs.follow(i, h)
+			if i == 0 {
+				leader, term = nextLead("the first leader", 20*time.Second)
+				continue
+			}
+			waitFor(t, 20*time.Second, "candidate queued", func(ctx context.Context) error {
+				in, err := admin.Inspect(ctx, name)
+				if err == nil && in.Waiters != i {
+					err = fmt.Errorf("%d waiting, want %d", in.Waiters, i)
+				}
+				return err
+			})
+		}
+		if leader != 0 {
+			t.Fatalf("process %d leads first, want 0 (the first to campaign)", leader)
+		}
+		seeAll("the first leader", term)
+		terms := []uint64{term}
+		step := func(what string, want int, within time.Duration, act func()) {
+			t.Helper()
+			start := time.Now()
+			act()
+			p, tm := nextLead(what, within)
+			t.Logf("%s: process %d leads %v later", what, p, time.Since(start).Round(time.Millisecond))
+			if p != want {
+				t.Fatalf("%s: process %d leads, want %d (campaign order)", what, p, want)
+			}
+			if tm <= terms[len(terms)-1] {
+				t.Fatalf("%s: term %d after %d", what, tm, terms[len(terms)-1])
+			}
+			terms = append(terms, tm)
+			seeAll(what, tm)
+		}
+		// Killed: the next leads within the lease (plus the acceptance of the grant).
+		step("leader killed", 1, ttl+750*time.Millisecond, func() { procs[0].signal(t, syscall.SIGKILL) })
+		// Paused past its lease: the next leads; resumed, the old leader finds its term over.
+		step("leader paused", 2, ttl+750*time.Millisecond, func() { procs[1].signal(t, syscall.SIGSTOP) })
+		procs[1].signal(t, syscall.SIGCONT)
+		select {
+		case e := <-cs.ended:
+			if e[0] != 1 || e[1] != terms[1] {
+				t.Fatalf("after the resume, %v ended, want process 1's term %d", e, terms[1])
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the resumed leader did not report its term over")
+		}
+		// Resigned: the next leads within a round trip or two.
+		step("leader resigned", 3, 2*time.Second, func() { procs[2].signal(t, syscall.SIGUSR1) })
+		// Force-unlocked: the next leads.
+		step("leader force-unlocked", 4, 2*time.Second, func() {
+			if _, err := admin.ForceUnlock(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+		})
+		for _, h := range procs {
+			h.signal(t, syscall.SIGKILL)
+		}
+		for _, h := range procs {
+			h.cmd.Wait()
+		}
+		time.Sleep(0) // the followers read to the end of each helper's output as it closes
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		var spans []*termSpan
+		for _, s := range cs.spans {
+			spans = append(spans, s)
+		}
+		sort.Slice(spans, func(i, j int) bool { return spans[i].first < spans[j].first })
+		for i := 1; i < len(spans); i++ {
+			a, b := spans[i-1], spans[i]
+			if a.last >= b.first {
+				t.Errorf("process %d believed it led (term %d) until %d, after process %d began term %d at %d",
+					a.proc, a.term, a.last, b.proc, b.term, b.first)
+			}
+			if b.term <= a.term {
+				t.Errorf("term %d began after term %d", b.term, a.term)
+			}
+		}
+		if len(spans) < len(terms) {
+			t.Errorf("%d terms recorded, want at least %d", len(spans), len(terms))
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatal("ran out of time")
+		}
+	})
+}
