@@ -250,3 +250,59 @@ func TestElection_FiveProcesses(t *testing.T) {
 		}
 	})
 }
+
+// A candidate that dies while queued holds up the candidate behind it at most one acceptance
+// window (a second) once the leader resigns: the grant that lapses on the dead one passes on.
+func TestElection_DeadCandidateCostsAWindow(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		a, b, admin := tr.dial(t, shared.URL()), tr.dial(t, shared.URL()), tr.dial(t, shared.URL())
+		la, err := a.Election(name).Campaign(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued := func(n int) {
+			t.Helper()
+			waitFor(t, 20*time.Second, "candidates queued", func(ctx context.Context) error {
+				in, err := admin.Inspect(ctx, name)
+				if err == nil && in.Waiters != n {
+					err = fmt.Errorf("%d waiting, want %d", in.Waiters, n)
+				}
+				return err
+			})
+		}
+		dead := spawnHelper(t, "elect", shared.URL(), name, 10*time.Second, "DLOCK_TRANSPORT="+tr.name, "DLOCK_VALUE=dead")
+		queued(1)
+		bled := make(chan *dlock.Leadership, 1)
+		go func() {
+			lb, err := b.Election(name).Campaign(ctx, "b")
+			if err != nil {
+				t.Error(err)
+			}
+			bled <- lb
+		}()
+		queued(2)
+		dead.signal(t, syscall.SIGKILL)
+		dead.cmd.Wait()
+		start := time.Now()
+		if err := la.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var lb *dlock.Leadership
+		select {
+		case lb = <-bled:
+		case <-time.After(10 * time.Second):
+			t.Fatal("b does not lead 10 s after the resign")
+		}
+		if lb == nil {
+			t.FailNow()
+		}
+		waited := time.Since(start)
+		t.Logf("b leads %v after the resign, behind a dead candidate", waited.Round(time.Millisecond))
+		if waited > 1500*time.Millisecond {
+			t.Fatalf("b led %v after the resign; a dead candidate may cost at most its window (1 s)", waited)
+		}
+		lb.Resign(ctx)
+	})
+}

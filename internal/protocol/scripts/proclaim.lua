@@ -21,10 +21,7 @@ local token = string.sub(v, #o + 2, s2 - 1)
 if ARGV[2] ~= '' then
   local s3 = string.find(v, ' ', s2 + 1, true)
   local holds = string.sub(v, s2 + 1, (s3 or 0) - 1)
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl > 0 then
-    redis.call('SET', KEYS[1], o .. ' ' .. token .. ' ' .. holds .. ' ' .. ARGV[2], 'PX', pttl)
-  end
+  redis.call('SET', KEYS[1], o .. ' ' .. token .. ' ' .. holds .. ' ' .. ARGV[2], 'KEEPTTL')
 end
 publish(ARGV[4], ARGV[3], 'l ' .. token)
 return tonumber(token)
