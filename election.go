@@ -417,9 +417,10 @@ func (e *Election) observe(ctx context.Context, out chan LeaderInfo) {
 }
 
 // RunElected runs fn whenever this caller leads the election called name: it campaigns with
-// value, runs fn with the leadership's context, resigns when fn returns, and campaigns again,
-// until ctx ends. A leadership lost while fn runs cancels fn's context (cause ErrLost); when fn
-// then returns (with any error that is that context's own cancellation, or nil) it campaigns
+// value, runs fn with a context that ends with the leadership or with ctx (it carries the
+// leadership's lease: TokenFromContext gives the term), resigns when fn returns, and campaigns
+// again, until ctx ends. A leadership lost while fn runs cancels fn's context (cause ErrLost);
+// when fn then returns (with any error that is that context's own cancellation, or nil) it campaigns
 // again. It returns ctx's error when ctx ends (resigning first if it leads), fn's error when fn
 // returns any other non-nil error (having resigned), and an error of the handle or client
 // (ErrInvalid, ErrClosed) at once. Campaigns that fail otherwise (a server unreachable) are
@@ -441,7 +442,9 @@ func (c *Client) RunElected(ctx context.Context, name, value string, fn func(ctx
 		switch {
 		case ctx.Err() != nil:
 			if err == nil {
-				ld.Resign(context.WithoutCancel(ctx))
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout(ld))
+				ld.Resign(rctx)
+				cancel()
 			}
 			return ctx.Err()
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed), errors.Is(err, ErrDenied):
@@ -458,27 +461,33 @@ func (c *Client) RunElected(ctx context.Context, name, value string, fn func(ctx
 			continue
 		}
 		backoff = 0
-		lctx := ld.Context()
-		ferr := lead(ctx, ld, fn)
+		ferr, own := lead(ctx, ld, fn)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case ferr != nil && !(lctx.Err() != nil && errors.Is(ferr, lctx.Err())):
+		case ferr != nil && !own:
 			return ferr
 		}
 	}
 }
 
-// lead runs fn for one term and then steps down, also when fn panics (the panic goes on):
-// before campaigning again or returning, the leadership is given back (a leadership already
-// lost reports ErrLost to Resign: nothing to do).
-func lead(ctx context.Context, ld *Leadership, fn func(context.Context) error) error {
+// lead runs fn for one term, with a context that ends with the leadership or with ctx,
+// whichever ends first, and then steps down, also when fn panics (the panic goes on): before
+// campaigning again or returning, the leadership is given back (a leadership already lost
+// reports ErrLost to Resign: nothing to do). own reports whether fn's error is that context's
+// own cancellation.
+func lead(ctx context.Context, ld *Leadership, fn func(context.Context) error) (err error, own bool) {
+	fctx, cancel := context.WithCancelCause(ld.Context())
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout(ld))
+		stop()
+		cancel(context.Canceled)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout(ld))
 		_ = ld.Resign(rctx)
-		cancel()
+		rcancel()
 	}()
-	return fn(ld.Context())
+	err = fn(fctx)
+	return err, err != nil && fctx.Err() != nil && errors.Is(err, fctx.Err())
 }
 
 // resignTimeout bounds the Resign of RunElected: the lease's TTL (past it the lock is free

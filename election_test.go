@@ -329,3 +329,110 @@ func TestElection_BadInput(t *testing.T) {
 		t.Errorf("Leader on a closed client = %v, want ErrClosed", err)
 	}
 }
+
+// RunElected's fn sees ctx's end too: cancelling ctx while fn runs ends fn, the leadership is
+// given back, and RunElected returns ctx's error.
+func TestRunElected_CancelWhileLeading(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		c := tr.dial(t, shared.URL())
+		runCtx, stop := context.WithCancel(ctx)
+		leading := make(chan uint64, 1)
+		errc := make(chan error, 1)
+		go func() {
+			errc <- c.RunElected(runCtx, name, "v", func(lctx context.Context) error {
+				term, ok := dlock.TokenFromContext(lctx)
+				if !ok {
+					t.Error("fn's context carries no term")
+				}
+				leading <- term
+				<-lctx.Done()
+				return lctx.Err()
+			})
+		}()
+		var term uint64
+		select {
+		case term = <-leading:
+		case <-time.After(10 * time.Second):
+			t.Fatal("RunElected did not lead")
+		}
+		if info, err := c.Election(name).Leader(ctx); err != nil || info.Term != term || info.Value != "v" {
+			t.Fatalf("Leader while running = %+v, %v; want term %d, value v", info, err, term)
+		}
+		stop()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("RunElected = %v, want context.Canceled", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("RunElected did not return after its context ended")
+		}
+		if _, err := c.Election(name).Leader(ctx); !errors.Is(err, dlock.ErrNoLeader) {
+			t.Fatalf("Leader after RunElected returned = %v, want ErrNoLeader", err)
+		}
+	})
+}
+
+// An observer nobody reads holds nothing up: twenty terms pass on the same client (each
+// candidate woken by the one subscription the observer shares), and the reader then gets the
+// latest state after at most two older ones.
+func TestElection_UnreadObserverBlocksNothing(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		c := tr.dial(t, shared.URL())
+		other := tr.dial(t, shared.URL())
+		obs := c.Election(name).Observe(ctx)
+		e := c.Election(name)
+		for i := range 20 {
+			held, err := other.Election(name).Campaign(ctx, "other")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				ld, err := e.Campaign(ctx, "mine")
+				if err == nil {
+					err = ld.Resign(ctx)
+				}
+				got <- err
+			}()
+			waitFor(t, 10*time.Second, "queued", func(ctx context.Context) error {
+				in, err := other.Inspect(ctx, name)
+				if err == nil && in.Waiters != 1 {
+					err = errors.New("not queued")
+				}
+				return err
+			})
+			if err := held.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("term %d: the queued candidate of the observer's client did not lead", i)
+			}
+		}
+		final, err := e.Campaign(ctx, "final")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer final.Resign(ctx)
+		stale := 0
+		observed(t, obs, 5*time.Second, "the latest state", func(i dlock.LeaderInfo) bool {
+			if i.Term == final.Term() && i.Value == "final" {
+				return true
+			}
+			stale++
+			return false
+		})
+		if stale > 2 {
+			t.Fatalf("%d older states before the latest; an unread observer keeps one", stale)
+		}
+	})
+}
