@@ -313,7 +313,7 @@ func TestHarnessElection(t *testing.T) {
 	}
 	cfg := defaultConfig(true)
 	cfg.scenarios = []int{12}
-	cfg.electTTL = 300 * time.Millisecond
+	cfg.electTTL = 500 * time.Millisecond // renewals keep up on a loaded machine: the only terms that end are the killed ones
 	cfg.electKills = 2
 	cfg.log = io.Discard
 	out, ok, err := runScenarios(cfg, "go test")
@@ -324,7 +324,7 @@ func TestHarnessElection(t *testing.T) {
 	if !ok {
 		t.Fatal("a dlock contender failed, or two of its leaders acted at once")
 	}
-	for _, want := range []string{"### 12.", "| contender | kills | median | p99 | max | median ÷ TTL |", "**Bound:** the next leader acts within TTL + 250 ms = 550 ms of every kill: ",
+	for _, want := range []string{"### 12.", "| contender | kills | median | p99 | max | median ÷ TTL |", "**Bound:** the next leader acts within TTL + 250 ms = 750 ms of every kill: ",
 		"| 12, dlock Campaign (rueidis) | a SIGKILLed leader's successor acts ≤ TTL + 250 ms after the kill |",
 		"redsync's default retry delay (random 50–250 ms between tries)"} {
 		if !strings.Contains(out, want) {

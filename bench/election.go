@@ -333,7 +333,7 @@ func runElectWorker(args []string) int {
 // electResult is one contender's run of scenario 12.
 type electResult struct {
 	recovery []time.Duration // per kill: the kill → the next leader's first action
-	left     []time.Duration // per kill: the dead leader's lease left on the server (PTTL) at the kill; -1 if none
+	left     []time.Duration // per kill: the dead leader's lease left on the server (PTTL) at the kill; negative when there was none
 	terms    int             // terms seen
 	overlaps int             // terms that began before an earlier one's last action
 	notes    []string        // what the candidates noted (transient errors), at most a few
