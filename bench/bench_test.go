@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// TestMain lets the test binary play the worker processes of scenarios 3 and 7 and the crash-test
-// holder of scenario 6, as the bench binary does.
+// TestMain lets the test binary play the worker processes of scenarios 3 and 7, the crash-test
+// holder of scenario 6 and the candidates of scenario 12, as the bench binary does.
 func TestMain(m *testing.M) {
 	runFloorChild()
 	if len(os.Args) > 1 && os.Args[1] == holderFlag {
@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	}
 	if len(os.Args) > 1 && os.Args[1] == adaptiveHolderFlag {
 		os.Exit(runAdaptiveHolder(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == electWorkerFlag {
+		os.Exit(runElectWorker(os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }
@@ -297,6 +300,100 @@ func TestTurnContenders(t *testing.T) {
 	for _, r := range quorum.targets {
 		if strings.Contains(r.target, "turn") {
 			t.Errorf("a quorum case has a turn target: %q", r.target)
+		}
+	}
+}
+
+// TestHarnessElection runs scenario 12, which is not in the default list, in quick mode with a
+// short lease and two kills: every contender has its row, and only dlock's own failures fail it
+// (a peer's error, overlap or missed bound is a finding in the table).
+func TestHarnessElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and candidate processes")
+	}
+	cfg := defaultConfig(true)
+	cfg.scenarios = []int{12}
+	cfg.electTTL = 500 * time.Millisecond // renewals keep up on a loaded machine: the only terms that end are the killed ones
+	cfg.electKills = 2
+	cfg.log = io.Discard
+	out, ok, err := runScenarios(cfg, "go test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out)
+	if !ok {
+		t.Fatal("a dlock contender failed, or two of its leaders acted at once")
+	}
+	for _, want := range []string{"### 12.", "| contender | kills | median | p99 | max | median ÷ TTL |", "**Bound:** the next leader acts within TTL + 250 ms = 750 ms of every kill: ",
+		"| 12, dlock Campaign (rueidis) | a SIGKILLed leader's successor acts ≤ TTL + 250 ms after the kill |",
+		"redsync's default retry delay (random 50–250 ms between tries)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, c := range electContenders {
+		row := ""
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "| "+c.name+" |") {
+				row = line
+			}
+		}
+		switch {
+		case row == "":
+			t.Errorf("no row for %s", c.name)
+		case c.kind != kindDlock:
+			t.Logf("peer row (any content is a finding): %s", row)
+		case !strings.HasPrefix(row, "| "+c.name+" | 2 | "), strings.Contains(row, "error"), strings.Contains(row, "**"):
+			t.Errorf("dlock row reports a failure: %s", row)
+		}
+	}
+}
+
+// A peer's failure, overlapping terms or missed bound is reported in scenario 12's table without
+// failing the run; dlock's fail it.
+func TestElectionTable(t *testing.T) {
+	cfg := defaultConfig(true)
+	cfg.electTTL, cfg.electKills = time.Second, 3
+	dl := &electContender{name: "dlock Campaign (rueidis)", kind: kindDlock}
+	peer := &electContender{name: "redsync lock-and-retry", kind: kindPeer}
+	down := &electContender{name: "redislock lock-and-retry", kind: kindPeer}
+	good := electResult{recovery: []time.Duration{900 * time.Millisecond, 800 * time.Millisecond, 1000 * time.Millisecond},
+		left: []time.Duration{890 * time.Millisecond, 796 * time.Millisecond, -1}, terms: 4}
+	bad := electResult{recovery: []time.Duration{1100 * time.Millisecond, 1400 * time.Millisecond}, left: []time.Duration{900 * time.Millisecond, 1000 * time.Millisecond},
+		terms: 3, overlaps: 1, err: errors.New("kill 3: no new leader acted within 15s")}
+	cs := []*electContender{dl, peer, down}
+	out, ok := electionTable(cfg, cs, map[*electContender]electResult{dl: good, peer: bad, down: {err: errors.New("candidate 0 exited")}})
+	t.Log("\n" + out)
+	if !ok {
+		t.Error("a peer's failures failed the run")
+	}
+	for _, want := range []string{
+		"| dlock Campaign (rueidis) | 3 | 900 ms | 1000 ms | 1000 ms | 0.90 | 843 ms | 7 / 10 ms | 0 of 4 terms |",
+		"| redsync lock-and-retry | 2 (then: kill 3: no new leader acted within 15s) | 1250 ms | 1400 ms | 1400 ms | 1.25 | 950 ms | 300 / 400 ms | **1 of 3 terms** |",
+		"| redislock lock-and-retry | 0 | error: candidate 0 exited | | | | | | 0 of 0 terms |",
+		"met by dlock Campaign (rueidis) (max 1000 ms); not met by redsync lock-and-retry (max 1400 ms), redislock lock-and-retry (no kill measured).",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	for name, r := range map[string]electResult{
+		"overlap": {recovery: good.recovery, left: good.left, terms: 4, overlaps: 1},
+		"error":   {recovery: good.recovery, left: good.left, terms: 4, err: errors.New("candidate 2 exited")},
+	} {
+		if _, ok := electionTable(cfg, cs[:1], map[*electContender]electResult{dl: r}); ok {
+			t.Errorf("dlock's %s did not fail the run", name)
+		}
+	}
+	if n := termOverlaps([]electTerm{{10, 20}, {30, 40}, {21, 25}}); n != 0 {
+		t.Errorf("disjoint terms: %d overlaps", n)
+	}
+	if n := termOverlaps([]electTerm{{10, 50}, {30, 40}, {45, 60}}); n != 2 {
+		t.Errorf("terms inside a long one: %d overlaps, want 2", n)
+	}
+	for k := range 50 {
+		if h := electHold(time.Second, k); h < 200*time.Millisecond || h >= 200*time.Millisecond+time.Second/3 {
+			t.Errorf("hold %d: %v outside [TTL/5, TTL/5 + TTL/3)", k, h)
 		}
 	}
 }

@@ -6,6 +6,7 @@
 //	go run . --quick         # the same scenarios, shorter (at most a minute): make bench-quick
 //	go run . --write-docs    # also write the tables into ../docs/BENCHMARKS.md
 //	go run . --scenarios 1,2 --reps 5
+//	go run . --scenarios 12  # leader failover (elections beside lock-and-retry loops), only when named
 //	go run . --fenced-sql    # instead: fenced SQL writes beside unfenced ones (PostgreSQL, MariaDB, SQLite)
 //
 // It is its own module so that the peers never enter the library's dependencies.
@@ -73,6 +74,9 @@ type config struct {
 	floor floorConfig // the floors beside scenarios 1 and 7 (floor.go)
 	// Scenario 11 (fenced_redis.go); not in the default list.
 	fencedDuration time.Duration // per measurement
+	// Scenario 12 (election.go); not in the default list.
+	electTTL   time.Duration // every contender's lease
+	electKills int           // leaders SIGKILLed per contender
 }
 
 func (c config) logf(format string, args ...any) {
@@ -109,6 +113,8 @@ func defaultConfig(quick bool) config {
 		adaptiveWatchdog:      30 * time.Second,
 		transfersDuration:     time.Second,
 		fencedDuration:        time.Second,
+		electTTL:              time.Second,
+		electKills:            20,
 		log:                   os.Stderr,
 		floor:                 defaultFloorConfig(quick),
 	}
@@ -134,6 +140,7 @@ func defaultConfig(quick bool) config {
 		c.adaptiveWaiters = false
 		c.transfersDuration = 300 * time.Millisecond
 		c.fencedDuration = 300 * time.Millisecond
+		c.electKills = 5
 	}
 	return c
 }
@@ -152,6 +159,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == adaptiveHolderFlag {
 		os.Exit(runAdaptiveHolder(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == electWorkerFlag {
+		os.Exit(runElectWorker(os.Args[2:]))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout))
 }
 
@@ -159,7 +169,7 @@ func run(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the same scenarios, shorter (under a minute)")
 	reps := fs.Int("reps", 0, "repetitions per measurement, the tables give medians; scenario 8: SIGKILLs per way (default: 3, or 1 with --quick)")
-	scen := fs.String("scenarios", "1,2,3,4,5,6,7,8,9,10", "comma-separated scenarios to run (1 to 11; 11, fenced operations, only when named)")
+	scen := fs.String("scenarios", "1,2,3,4,5,6,7,8,9,10", "comma-separated scenarios to run (1 to 12; 11, fenced operations, and 12, leader failover, only when named)")
 	writeDocs := fs.Bool("write-docs", false, "write the tables into the bench-peers section of the docs file")
 	docs := fs.String("docs", "../docs/BENCHMARKS.md", "the docs file --write-docs writes")
 	leases := fs.String("leases", "", "comma-separated lease counts for scenario 5 (default: the mode's)")
@@ -197,8 +207,8 @@ func run(args []string, stdout io.Writer) int {
 	cfg.scenarios = nil
 	for _, f := range strings.Split(*scen, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 11 {
-			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 11)\n", f)
+		if err != nil || n < 1 || n > 12 {
+			fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (scenarios: 1 to 12)\n", f)
 			return 2
 		}
 		cfg.scenarios = append(cfg.scenarios, n)
@@ -338,6 +348,8 @@ func runScenarios(cfg config, command string) (string, bool, error) {
 			out, sok = measureReadMostly(srv, cfg)
 		case 11:
 			out, sok = measureFenced(srv, cfg)
+		case 12:
+			out, sok = measureElection(srv, cfg)
 		}
 		b.WriteString("\n" + out)
 		ok = ok && sok
