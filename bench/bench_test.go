@@ -295,11 +295,23 @@ func TestTurnContenders(t *testing.T) {
 	if len(verdicts) != 6 {
 		t.Errorf("%d turn targets recorded, want 6: %v", len(verdicts), verdicts)
 	}
+	// The quorum case: the strict handoff's targets, and the quorum turn contender's, each
+	// judged on its own row.
 	quorum := newFigures()
-	clientsTargets(quorum, 2, cases[2], map[string]clientsRow{quorumContenders[0].name: {rate: 500, minShare: 1, n: 1}, "redsync": {rate: 1000, n: 1}})
+	clientsTargets(quorum, 2, cases[2], map[string]clientsRow{quorumContenders[0].name: {rate: 500, minShare: 1, n: 1},
+		quorumTurn.name: {rate: 1600, minShare: 0.9, waitMax: 12, n: 1}, "redsync": {rate: 1000, n: 1}})
+	qv := map[string]bool{}
 	for _, r := range quorum.targets {
-		if strings.Contains(r.target, "turn") {
-			t.Errorf("a quorum case has a turn target: %q", r.target)
+		qv[r.target] = r.met
+	}
+	for target, met := range map[string]bool{
+		"holds/s ≥ 1.5× redsync":                                 false,
+		quorumTurn.name + ": holds/s ≥ 1.5× redsync":             true,
+		quorumTurn.name + ": every client ≥ half the mean holds": true,
+		quorumTurn.name + ": wait max ≤ 30 ms":                   true,
+	} {
+		if got, ok := qv[target]; !ok || got != met {
+			t.Errorf("quorum target %q: met %v (recorded %v), want met %v", target, got, ok, met)
 		}
 	}
 }

@@ -114,21 +114,20 @@ type clientsCase struct {
 
 func clientsCases() []clientsCase {
 	one := []string{"dlock (rueidis)", turnName(turnShort), turnName(turnLong), "dlock (go-redis)", "redsync", "redislock, 1–10 ms linear", "rueidislock"}
-	quorum := []string{quorumContenders[0].name, quorumContenders[1].name} // dlock quorum, redsync with 5 pools
+	quorum := []string{quorumContenders[0].name, quorumContenders[1].name}                      // dlock quorum, redsync with 5 pools
+	quorumMany := []string{quorumContenders[0].name, quorumTurn.name, quorumContenders[1].name} // and dlock quorum with turns
 	return []clientsCase{
 		{name: fmt.Sprintf("1 server, %d clients × 1, empty", clientsN), procs: clientsN, goroutines: 1, locks: one},
 		{name: fmt.Sprintf("1 server, %d clients × 1, %s held", clientsN, msText(clientsHold)), procs: clientsN, goroutines: 1, hold: clientsHold, locks: one},
-		{name: fmt.Sprintf("%d servers, %d clients × 1, empty", redlockServers, clientsN), quorum: true, procs: clientsN, goroutines: 1, locks: quorum},
+		{name: fmt.Sprintf("%d servers, %d clients × 1, empty", redlockServers, clientsN), quorum: true, procs: clientsN, goroutines: 1, locks: quorumMany},
 		{name: fmt.Sprintf("%d servers, 1 client × %d, empty", redlockServers, clientsN), quorum: true, procs: 1, goroutines: clientsN, locks: quorum},
 	}
 }
 
 func kindOf(name string, quorum bool) kind {
 	if quorum {
-		for _, c := range quorumContenders {
-			if c.name == name {
-				return c.kind
-			}
+		if c := quorumContenderByName(name); c != nil {
+			return c.kind
 		}
 	} else if c := contenderByName(name); c != nil {
 		return c.kind
@@ -363,6 +362,14 @@ func clientsTargets(fig *figures, ci int, cs clientsCase, rows map[string]client
 	}
 	strictTargets(fig, cs, rows)
 	if cs.quorum {
+		if t, rs := rows[quorumTurn.name], rows["redsync"]; t.rate > 0 && rs.rate > 0 {
+			sc := "7, " + cs.name
+			fig.target(sc, quorumTurn.name+": holds/s ≥ 1.5× redsync", t.rate >= 1.5*rs.rate,
+				"%s (%s vs %s)", ratio(t.rate, rs.rate), thousands(t.rate), thousands(rs.rate))
+			fig.target(sc, quorumTurn.name+": every client ≥ half the mean holds", t.minShare >= 0.5, "least served %.2f", t.minShare)
+			fig.target(sc, fmt.Sprintf("%s: wait max ≤ %s", quorumTurn.name, msText(turnMaxWait)), t.waitMax <= ms(turnMaxWait),
+				"longest %.2f ms (of %d repetitions)", t.waitMax, t.n)
+		}
 		return
 	}
 	rs := rows["redsync"]
@@ -418,7 +425,7 @@ func strictTargets(fig *figures, cs clientsCase, rows map[string]clientsRow) {
 		fair()
 		fig.target(sc, "wait p99 ≤ 3× the fair-share wait", d.p99Fair <= 3, "%.1f×", d.p99Fair)
 	case cs.procs > 1:
-		vsRedsync(2)
+		vsRedsync(1.5)
 		fair()
 	default:
 		// 445 holds/s: this case before the server-side queue and grants (same machine).
@@ -549,7 +556,7 @@ func measureClients(srv *server, cfg config) (string, bool) {
 	for _, name := range cases[0].locks {
 		fmt.Fprintf(&b, "- **%s**: %s.\n", name, contenderByName(name).config)
 	}
-	for _, c := range quorumContenders[:2] {
+	for _, c := range []*quorumContender{quorumContenders[0], quorumTurn, quorumContenders[1]} {
 		fmt.Fprintf(&b, "- **%s** (%d servers): %s.\n", c.name, redlockServers, c.config)
 	}
 

@@ -156,10 +156,8 @@ func openNamed(ctx context.Context, name string, addrs []string, ttl time.Durati
 			return c.open(ctx, addrs[0], ttl)
 		}
 	} else {
-		for _, c := range quorumContenders {
-			if c.name == name {
-				return c.open(ctx, addrs, ttl)
-			}
+		if c := quorumContenderByName(name); c != nil {
+			return c.open(ctx, addrs, ttl)
 		}
 	}
 	return nil, fmt.Errorf("no contender %q for %d servers", name, len(addrs))

@@ -65,6 +65,37 @@ var quorumContenders = []*quorumContender{
 	},
 }
 
+// quorumTurn is dlock in quorum mode with turns per process (dlock.WithTurnSlice(turnLong)),
+// measured in scenario 7's quorum case of many clients beside the strict handoff. It is not in
+// quorumContenders: scenario 4 measures uncontended pairs, where a turn changes nothing.
+var quorumTurn = &quorumContender{
+	name: "dlock quorum (rueidis), turn " + msText(turnLong), kind: kindDlock,
+	config: fmt.Sprintf("as dlock quorum (rueidis), with `dlock.WithTurnSlice(%v)` on its `Mutex`: after its last `Unlock` "+
+		"the client keeps the lock on the majority until %s have passed since it got it (at most 16 holds), and a `Lock` "+
+		"meanwhile takes it back locally with the next token; the turn's end releases it to the next client queued", turnLong, msText(turnLong)),
+	open: func(ctx context.Context, addrs []string, ttl time.Duration) (client, error) {
+		urls := make([]string, len(addrs))
+		for i, a := range addrs {
+			urls[i] = "redis://" + a + "/0"
+		}
+		c, err := dlock.DialQuorum(ctx, urls, dlock.WithTTL(ttl))
+		if err != nil {
+			return nil, err
+		}
+		return &dlockClient{c: c, opts: []dlock.Option{dlock.WithTurnSlice(turnLong)}}, nil
+	},
+}
+
+// quorumContenderByName finds a quorum contender (quorumContenders or quorumTurn) by name.
+func quorumContenderByName(name string) *quorumContender {
+	for _, c := range append(quorumContenders, quorumTurn) {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
 type redsync5Client struct {
 	rdbs     []*redis.Client
 	rs       *redsync.Redsync
