@@ -20,7 +20,7 @@ leadership was lost, dlock elect steps down (the first candidate queued leads ne
 a few milliseconds) and campaigns again, no sooner than a second after its last term began
 (so that a command that exits at once does not make it spin). Run one "dlock elect" per
 replica of a service: exactly one of them runs its command at a time, and another takes over
-when the leader's machine dies (within --ttl).
+when the leader's machine dies (after about --ttl: its lease runs out).
 
 The command runs as under "dlock run": in its own process group, with dlock's stdin, stdout
 and stderr, and with DLOCK_TERM (the term: a fencing token, larger at every new term of

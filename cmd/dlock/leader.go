@@ -21,8 +21,9 @@ leader with an empty value.
 
 With --watch it prints the leader, then a line at each change (a new term, a new value,
 nobody leading), until interrupted (SIGINT, SIGTERM: exit 0). It follows the election's
-announcements, not by polling; a reader that falls behind sees the latest state, not every
-step.
+announcements, not by polling (it reads the lock once at each, and once more when the lease
+it saw would have run out, which is how a crashed leader with no successor shows); a reader
+that falls behind sees the latest state, not every step.
 
 Exit codes: 0 a leader was shown (with --watch: interrupted); 1 nobody leads (nothing else
 is wrong); 2 bad command line or --redis URL; 69 the server cannot be reached (or used);
