@@ -224,6 +224,7 @@ type jsonInfo struct {
 	Kind        string      `json:"kind,omitempty"`   // "rwmutex" or "semaphore"; omitted for a lock
 	Shared      *jsonShared `json:"shared,omitempty"` // their holders and waiters (shared.go)
 	HoldStats   *jsonHolds  `json:"hold_stats,omitempty"`
+	Leader      *jsonLeader `json:"leader,omitempty"` // held by an election's leader (leader.go)
 	// Goroutines: waiting in those clients, as their queue entries report (-1 when unknown).
 	Goroutines int `json:"waiting_goroutines"`
 }
@@ -248,7 +249,7 @@ type jsonHolder struct {
 
 func toJSON(i dlock.Info) jsonInfo {
 	j := jsonInfo{Name: i.Name, NameB64: b64Name(i.Name), Held: i.Held, Token: i.Token, Holds: i.Holds, TTLms: i.TTL.Milliseconds(), Waiters: i.Waiters,
-		Kind: i.Kind, Shared: toJSONShared(i.Shared), Goroutines: i.WaitingGoroutines}
+		Kind: i.Kind, Shared: toJSONShared(i.Shared), Goroutines: i.WaitingGoroutines, Leader: lockLeaderJSON(i.Leader)}
 	if i.Token != 0 {
 		j.TokenTime = i.TokenTime().UTC().Format(time.RFC3339Nano)
 	}
@@ -358,7 +359,10 @@ JSON fields (one object per lock):
                 --adaptive), what the server measured of its holds: {"count", "typical_ms"
                 (weighted average, 0.8 × old + 0.2 × new), "high_ms" (high-water mark, fading
                 1% per hold), "last_ms", "expires_ms" (the record is dropped after this long
-                without a hold)}; omitted when nothing is recorded`
+                without a hold)}; omitted when nothing is recorded
+  leader        when an election's leader holds the lock ("dlock elect", see "dlock leader"):
+                {"value", "value_b64" (its exact bytes, standard base64), "term" (the
+                token), "since" (RFC 3339, UTC)}; omitted otherwise`
 
 func runStatus(ctx context.Context, std *stdio, args []string) int {
 	fs := newFlagSetSynopsis("status", "[flags] NAME", `
@@ -448,6 +452,9 @@ func printStatus(w io.Writer, i dlock.Info) {
 	}
 	fmt.Fprintf(w, "%s: held\n", display(i.Name))
 	fmt.Fprintf(w, "  holder:   %s\n", holderText(i.Holder))
+	if i.Leader != nil {
+		fmt.Fprintf(w, "  leader:   %s (an election's leader: see dlock leader)\n", strconv.Quote(i.Leader.Value))
+	}
 	if alive, why := holderAlive(i); alive != nil && !*alive {
 		fmt.Fprintf(w, "            %s (%s)\n", notRunning(i), why)
 	}

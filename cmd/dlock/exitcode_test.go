@@ -23,6 +23,8 @@ func serverCommands(url string) [][]string {
 		{"unlock", "--force", "--redis", url, "x"},
 		{"run", "--redis", url, "--wait", "0", "x", "--", "true"},
 		{"web", "--redis", url, "--listen", "127.0.0.1:0"},
+		{"elect", "--redis", url, "x", "--", "true"},
+		{"leader", "--redis", url, "x"},
 	}
 }
 

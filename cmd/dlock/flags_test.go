@@ -32,7 +32,7 @@ func flagHelp(help, name string) string {
 // the environment's URL (it may hold a password).
 func TestFlags_RedisDefaultShownOnce(t *testing.T) {
 	t.Setenv(redisEnv, "redis://user:envsecret@10.1.2.3:6379/0")
-	for _, cmd := range []string{"run", "status", "list", "unlock"} {
+	for _, cmd := range []string{"run", "status", "list", "unlock", "elect", "leader"} {
 		help := helpOf(t, cmd)
 		redis := flagHelp(help, "redis")
 		if redis == "" {

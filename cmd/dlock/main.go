@@ -1,7 +1,9 @@
 // Command dlock is the command-line face of the dlock library: a self-contained demo of the
 // problem it solves, "dlock run" to run a command under a lock (a distributed flock), or
-// under several at once, "dlock status", "list" and "unlock" to inspect and administer locks,
-// "dlock web" to watch them live in a browser, and "dlock latch" for countdown latches.
+// under several at once, "dlock elect" to run a command only while leading an election and
+// "dlock leader" to see who leads, "dlock status", "list" and "unlock" to inspect and
+// administer locks, "dlock web" to watch them live in a browser, and "dlock latch" for
+// countdown latches.
 //
 // Usage:
 //
@@ -53,6 +55,8 @@ func init() {
 		{name: "demo", summary: "oversell a stock without a lock, with a hand-made SETNX lock, and not with dlock", run: runDemo},
 		{name: demoWorkerCmd, summary: "one buyer process of the demo (started by demo)", hidden: true, run: runDemoWorker},
 		{name: "run", summary: "run a command while holding a lock (a distributed flock)", run: runRun},
+		{name: "elect", summary: "run a command only while leading an election (one leader among the replicas)", run: runElect},
+		{name: "leader", summary: "show who leads an election, or watch it change", run: runLeader},
 		{name: "status", summary: "show whether a lock is held, by whom, and its token and lease", run: runStatus},
 		{name: "list", summary: "list the held locks", run: runList},
 		{name: "unlock", summary: "release a lock whoever holds it (admin; needs --force)", run: runUnlock},

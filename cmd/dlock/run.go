@@ -6,13 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -291,81 +287,31 @@ func acquire(ctx context.Context, std *stdio, c *dlock.Client, names []string, w
 	return nil, report(std, "run", err)
 }
 
-// superviseRun runs the command under the lease and returns dlock's exit code.
-// ctx is cancelled by SIGINT or SIGTERM (see main); from the start of the command on, those
-// signals are forwarded to it instead.
+// superviseRun runs the command under the lease (runChild) and returns dlock's exit code:
+// the command's, or exitLost when the lock was lost before it exited.
 func superviseRun(ctx context.Context, std *stdio, lease *dlock.Lease, names []string, command []string, grace time.Duration) int {
-	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = std.in, std.out, std.err
-	cmd.Env = append(os.Environ(), runEnv(names, lease.Tokens())...)
 	name := locksText(names)
-	cmd.SysProcAttr = childAttr() // own process group; SIGKILLed by the kernel if dlock dies (Linux)
-
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	if ctx.Err() != nil { // interrupted just as the lock was taken: do not start the command
+	lctx := lease.Context()
+	end, code := child{cmd: "run", what: name, argv: command, env: runEnv(names, lease.Tokens()), lease: lctx, grace: grace}.run(ctx, std)
+	switch end {
+	case childInterrupted:
 		release(std, lease, name)
 		fmt.Fprintf(std.err, "dlock run: interrupted before the command started\n")
 		return exitInterrupt
-	}
-
-	if err := cmd.Start(); err != nil {
-		fail(std, "run", err)
+	case childNotStarted:
 		release(std, lease, name)
-		return 127
+		return code
+	case childLost:
+		return exitLost // the lease has ended locally; there is nothing to release
 	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-
-	lctx := lease.Context()
-	tick := time.NewTicker(runPoll)
-	defer tick.Stop()
-	lost := false
-	for !lost {
-		select {
-		case <-exited:
-			code := exitStatus(cmd.ProcessState)
-			if lctx.Err() != nil { // lost while the command ran, noticed only now
-				fmt.Fprintf(std.err, "dlock run: %s was lost before the command exited\n", name)
-				return exitLost
-			}
-			if err := release(std, lease, name); errors.Is(err, dlock.ErrLost) {
-				return exitLost
-			}
-			return code
-		case sig := <-sigs:
-			signalGroup(cmd.Process, sig)
-		case <-lctx.Done():
-			lost = true
-		case <-tick.C:
-			lost = lctx.Err() != nil // Err checks the lease deadline itself
-		}
+	if lctx.Err() != nil { // lost while the command ran, noticed only now
+		fmt.Fprintf(std.err, "dlock run: %s was lost before the command exited\n", name)
+		return exitLost
 	}
-
-	fmt.Fprintf(std.err, "dlock run: %s lost: terminating the command (SIGTERM, SIGKILL after %v)\n", name, grace)
-	signalGroup(cmd.Process, syscall.SIGTERM)
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-wait:
-	for {
-		select {
-		case <-exited:
-			break wait
-		case sig := <-sigs:
-			signalGroup(cmd.Process, sig)
-		case <-timer.C:
-			break wait
-		}
+	if err := release(std, lease, name); errors.Is(err, dlock.ErrLost) {
+		return exitLost
 	}
-	// Whatever is left of the group (the command, or children that outlived it) is killed:
-	// nothing started under the lock keeps running without it.
-	signalGroup(cmd.Process, syscall.SIGKILL)
-	<-exited
-	return exitLost // the lease has ended locally; there is nothing to release
+	return code
 }
 
 // runEnv is what the command finds in its environment about its locks: DLOCK_NAME (the names,

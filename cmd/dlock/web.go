@@ -33,6 +33,9 @@ page (server-sent events): the server lists the locks every --refresh (one SCAN 
 "dlock list" does, however many pages are open) and listens to the release notices, so a
 release shows at once. While the page is open it shows each lock's history: acquired,
 released, granted to a queued client, lease ran out (the holder lost it), force-unlocked.
+A lock held by an election's leader ("dlock elect", dlock.Client.Election) shows as an
+election: the leader's value, its term and the candidates waiting, updated as each term
+begins and at each new value the leader proclaims (from the election's announcements).
 
 The same data is served as JSON and as Prometheus gauges, so that one "dlock web" can be
 scraped as a lock exporter:

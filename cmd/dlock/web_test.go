@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -1048,5 +1049,143 @@ func TestWeb_UnlockByNameB64(t *testing.T) {
 	}
 	if info, err := c.Inspect(context.Background(), name); err != nil || info.Held {
 		t.Errorf("after the unlock: %+v, %v; want free", info, err)
+	}
+}
+
+// An election shows in the stream from its announcements alone (a listing only every hour):
+// its leader's value and term as soon as a term begins, the new value after a Proclaim, and
+// after a Resign the next candidate's value and term, the former term ending in the history.
+func TestWeb_Election(t *testing.T) {
+	s := redistest.Start(t)
+	a, b := dialTest(t, s.URL()), dialTest(t, s.URL())
+	w := startWeb(t, "--redis", s.URL(), "--refresh", "1h")
+	st := w.openStream(t)
+	st.await(t, 20*time.Second, "notices live", func(ev sseEvent) bool {
+		return ev.name == "state" && strings.Contains(ev.data, `"notices":"live"`)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leads := func(what, value string, term uint64, waiting int) {
+		t.Helper()
+		st.await(t, 10*time.Second, what, stateWith(t, func(m map[string]pageLock) bool {
+			l, ok := m["scheduler"]
+			return ok && l.Leader != nil && l.Leader.Value != nil && *l.Leader.Value == value && l.Leader.Term == term &&
+				l.Token == term && l.Waiters == waiting && l.Holder != nil && l.Holder.PID == os.Getpid()
+		}))
+	}
+	first, err := a.Election("scheduler", dlock.WithTTL(time.Minute)).Campaign(ctx, "replica-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leads("the first leader", "replica-1", first.Term(), 0)
+	if err := first.Proclaim(ctx, "replica-1 v2"); err != nil {
+		t.Fatal(err)
+	}
+	leads("the leader's new value", "replica-1 v2", first.Term(), 0)
+
+	got := make(chan *dlock.Leadership, 1)
+	go func() {
+		ld, err := b.Election("scheduler", dlock.WithTTL(time.Minute)).Campaign(ctx, "replica-2")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ld
+	}()
+	waitFor(t, 20*time.Second, "a candidate queued", func(ctx context.Context) error {
+		if i, err := a.Inspect(ctx, "scheduler"); err != nil || i.Waiters != 1 {
+			return fmt.Errorf("%+v %v", i, err)
+		}
+		return nil
+	})
+	if err := first.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := <-got
+	if second == nil {
+		t.FailNow()
+	}
+	defer second.Resign(ctx)
+	// The history comes before the state that follows it: await it first.
+	st.await(t, 10*time.Second, "the first term's end in the history", historyWith(t, func(e webEvent) bool {
+		return e.Name == "scheduler" && e.Kind == evReleased && e.Token == first.Term()
+	}))
+	leads("the next leader", "replica-2", second.Term(), 0)
+}
+
+// The watcher's handling of an election's announcement ("l <token>"), step by step (no
+// server): it asks for the lock to be read again, unless the term is older than the one known or
+// ended already; the read lock replaces the one known (the same term: its new value), a newer
+// term ends the former hold, and a listing begun before the read does not undo it.
+func TestWeb_WatcherLeaderNotice(t *testing.T) {
+	w := newWatcher(nil, "dlock:", "", time.Second)
+	w.notices = noticesLive
+	kinds := func() []string {
+		var k []string
+		for _, e := range w.eventsAfter(0) {
+			k = append(k, e.Name+" "+e.Kind+" "+strconv.FormatUint(e.Token, 10))
+		}
+		w.events = nil
+		return k
+	}
+	expect := func(step string, want ...string) {
+		t.Helper()
+		if got := kinds(); !slices.Equal(got, want) {
+			t.Errorf("%s: events %q, want %q", step, got, want)
+		}
+	}
+	leader := func(token uint64, value string) dlock.Info {
+		h := dlock.Holder{Host: "h", PID: 1}
+		return dlock.Info{Name: "e", Held: true, Token: token, Holds: 1, TTL: time.Minute, Holder: h,
+			Leader: &dlock.LeaderInfo{Value: value, Term: token, Holder: h}}
+	}
+	asked := func(step string, want bool) {
+		t.Helper()
+		again, ok := w.pending["e"]
+		if ok != want || ok && !again {
+			t.Errorf("%s: pending %v (%v), want a read again: %v", step, again, ok, want)
+		}
+		delete(w.pending, "e")
+		select {
+		case <-w.inspectNow:
+		default:
+		}
+	}
+
+	w.notice("dlock:{e}:rel", "l 100")
+	asked("a term begins", true)
+	w.learnLeader("e", leader(100, "one"), nil, time.Now())
+	expect("the term read", "e acquired 100")
+	if l := w.locks["e"]; l == nil || l.info.Leader == nil || l.info.Leader.Value != "one" {
+		t.Fatalf("after the read: %+v", l)
+	}
+	w.notice("dlock:{e}:rel", "l 100")
+	asked("a new value", true)
+	read := time.Now()
+	w.learnLeader("e", leader(100, "two"), nil, read)
+	expect("the new value read")
+	w.merge([]dlock.Info{leader(100, "one")}, read.Add(-time.Millisecond)) // begun before the read
+	if l := w.locks["e"]; l.info.Leader.Value != "two" {
+		t.Errorf("a listing older than the read undid the value: %q", l.info.Leader.Value)
+	}
+	w.notice("dlock:{e}:rel", "l 90")
+	asked("an older term's announcement", false)
+	w.notice("dlock:{e}:rel", "l x")
+	asked("an announcement that does not read", false)
+
+	w.learnLeader("e", leader(200, "next"), nil, time.Now())
+	expect("the next term read", "e released 100", "e acquired 200")
+	w.learnLeader("e", leader(150, "late"), nil, time.Now())
+	expect("a read of an older term")
+	if l := w.locks["e"]; l.info.Token != 200 || l.info.Leader.Value != "next" {
+		t.Errorf("an older read replaced the lock: %+v", l.info)
+	}
+	w.notice("dlock:{e}:rel", "200")
+	expect("the release", "e released 200")
+	w.notice("dlock:{e}:rel", "l 200")
+	asked("the announcement of a term that has ended", false)
+	w.learnLeader("e", leader(200, "next"), nil, time.Now())
+	expect("a read of a term that has ended")
+	if w.locks["e"] != nil {
+		t.Errorf("a term that has ended is shown: %+v", w.locks["e"])
 	}
 }

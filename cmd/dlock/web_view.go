@@ -144,7 +144,7 @@ type watcher struct {
 	prefix     string // name prefix
 	interval   time.Duration
 	kick       chan struct{} // capacity 1: list again soon (notices were missed)
-	inspectNow chan struct{} // capacity 1: a lock was granted (pending has its name)
+	inspectNow chan struct{} // capacity 1: a lock is to be read (pending has its name)
 	noticeStop context.CancelFunc
 	noticeDone chan struct{}
 
@@ -159,7 +159,7 @@ type watcher struct {
 	seq           uint64
 	folds         map[string]*foldState    // the hot locks' folds under way
 	handoffs      map[string][]handoffMark // each name's latest handoff entries, outside a fold
-	pending       map[string]struct{}      // locks granted whose holder is to be read (inspectGrants)
+	pending       map[string]bool          // locks to read (inspectGrants): granted (false), or again for an election (true)
 	readAt        time.Time                // last successful listing (start)
 	err           error                    // last listing's error
 	offset        time.Duration
@@ -178,7 +178,7 @@ func newWatcher(c *dlock.Client, keyPrefix, prefix string, interval time.Duratio
 		inspectNow: make(chan struct{}, 1),
 		folds:      make(map[string]*foldState),
 		handoffs:   make(map[string][]handoffMark),
-		pending:    make(map[string]struct{}),
+		pending:    make(map[string]bool),
 		locks:      make(map[string]*watched),
 		vanished:   make(map[string]watched),
 		gone:       make(map[string]goneMark),
@@ -305,9 +305,9 @@ func (w *watcher) inspectGrants(ctx context.Context) {
 		}
 		w.mu.Lock()
 		names := w.pending
-		w.pending = make(map[string]struct{})
+		w.pending = make(map[string]bool)
 		w.mu.Unlock()
-		for name := range names {
+		for name, again := range names {
 			start := time.Now()
 			ictx, cancel := context.WithTimeout(ctx, inspectLimit)
 			info, err := w.c.Inspect(ictx, name)
@@ -315,7 +315,11 @@ func (w *watcher) inspectGrants(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			w.learnHolder(name, info, err, start)
+			if again {
+				w.learnLeader(name, info, err, start)
+			} else {
+				w.learnHolder(name, info, err, start)
+			}
 		}
 	}
 }
@@ -338,6 +342,56 @@ func (w *watcher) learnHolder(name string, info dlock.Info, err error, start tim
 		f.ev.Holder = shortHolder(info.Holder) // shown with the fold's next copy
 	}
 	w.changed()
+}
+
+// learnLeader takes an Inspect of name begun at start, read because its election announced a
+// term or a new value ("l <token>"): the lock as read replaces the one known, unless a notice
+// or a listing since told of a later holder. A new term's lock passed on without a notice the
+// watcher hears (a grant goes to the new leader's client alone): the former hold ends here.
+func (w *watcher) learnLeader(name string, info dlock.Info, err error, start time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.kickRefresh() // the next listing tells
+		return
+	}
+	if !info.Held || info.Kind != dlock.KindMutex {
+		return // gone again: its release notice, or the next listing, tells
+	}
+	if g, ok := w.gone[name]; ok && info.Token <= g.token {
+		return // released since
+	}
+	prev := w.locks[name]
+	switch {
+	case prev != nil && info.Token < prev.info.Token:
+		return // a later holder is known
+	case prev != nil && info.Token == prev.info.Token:
+		// The same term: its value (Proclaim), or its holder (a grant's notice came first).
+	case prev != nil:
+		w.endHold(name, prev.info, start, evReleased, "", true)
+		w.addEvent(webEvent{Name: name, Kind: evAcquired, Token: info.Token, Holder: shortHolder(info.Holder), Detail: leaderDetail(info)})
+	default:
+		if v, ok := w.vanished[name]; ok {
+			delete(w.vanished, name)
+			if v.info.Token != info.Token {
+				w.endHold(name, v.info, start, evReleased, "", true)
+			}
+		}
+		w.addEvent(webEvent{Name: name, Kind: evAcquired, Token: info.Token, Holder: shortHolder(info.Holder), Detail: leaderDetail(info)})
+	}
+	w.locks[name] = &watched{info: info, readAt: start}
+	if f := w.folds[name]; f != nil && f.ev.Token == info.Token && f.ev.Holder == "" {
+		f.ev.Holder = shortHolder(info.Holder)
+	}
+	w.changed()
+}
+
+// leaderDetail is what a history entry says of a lock taken by an election's leader.
+func leaderDetail(info dlock.Info) string {
+	if info.Leader == nil {
+		return ""
+	}
+	return "leads the election: " + strconv.Quote(info.Leader.Value)
 }
 
 func (w *watcher) kickRefresh() {
@@ -396,8 +450,11 @@ func (w *watcher) merge(infos []dlock.Info, start time.Time) {
 		}
 		seen[name] = true
 		prev := w.locks[name]
-		if prev != nil && info.Kind == dlock.KindMutex && (info.Token < prev.info.Token || prev.readAt.After(start) && info.Token != prev.info.Token) {
-			continue // a notice since the listing began told of a newer holder (tokens only grow)
+		if prev != nil && info.Kind == dlock.KindMutex && (info.Token < prev.info.Token ||
+			prev.readAt.After(start) && (info.Token != prev.info.Token || prev.info.Leader != nil)) {
+			// A notice since the listing began told of a newer holder (tokens only grow), or
+			// of a leader's newer value (read after the listing began).
+			continue
 		}
 		switch {
 		case prev == nil:
@@ -624,7 +681,8 @@ func median(d []time.Duration) (time.Duration, bool) {
 
 // notice takes a message of a release channel (docs/PROTOCOL.md, "Release notices"): "<token>"
 // when the lock became free, "g <token> <entry id> <window ms>" when it was granted to the
-// first client of its queue.
+// first client of its queue, "l <token>" when an election's leader began its term or changed
+// its value (the lock is then read again: see learnLeader).
 func (w *watcher) notice(channel, payload string) {
 	now := time.Now()
 	key, ok := strings.CutSuffix(channel, ":rel")
@@ -638,6 +696,22 @@ func (w *watcher) notice(channel, payload string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	prev := w.locks[name]
+	if rest, ok := strings.CutPrefix(payload, "l "); ok {
+		token, err := strconv.ParseUint(rest, 10, 64)
+		if err != nil || token == 0 {
+			return
+		}
+		w.noticeCount++
+		if prev != nil && prev.info.Token > token || w.gone[name].token >= token {
+			return // a term that has ended already
+		}
+		w.pending[name] = true
+		select {
+		case w.inspectNow <- struct{}{}:
+		default:
+		}
+		return
+	}
 	if rest, ok := strings.CutPrefix(payload, "g "); ok {
 		f := strings.Fields(rest)
 		if len(f) < 3 {
@@ -664,7 +738,9 @@ func (w *watcher) notice(channel, payload string) {
 		}
 		w.locks[name] = &watched{info: next, readAt: now}
 		w.addEvent(webEvent{Name: name, Kind: evGranted, Token: token, Detail: "granted to the first client in its queue"})
-		w.pending[name] = struct{}{} // to learn the new holder
+		if _, ok := w.pending[name]; !ok {
+			w.pending[name] = false // to learn the new holder
+		}
 		select {
 		case w.inspectNow <- struct{}{}:
 		default:

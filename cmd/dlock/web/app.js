@@ -122,8 +122,10 @@
     c.name.addEventListener("click", () => { selected = tr.dataset.nameB64; renderHistory(); });
     c.kind = el("span", "pill kind");
     c.kind.hidden = true;
+    c.leader = el("div", "leader");
+    c.leader.hidden = true;
     c.extra = el("div", "extra muted");
-    nameTd.append(c.name, c.kind, c.extra);
+    nameTd.append(c.name, c.kind, c.leader, c.extra);
     c.holder = el("td", "holder");
     c.token = el("td", "num token");
     c.lease = el("td", "lease");
@@ -183,7 +185,7 @@
   // later kind of lock may add some) is shown under the name.
   const known = new Set(["name", "held", "token", "token_time", "holds", "ttl_ms", "holder", "holder_alive", "waiters",
     "waiting_goroutines", "kind", "shared", "hold_stats", "age_ms", "typical_hold_ms", "typical_hold_us", "holds_seen",
-    "name_b64", "shown"]);
+    "name_b64", "shown", "leader"]);
 
   function extraText(l) {
     const parts = [];
@@ -209,8 +211,19 @@
     if (!prev || prev === l || JSON.stringify([prev.holder, prev.shared]) !== JSON.stringify([l.holder, l.shared]) || prev.holder_alive !== l.holder_alive) {
       c.holder.replaceChildren(holderNode(l));
     }
-    c.kind.hidden = !l.kind;
-    c.kind.textContent = l.kind || "";
+    // An election's leader holds the lock: its kind says so, and its value, term and the
+    // candidates queued behind it show under the name.
+    const kind = l.leader ? "election" : l.kind;
+    c.kind.hidden = !kind;
+    c.kind.textContent = kind || "";
+    c.leader.hidden = !l.leader;
+    if (l.leader) {
+      const w = l.waiters;
+      c.leader.replaceChildren(el("span", "muted", "leader "), el("span", "value", displayName(l.leader.value, l.leader.value_b64)),
+        el("span", "muted", " · term "), el("span", "term", String(l.leader.term)),
+        el("span", "muted", w < 0 ? "" : " · " + w + " candidate" + (w === 1 ? "" : "s") + " waiting"));
+      c.leader.title = "leads since " + (l.leader.since || "?") + " (server clock)";
+    }
     c.extra.textContent = extraText(l);
     c.extra.hidden = c.extra.textContent === "";
     c.token.textContent = String(l.token);

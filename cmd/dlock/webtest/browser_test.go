@@ -367,6 +367,31 @@ func TestBrowser(t *testing.T) {
 		}
 		return nil
 	})
+	// An election: its leader's lock shows as one, with the candidate queued behind it.
+	if _, err := reporter.Election("scheduler", dlock.WithTTL(time.Minute), dlock.WithLabel("dlock elect ./scheduler")).Campaign(ctx, "replica-1 (10.0.0.5:8080)"); err != nil {
+		t.Fatal(err)
+	}
+	campaigning, stopCampaign := context.WithCancel(ctx)
+	campaigned := make(chan error, 1)
+	go func() {
+		ld, err := other.Election("scheduler", dlock.WithLabel("dlock elect ./scheduler")).Campaign(campaigning, "replica-2")
+		if err == nil {
+			err = ld.Resign(ctx)
+		}
+		campaigned <- err
+	}()
+	defer func() {
+		stopCampaign()
+		if err := <-campaigned; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("candidate: %v", err)
+		}
+	}()
+	poll(t, tab, 20*time.Second, "the election shown", `document.querySelector('`+row("scheduler")+` .leader')?.textContent || ""`, func(s string) error {
+		if !strings.Contains(s, "replica-1 (10.0.0.5:8080)") || !strings.HasSuffix(s, "1 candidate waiting") {
+			return fmt.Errorf("leader %q", s)
+		}
+		return nil
+	})
 	// Wait for the notices to be live, so that the release below is heard, and let the page
 	// settle before the screenshot.
 	poll(t, tab, 20*time.Second, "notices live", `document.getElementById('notices').textContent`, func(s string) error {
@@ -898,5 +923,78 @@ func TestBrowser_NotUTF8Name(t *testing.T) {
 	}
 	if n := text(t, tab, `li.ev[data-kind="force-unlocked"] .name`); n != `\xff\xfe x` {
 		t.Errorf("the history names %q", n)
+	}
+}
+
+// An election in the page: the row of its leader's lock says "election", with the leader's
+// value, its term and the candidates waiting; when the leader resigns, the next candidate's
+// value and term replace them without a reload.
+func TestBrowser_Election(t *testing.T) {
+	s := redistest.Start(t)
+	bin := buildDlock(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a, b := dialT(t, ctx, s.URL()), dialT(t, ctx, s.URL())
+	first, err := a.Election("scheduler", dlock.WithTTL(time.Minute), dlock.WithLabel("replica one")).Campaign(ctx, "replica-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Leadership, 1)
+	go func() {
+		ld, err := b.Election("scheduler", dlock.WithTTL(time.Minute), dlock.WithLabel("replica two")).Campaign(ctx, "replica-2")
+		if err != nil {
+			t.Errorf("the second candidate: %v", err)
+		}
+		got <- ld
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := a.Inspect(ctx, "scheduler")
+		if err == nil && info.Waiters == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no candidate queued: %+v, %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	base := startWeb(t, bin, "--redis", s.URL())
+	tab := openPage(t, base, "/", row("scheduler"))
+	leader := `(() => { const r = document.querySelector('` + row("scheduler") + `');
+		return [r.querySelector('.kind').textContent, r.querySelector('.leader .value').textContent,
+			r.querySelector('.leader .term').textContent, r.querySelector('.leader').textContent,
+			r.querySelector('td.token').textContent, r.querySelector('td.holder').textContent].join("|") })()`
+	want := func(value string, term uint64, waiting, label string) func(string) error {
+		return func(s string) error {
+			f := strings.Split(s, "|")
+			if len(f) != 6 || f[0] != "election" || f[1] != value || f[2] != fmt.Sprint(term) || !strings.HasSuffix(f[3], waiting) ||
+				f[4] != fmt.Sprint(term) || !strings.Contains(f[5], label) {
+				return fmt.Errorf("kind|value|term|leader|token|holder = %q; want election, %s, term %d, %q, holder %q", s, value, term, waiting, label)
+			}
+			return nil
+		}
+	}
+	poll(t, tab, 20*time.Second, "the election and its first leader", leader, want("replica-1", first.Term(), "1 candidate waiting", "replica one"))
+	get(t, tab, 10*time.Second, "mark the page", chromedp.Evaluate[string](`window.loadedOnce = "yes"`))
+
+	if err := first.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var second *dlock.Leadership
+	select {
+	case second = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second candidate does not lead after the first resigned")
+	}
+	if second == nil {
+		t.FailNow()
+	}
+	defer second.Resign(ctx)
+	if second.Term() <= first.Term() {
+		t.Fatalf("terms %d then %d", first.Term(), second.Term())
+	}
+	poll(t, tab, 10*time.Second, "the next leader", leader, want("replica-2", second.Term(), "0 candidates waiting", "replica two"))
+	if loaded := get(t, tab, 10*time.Second, "check for a reload", chromedp.Evaluate[string](`window.loadedOnce || "reloaded"`)); loaded != "yes" {
+		t.Errorf("the page was reloaded")
 	}
 }
