@@ -314,7 +314,8 @@ func parseLock(name string, value, pttl any) (Info, error) {
 			PID   int     `json:"pid"`
 			Start int64   `json:"start"`
 			Label string  `json:"label"`
-			Value *string `json:"value"` // an election's leader (election.go)
+			Value *string `json:"value"`       // an election's leader (election.go)
+			Raw   []byte  `json:"value_bytes"` // its value, when not UTF-8
 		}
 		if json.Unmarshal([]byte(f[3]), &d) == nil {
 			info.Holder = Holder{Host: d.Host, PID: d.PID, Label: d.Label}
@@ -322,7 +323,11 @@ func parseLock(name string, value, pttl any) (Info, error) {
 				info.Holder.Start = time.Unix(d.Start, 0)
 			}
 			if d.Value != nil {
-				info.Leader = &LeaderInfo{Value: *d.Value, Term: token, Holder: info.Holder, Since: info.TokenTime()}
+				value := *d.Value
+				if d.Raw != nil {
+					value = string(d.Raw)
+				}
+				info.Leader = &LeaderInfo{Value: value, Term: token, Holder: info.Holder, Since: info.TokenTime()}
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/protocol"
@@ -108,17 +109,23 @@ func checkLeaderValue(value string) error {
 }
 
 // electionMeta is the holder description of a campaign: the process's, with the advertised
-// value and the campaign's number.
+// value and the campaign's number. Any bytes round-trip: a value that is not valid UTF-8 is
+// stored as "value_bytes" (base64) instead of "value".
 func electionMeta(label, value string, campaign uint64) string {
 	host, _ := os.Hostname()
+	var raw []byte // a value that is not UTF-8 goes as bytes (base64 in the JSON), not mangled
+	if !utf8.ValidString(value) {
+		raw, value = []byte(value), ""
+	}
 	b, _ := json.Marshal(struct {
 		Host     string `json:"host"`
 		PID      int    `json:"pid"`
 		Start    int64  `json:"start"`
 		Label    string `json:"label,omitempty"`
 		Value    string `json:"value"`
+		Raw      []byte `json:"value_bytes,omitempty"`
 		Campaign uint64 `json:"campaign"`
-	}{host, os.Getpid(), processStart.Unix(), label, value, campaign})
+	}{host, os.Getpid(), processStart.Unix(), label, value, raw, campaign})
 	return string(b)
 }
 

@@ -436,3 +436,29 @@ func TestElection_UnreadObserverBlocksNothing(t *testing.T) {
 		}
 	})
 }
+
+// A leader's value round-trips whatever its bytes, UTF-8 or not.
+func TestElection_ValueAnyBytes(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		c := tr.dial(t, shared.URL())
+		for _, v := range []string{"", "plain", "quote \" tab\t é", "\xff\xfe bytes \x00 not utf-8"} {
+			ld, err := c.Election(name).Campaign(ctx, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := c.Election(name).Leader(ctx)
+			if err != nil || info.Value != v {
+				t.Errorf("value %q read back as %q (%v)", v, info.Value, err)
+			}
+			if err := ld.Proclaim(ctx, v+"!"); err != nil {
+				t.Fatal(err)
+			}
+			if info, err := c.Election(name).Leader(ctx); err != nil || info.Value != v+"!" {
+				t.Errorf("proclaimed %q read back as %q (%v)", v+"!", info.Value, err)
+			}
+			ld.Resign(ctx)
+		}
+	})
+}
