@@ -262,6 +262,9 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 			f := analyze(d, o.linTimeout)
 			logf("  %s in %v: %d ops, %d acquisitions (%d local handoffs), %d faults, %d overlaps, %d lost updates, linearizable %s, %d failures",
 				sc, time.Since(t0).Round(time.Millisecond), f.Ops, f.Cycles, f.LocalHandoffs, f.Faults, f.Overlaps, f.LostUpdates, f.Linearizable, len(f.Failures))
+			if sc, _ := scenarioNamed(f.Scenario); sc.election {
+				logf("  %s", electionLine(f))
+			}
 			if m := memoryCell(f); m != "–" {
 				logf("  memory pressure: %s", m)
 			}
@@ -369,11 +372,20 @@ func guaranteesHelp() string {
 			"than the size, or a hit holder never told (pause, partition); their token order, context-after-next-grant " +
 			"and recovery bounds are a mutex's and not checked there"
 	}
+	if l := list(func(s *scenario) bool { return s.election }); l != "" {
+		text += "; in " + l + " (an election, election.go), two terms believed at once (a leader that " +
+			"acted, its leadership context saying \"leading\", after the next term was granted), a term " +
+			"passed between campaigns of one process without the server"
+		if d := list(func(s *scenario) bool { return s.election && s.deposes }); d != "" {
+			text += ", or, in " + d + ", a fault after which no other process led"
+		}
+	}
 	text += ". Unfenced overlaps and lost updates are measured, not failures."
 	if l := list(func(s *scenario) bool { return s.forgetsLocks }); l != "" {
 		text += " Where the deployment can forget a held lock (" + l + "), a lease context " +
-			"that said \"held\" after the next grant, and a local handoff of the lost hold " +
-			"after a larger token, are noted instead."
+			"that said \"held\" after the next grant, a local handoff of the lost hold " +
+			"after a larger token, and (elections) two terms believed at once are noted " +
+			"instead: the last is the hazard figure of the report."
 	}
 	if l := list(func(s *scenario) bool { return s.tokensUnclaimed }); l != "" {
 		text += " In " + l + " (a quorum member restarts empty while the holder holds the " +

@@ -76,6 +76,8 @@ type workerConf struct {
 	AdaptiveMin time.Duration `json:"adaptive_min,omitempty"`
 	// TurnSlice > 0: the Mutex takes WithTurnSlice(TurnSlice) (turns.go).
 	TurnSlice time.Duration `json:"turn_slice,omitempty"`
+	// Election: the goroutines are candidates of an election on the lock's name (election.go).
+	Election bool `json:"election,omitempty"`
 }
 
 // who is one participant of the workload: goroutine G of incarnation Inc of the worker process
@@ -335,8 +337,11 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	for g, w := range workers {
 		wg.Go(func() {
 			run := func() error { return w.run(ctx, m) }
-			if conf.Shared != "" {
+			switch {
+			case conf.Shared != "":
 				run = func() error { return w.runShared(ctx, client) } // shared.go
+			case conf.Election:
+				run = func() error { return w.runElection(ctx, client) } // election.go
 			}
 			if errs[g] = run(); errs[g] != nil {
 				cancel() // the others finish their cycles and stop
