@@ -26,7 +26,8 @@
 // an evicting server as a cache; waiter.go the faults that hit a process queued for the lock on
 // the server rather than the holder, and the stalls they cause; adaptive.go the lease of the
 // adaptive-lease rows (dlock.WithAdaptiveTTL); turns.go the turn rows (dlock.WithTurnSlice) and
-// their faults between holds; analyze.go the figures and
+// their faults between holds; election.go the election rows (candidates of dlock's Election,
+// their terms, and what an election promises); analyze.go the figures and
 // guarantees of a run; report.go the
 // printed table and the docs section; clock.go the one clock every process stamps events with;
 // stop_linux.go the wait for a SIGSTOPped process to freeze; main.go the command line.
@@ -107,7 +108,10 @@ porcupine linearizability check of the lock-guarded read-modify-write. The scena
 memory limit add their own figures (memory pressure): Dials refused; keys evicted, the
 lock's among them and how many under a holder, and the clients' warnings; or, out of memory,
 acquisitions refused with ErrOutOfMemory and what the lock's key read right after each
-Unlock.
+Unlock. The election rows (elect-*) add terms believed at once (a leader that still acted,
+its leadership context saying "leading", after the next term was granted: a hazard figure
+where the deployment can lose the leader's lease) and, after each fault that deposes the
+leader, how soon another process led.
 
 Exit status: 0 when every claimed guarantee held; 1 when one broke (the report names the
 scenario, seed and operations); 2 on a bad command line; 3 when the harness could not run.
