@@ -81,6 +81,16 @@ type findings struct {
 	StaleGrants     int // a resumed waiter's acquisition returned with the token of a grant that lapsed while it was frozen
 	StaleGrantsLive int // ...and its context's first check said "held"
 
+	// Election rows (election.go): terms whose leader still acted (a check said "leading")
+	// after the next term was granted, and those whose last such check fell inside the next
+	// term's Campaign call (grant instant unknown); whether the row counts them as its
+	// deployment's hazard rather than a failure; and, per fault that deposes the leader, the
+	// time from the fault to the first term of another process.
+	LeaderOverlaps       int
+	LeaderOverlapsUnsure int
+	LeaderOverlapsHazard bool
+	NewLeader            []time.Duration
+
 	Failures []string // claimed guarantees broken, each naming the operations involved
 	Notes    []string
 }
@@ -123,6 +133,7 @@ func analyze(d *runData, linTimeout time.Duration) *findings {
 	signalled := a.measureSignals()
 	a.checkHitHoldersTold(signalled)
 	a.checkLeaseContexts()
+	a.checkLeadership()
 	a.checkRecovery()
 	a.checkTurnFaults()
 	a.checkWaiterStalls()
@@ -438,8 +449,8 @@ func (a *analysis) checkLeaseContexts() {
 			f.UnsureLive++
 		}
 	}
-	if f.LiveAfterNext == 0 {
-		return
+	if f.LiveAfterNext == 0 || a.sc.election {
+		return // an election's terms are judged by checkLeadership
 	}
 	msg := fmt.Sprintf("%d lease-context checks said the lock was held after another holder had acquired it: %s",
 		f.LiveAfterNext, joinN(ex, 5))

@@ -312,6 +312,15 @@ func TestScenarioTable(t *testing.T) {
 		if s.replicaAck > 0 && s.deploy != sentinelGroup {
 			t.Errorf("%s: replica acknowledgement needs replicas", s.name)
 		}
+		if s.deposes && !s.election {
+			t.Errorf("%s: only an election has a leader to depose", s.name)
+		}
+		if s.persist && (s.deploy != standalone || s.fault.plan == nil) {
+			t.Errorf("%s: persistence is played by restarting one standalone server", s.name)
+		}
+		if s.election && (s.shared != "" || s.accounts > 0 || s.turnSlice > 0 || s.hitsWaiters() || s.deploy == quorum) {
+			t.Errorf("%s: an election is a Mutex's lock, with no turns, outside quorum mode, its faults on the leader", s.name)
+		}
 	}
 	if _, ok := scenarioNamed("nonesuch"); ok {
 		t.Error("found a scenario that is not in the table")
@@ -332,6 +341,8 @@ func TestScenarioTable(t *testing.T) {
 		{"pause", time.Second, 2, 10 * time.Second}, // one fault of each variant
 		{"kill", time.Second, 1, 10 * time.Second},
 		{"sentinel-failover-ack", 3 * time.Second, 7, 10 * time.Second},
+		{"elect-pause", time.Second, 2, 10 * time.Second}, // one fault of each variant
+		{"elect-sentinel-failover-ack", 3 * time.Second, 7, 10 * time.Second},
 		{"redlock-restart", time.Second, 1, 20 * time.Second},
 		{"eviction", time.Second, 0, 10 * time.Second}, // a refused Dial: no fault
 		{"oom", time.Second, 1, 10 * time.Second},
@@ -1122,6 +1133,134 @@ func TestProxyJitter(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-echoDone
+}
+
+// An election's terms: a leader that still acts (its context said "leading") after the next
+// term began is two terms believed at once, a failure where the server keeps the leader's lease
+// (partition); where the deployment can lose it (a restart without persistence) it is counted,
+// as the hazard figure, and not failed. A check inside the next term's Campaign call cannot be
+// judged.
+func TestAnalyze_ElectionTermsBelievedAtOnce(t *testing.T) {
+	h := newHist("elect-partition", true)
+	h.acq(w0, 10, 0, 1)
+	h.chk(w0, 10, 2, true)
+	h.rmw(w0, 10, 1, 0, 3, 5, true)
+	h.acq(w1, 11, 10, 600)
+	h.chk(w0, 10, 599, true) // during 1's Campaign call: cannot tell
+	h.chk(w0, 10, 650, true) // after it returned: two leaders
+	h.sig(w0, 10, 660)
+	h.chk(w1, 11, 601, true)
+	h.rmw(w1, 11, 1, 1, 602, 604, true)
+	h.d.faults = []faultRec{{Kind: "elect-partition", Slot: 0, Inc: 1, Token: 10, Start: msT(2)}}
+	f := analyze(h.d, time.Second)
+	if f.LeaderOverlaps != 1 || f.LeaderOverlapsUnsure != 0 || f.LeaderOverlapsHazard || len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "1 terms believed at once") {
+		t.Fatalf("terms at once %d (+%d during, hazard %v), failures %q: want 1, one failure", f.LeaderOverlaps, f.LeaderOverlapsUnsure, f.LeaderOverlapsHazard, f.Failures)
+	}
+	if f.LiveAfterNext != 1 || f.UnsureLive != 1 || len(f.NewLeader) != 1 || f.NewLeader[0] != 598*time.Millisecond {
+		t.Fatalf("live after next %d, unsure %d, new leader %v", f.LiveAfterNext, f.UnsureLive, f.NewLeader)
+	}
+	if c := leadersCell(f); c != "1" {
+		t.Fatalf("cell %q", c)
+	}
+	// The last live check inside the next Campaign call only: unsure, no failure.
+	h.d.events = slices.DeleteFunc(h.d.events, func(e event) bool { return e.K == "chk" && e.S == msT(650) })
+	if f := analyze(h.d, time.Second); f.LeaderOverlaps != 0 || f.LeaderOverlapsUnsure != 1 || len(f.Failures) != 0 || leadersCell(f) != "0 (+1 during)" {
+		t.Fatalf("unsure: terms at once %d (+%d during), failures %q, cell %q", f.LeaderOverlaps, f.LeaderOverlapsUnsure, f.Failures, leadersCell(f))
+	}
+	// A restart without persistence may lose the leader's lease: the hazard, counted not failed.
+	h.chk(w0, 10, 650, true)
+	h.d.conf.Scenario = "elect-restart"
+	h.d.faults[0].Kind = "elect-restart"
+	f = analyze(h.d, time.Second)
+	if f.LeaderOverlaps != 1 || !f.LeaderOverlapsHazard || len(f.Failures) != 0 || leadersCell(f) != "1 (hazard)" {
+		t.Fatalf("restart: terms at once %d (hazard %v), failures %q, cell %q: want 1 counted as the hazard, no failure", f.LeaderOverlaps, f.LeaderOverlapsHazard, f.Failures, leadersCell(f))
+	}
+	if !slices.ContainsFunc(f.Notes, func(n string) bool { return strings.Contains(n, "hazard") && strings.Contains(n, "term 10") }) {
+		t.Fatalf("restart: no hazard note naming term 10: %q", f.Notes)
+	}
+	// The same restart on a server that persists: the lease was to survive, so it fails.
+	h.d.conf.Scenario = "elect-restart-persist"
+	h.d.faults[0].Kind, h.d.faults[0].Variant = "elect-restart-persist", restartKept+": the key holds token 10"
+	if f := analyze(h.d, time.Second); f.LeaderOverlaps != 1 || f.LeaderOverlapsHazard || len(f.Failures) != 1 {
+		t.Fatalf("restart-persist: terms at once %d (hazard %v), failures %q: want 1, failed", f.LeaderOverlaps, f.LeaderOverlapsHazard, f.Failures)
+	}
+}
+
+// The other promises of an election: another process leads after each fault that deposes the
+// leader; no term passes between campaigns of one process without the server; a restart of
+// a persisting server that never brought the lease back proves nothing.
+func TestAnalyze_ElectionSuccession(t *testing.T) {
+	h := newHist("elect-kill", true)
+	h.acq(w0, 10, 0, 1)
+	h.rmw(w0, 10, 1, 0, 3, 5, true)
+	h.acq(w0b, 5000, 6, 400) // the killed process's own candidate, queued before the kill
+	h.d.faults = []faultRec{{Kind: "elect-kill", Slot: 0, Inc: 1, Token: 10, Start: msT(4)}}
+	if f := analyze(h.d, time.Second); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "no other process led") || len(f.NewLeader) != 0 {
+		t.Fatalf("failures %q, new leader %v: want no other process led", f.Failures, f.NewLeader)
+	}
+	h.acq(who{0, 2, 0}, 9000, 300, 450) // the respawned process is another one
+	if f := analyze(h.d, time.Second); len(f.Failures) != 0 || len(f.NewLeader) != 1 || f.NewLeader[0] != 446*time.Millisecond {
+		t.Fatalf("failures %q, new leader %v: want none, 446ms", f.Failures, f.NewLeader)
+	}
+
+	h = newHist("elect-pause", true)
+	h.acq(w0, 10, 0, 1)
+	h.rmw(w0, 10, 1, 0, 3, 5, true)
+	h.unl(w0, 10, 6, 7)
+	h.acq(w0b, 11, 6.5, 8) // the next token, a sibling, inside the Resign: not through the server
+	h.rmw(w0b, 11, 1, 1, 9, 10, true)
+	if f := analyze(h.d, time.Second); f.LocalHandoffs != 1 || len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "without the server") {
+		t.Fatalf("local handoffs %d, failures %q", f.LocalHandoffs, f.Failures)
+	}
+
+	h = newHist("elect-restart-persist", true)
+	h.acq(w0, 10, 0, 1)
+	h.rmw(w0, 10, 1, 0, 3, 5, true)
+	h.acq(w1, 9000, 2, 400)
+	h.d.faults = []faultRec{{Kind: "elect-restart-persist", Variant: restartGone + ": no key", Slot: 0, Inc: 1, Token: 10, Start: msT(4)}}
+	if f := analyze(h.d, time.Second); len(f.Failures) != 1 || !strings.Contains(f.Failures[0], "proves nothing") {
+		t.Fatalf("failures %q: want the run to prove nothing", f.Failures)
+	}
+}
+
+// End to end, an election under pauses: one SIGSTOP of the leader's process between its last
+// check and its write, past its TTL, and one right after its read. Both kinds of candidates
+// (Campaign and RunElected) lead; the frozen leader is told; another process leads after each
+// pause; no two terms are believed at once; fenced, the late write is refused and nothing is
+// lost, unfenced it lands and loses an update.
+func TestRun_ElectionPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and five worker processes")
+	}
+	for _, fenced := range []bool{true, false} {
+		t.Run(fmt.Sprint("fenced=", fenced), func(t *testing.T) {
+			d, f := runForTest(t, runConf{
+				Scenario: "elect-pause", Fenced: fenced, Seed: 1, Workers: 5, Goroutines: defaultGoroutines, TTL: 500 * time.Millisecond,
+				Cycles: 30, MinFaults: 2, MaxRun: 30 * time.Second, Short: true,
+			})
+			if len(f.Failures) != 0 {
+				t.Fatalf("failures: %q", f.Failures)
+			}
+			if f.Faults < 2 || d.faults[0].Variant != "before-write" || len(f.NewLeader) != f.Faults || f.Signals < 2 || f.LeaderOverlaps != 0 {
+				t.Fatalf("faults %+v, new leader %v, signals %d, terms at once %d", d.faults, f.NewLeader, f.Signals, f.LeaderOverlaps)
+			}
+			led := map[int]int{} // terms by goroutine: g0 campaigns, g1 runs RunElected
+			for _, e := range d.events {
+				if e.K == "acq" && e.Res == "ok" {
+					led[e.G]++
+				}
+			}
+			if led[0] == 0 || led[1] == 0 || f.LocalHandoffs != 0 {
+				t.Fatalf("terms by goroutine %v, local handoffs %d: want both kinds of candidates leading, through the server", led, f.LocalHandoffs)
+			}
+			if fenced && (f.StaleRejected < 1 || f.LostUpdates != 0 || f.Linearizable != porcupine.Ok) {
+				t.Fatalf("fenced: stale refused %d, lost %d, %s", f.StaleRejected, f.LostUpdates, f.Linearizable)
+			}
+			if !fenced && (f.LostUpdates < 1 || f.Linearizable != porcupine.Illegal) {
+				t.Fatalf("unfenced: lost %d, %s", f.LostUpdates, f.Linearizable)
+			}
+		})
+	}
 }
 
 // End to end, in the smallest form that still shows what each mode is for: one SIGSTOP of a

@@ -306,11 +306,38 @@ func (r *runner) restartRedis(p plannedFault, in *injection) *trap {
 			time.Sleep(p.dur)
 			if err := r.srvs[0].Restart(); err != nil {
 				r.infraf("redis restart: %v", err)
+			} else {
+				in.describe(r.leaseAfterRestart(tok))
 			}
 			in.end()
 		}()
 		return p.work, false
 	}}
+}
+
+// Where a restart found the lease of the holder it hit (faultRec.Variant): a server that
+// persists its writes (scenario.persist) must bring it back, or the run proves nothing.
+const (
+	restartKept = "lease kept"
+	restartGone = "lease gone"
+)
+
+// leaseAfterRestart reads the lock's key on the restarted server (directly, not through a
+// proxy) and says whether it still holds the lease of tok.
+func (r *runner) leaseAfterRestart(tok uint64) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	v, err := r.srvs[0].Do(ctx, "GET", dlockKey(r.lock))
+	switch f := strings.Fields(v); {
+	case err != nil:
+		return fmt.Sprintf("%s? the key could not be read: %v", restartGone, err)
+	case v == "":
+		return restartGone + ": no key"
+	case len(f) >= 2 && f[0] != "-" && f[1] == strconv.FormatUint(tok, 10):
+		return fmt.Sprintf("%s: the key holds token %d", restartKept, tok)
+	default:
+		return fmt.Sprintf("%s: the key reads %q", restartGone, v)
+	}
 }
 
 // failOver SIGKILLs the Sentinel group's master while a holder works; Sentinel promotes a

@@ -26,7 +26,8 @@
 // an evicting server as a cache; waiter.go the faults that hit a process queued for the lock on
 // the server rather than the holder, and the stalls they cause; adaptive.go the lease of the
 // adaptive-lease rows (dlock.WithAdaptiveTTL); turns.go the turn rows (dlock.WithTurnSlice) and
-// their faults between holds; analyze.go the figures and
+// their faults between holds; election.go the election rows (candidates of dlock's Election,
+// their terms, and what an election promises); analyze.go the figures and
 // guarantees of a run; report.go the
 // printed table and the docs section; clock.go the one clock every process stamps events with;
 // stop_linux.go the wait for a SIGSTOPped process to freeze; main.go the command line.
@@ -107,7 +108,10 @@ porcupine linearizability check of the lock-guarded read-modify-write. The scena
 memory limit add their own figures (memory pressure): Dials refused; keys evicted, the
 lock's among them and how many under a holder, and the clients' warnings; or, out of memory,
 acquisitions refused with ErrOutOfMemory and what the lock's key read right after each
-Unlock.
+Unlock. The election rows (elect-*) add terms believed at once (a leader that still acted,
+its leadership context saying "leading", after the next term was granted: a hazard figure
+where the deployment can lose the leader's lease) and, after each fault that deposes the
+leader, how soon another process led.
 
 Exit status: 0 when every claimed guarantee held; 1 when one broke (the report names the
 scenario, seed and operations); 2 on a bad command line; 3 when the harness could not run.
@@ -262,6 +266,9 @@ func check(o options, out, logw io.Writer, cmdline string) int {
 			f := analyze(d, o.linTimeout)
 			logf("  %s in %v: %d ops, %d acquisitions (%d local handoffs), %d faults, %d overlaps, %d lost updates, linearizable %s, %d failures",
 				sc, time.Since(t0).Round(time.Millisecond), f.Ops, f.Cycles, f.LocalHandoffs, f.Faults, f.Overlaps, f.LostUpdates, f.Linearizable, len(f.Failures))
+			if sc, _ := scenarioNamed(f.Scenario); sc.election {
+				logf("  %s", electionLine(f))
+			}
 			if m := memoryCell(f); m != "–" {
 				logf("  memory pressure: %s", m)
 			}
@@ -369,11 +376,20 @@ func guaranteesHelp() string {
 			"than the size, or a hit holder never told (pause, partition); their token order, context-after-next-grant " +
 			"and recovery bounds are a mutex's and not checked there"
 	}
+	if l := list(func(s *scenario) bool { return s.election }); l != "" {
+		text += "; in " + l + " (an election, election.go), two terms believed at once (a leader that " +
+			"acted, its leadership context saying \"leading\", after the next term was granted), a term " +
+			"passed between campaigns of one process without the server"
+		if d := list(func(s *scenario) bool { return s.election && s.deposes }); d != "" {
+			text += ", or, in " + d + ", a fault after which no other process led"
+		}
+	}
 	text += ". Unfenced overlaps and lost updates are measured, not failures."
 	if l := list(func(s *scenario) bool { return s.forgetsLocks }); l != "" {
 		text += " Where the deployment can forget a held lock (" + l + "), a lease context " +
-			"that said \"held\" after the next grant, and a local handoff of the lost hold " +
-			"after a larger token, are noted instead."
+			"that said \"held\" after the next grant, a local handoff of the lost hold " +
+			"after a larger token, and (elections) two terms believed at once are noted " +
+			"instead: the last is the hazard figure of the report."
 	}
 	if l := list(func(s *scenario) bool { return s.tokensUnclaimed }); l != "" {
 		text += " In " + l + " (a quorum member restarts empty while the holder holds the " +

@@ -29,8 +29,8 @@ func ms(d time.Duration) string {
 // markdownTable is the per-run table: one row per scenario and mode.
 func markdownTable(all []*findings) string {
 	var b strings.Builder
-	b.WriteString("| scenario | mode | ops | acquisitions | local handoffs | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before the next grant (least margin, ms) / later, never acted on / later, acted on | context said held after re-acquire | linearizable | memory pressure | verdict |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|---|\n")
+	b.WriteString("| scenario | mode | ops | acquisitions | local handoffs | faults | overlaps | lost updates | stale refused / landed | acquire p50 / p99 (ms) | recovery median / max (ms) | lost-lock signals: before the next grant (least margin, ms) / later, never acted on / later, acted on | context said held after re-acquire | terms believed at once (elections) | linearizable | memory pressure | verdict |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|---|\n")
 	for _, f := range all {
 		rec := "–"
 		if len(f.Recovery) > 0 {
@@ -50,10 +50,10 @@ func markdownTable(all []*findings) string {
 		if len(f.SignalMargins) > 0 {
 			margin = " (" + ms(slices.Min(f.SignalMargins)) + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %d | %d | %d / %d | %s / %s | %s | %d: %d%s / %d / %d | %s | %s | %s | %s | %s |\n",
 			f.Scenario, f.Mode, f.Ops, f.Cycles, handoffsCell(f), faultsCell(f), f.Overlaps, f.LostUpdates, f.StaleRejected, f.StaleLanded,
 			ms(f.AcquireP50), ms(f.AcquireP99), rec, f.Signals, f.SignalsBefore, margin, f.SignalsLate, f.SignalsAfter,
-			live, f.Linearizable, memoryCell(f), verdict)
+			live, leadersCell(f), f.Linearizable, memoryCell(f), verdict)
 	}
 	return b.String()
 }
@@ -80,6 +80,36 @@ func faultsCell(f *findings) string {
 		wait = ", others waited ≤ " + ms(f.TurnParkedWaitMax) + " ms"
 	}
 	return fmt.Sprintf("%d (between holds: %d parked%s, %d held, %d released)", f.Faults, f.TurnParked, wait, f.TurnHeld, f.TurnReleased)
+}
+
+// leadersCell is the report's count of an election row's terms believed at once (election.go):
+// "hazard" where the row's deployment can lose the leader's lease, so that they are counted and
+// not failed; "–" for the other rows.
+func leadersCell(f *findings) string {
+	s, ok := scenarioNamed(f.Scenario)
+	if !ok || !s.election {
+		return "–"
+	}
+	c := fmt.Sprint(f.LeaderOverlaps)
+	if f.LeaderOverlapsUnsure > 0 {
+		c += fmt.Sprintf(" (+%d during)", f.LeaderOverlapsUnsure)
+	}
+	if s.forgetsLocks {
+		c += " (hazard)"
+	}
+	return c
+}
+
+// electionLine is the log line of an election row's run: its terms, the terms believed at
+// once, and how soon another process led after each fault that deposed the leader.
+func electionLine(f *findings) string {
+	line := fmt.Sprintf("election: %d terms; terms believed at once: %s", f.Cycles, leadersCell(f))
+	if len(f.NewLeader) > 0 {
+		r := slices.Clone(f.NewLeader)
+		slices.Sort(r)
+		line += fmt.Sprintf("; another process led %s / %s ms (median / max) after each of %d faults", ms(r[(len(r)-1)/2]), ms(r[len(r)-1]), len(r))
+	}
+	return line
 }
 
 // memoryCell is the report's memory-pressure figures of a run: what its scenario's row

@@ -167,8 +167,16 @@ func run(conf runConf) (*runData, error) {
 		}
 		defer r.group.Close()
 	}
-	for range sc.deploy.servers() {
-		srv, err := redistest.StartProcess(redistest.WithArgs(sc.memory.args()...))
+	for k := range sc.deploy.servers() {
+		args := sc.memory.args()
+		if sc.persist {
+			dir := filepath.Join(conf.Dir, fmt.Sprintf("redis-%d-data", k))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, err
+			}
+			args = append(args, persistArgs(dir)...)
+		}
+		srv, err := redistest.StartProcess(redistest.WithArgs(args...))
 		if err != nil {
 			return nil, err
 		}
@@ -420,6 +428,7 @@ func (r *runner) spawn(s *slot) error {
 		conf.AdaptiveMin = adaptiveMin
 	}
 	conf.TurnSlice = r.sc.turnSlice
+	conf.Election = r.sc.election
 	b, _ := json.Marshal(conf)
 	cmd := exec.Command(r.exe)
 	cmd.Env = append(os.Environ(), roleEnv+"=worker", confEnv+"="+string(b))

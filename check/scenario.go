@@ -118,6 +118,17 @@ type scenario struct {
 	// and the linearizability of such a row are then the library helpers' own figures, and a
 	// request the store's fence decides otherwise than the largest token accepted fails the run.
 	store storeKind
+	// election: every goroutine is a candidate of one election instead of a Mutex's client,
+	// leading for a few sections a term, fenced by the term (election.go). The analysis adds
+	// what an election promises (checkLeadership): two terms believed at once fail the run
+	// (where forgetsLocks, they are the deployment's hazard: counted, not failed).
+	election bool
+	// deposes: the fault takes the leader out (frozen, killed, cut off): a term of another
+	// process must follow each fault (election rows).
+	deposes bool
+	// persist: the redis-server writes every change to an append-only file, fsynced at each
+	// write, and a restart loads it back: the leases it acknowledged survive (persistArgs).
+	persist bool
 	// goroutines > 0: each worker process runs at least this many goroutines, whatever
 	// --goroutines says (the frozen-waiters rows: many waiters queued, several of them in the
 	// frozen process).
@@ -304,6 +315,68 @@ var scenarios = []scenario{
 		memory:      boundedNoEviction,
 		fault:       exhaustMemory,
 		outOfMemory: true,
+	},
+	// Elections (election.go): the workers' goroutines campaign on one election and lead a
+	// few sections a term, fenced by the term.
+	{
+		name:       "elect-pause",
+		help:       "an election (half the candidates Campaign and Resign, half RunElected), each leader running 3 sections a term fenced by its term: SIGSTOP the leader's process past the TTL, then SIGCONT (as pause); another process must lead after each",
+		deploy:     standalone,
+		fault:      pauseHolder,
+		minFaults:  2,
+		mustSignal: true,
+		election:   true,
+		deposes:    true,
+	},
+	{
+		name:            "elect-kill",
+		help:            "an election: SIGKILL the leader's process inside its term (as kill); a new worker process takes its place, and another process must lead within TTL + 250 ms",
+		deploy:          standalone,
+		fault:           killHolder,
+		boundedRecovery: true,
+		election:        true,
+		deposes:         true,
+	},
+	{
+		name:       "elect-partition",
+		help:       "an election: cut the leader's process off Redis past the TTL while it works (as partition); another process must lead after each",
+		deploy:     standalone,
+		fault:      cutHolderOff,
+		mustSignal: true,
+		election:   true,
+		deposes:    true,
+	},
+	{
+		name:         "elect-restart",
+		help:         "an election: kill redis-server while the leader works and start it again empty (no persistence): two terms believed at once are the hazard figure, not a failure",
+		deploy:       standalone,
+		fault:        restartRedis,
+		forgetsLocks: true,
+		election:     true,
+	},
+	{
+		name:     "elect-restart-persist",
+		help:     "as elect-restart, the server persisting every write (appendonly, appendfsync always) and loading it back: the leader's lease survives the restart, so no two terms may be believed at once",
+		deploy:   standalone,
+		fault:    restartRedis,
+		persist:  true,
+		election: true,
+	},
+	{
+		name:         "elect-sentinel-failover",
+		help:         "an election on a Sentinel group: SIGKILL the master while the leader works (as sentinel-failover): two terms believed at once are the hazard figure, not a failure",
+		deploy:       sentinelGroup,
+		fault:        failOver,
+		forgetsLocks: true, // replication is asynchronous: a lease not yet copied to the promoted replica is gone
+		election:     true,
+	},
+	{
+		name:       "elect-sentinel-failover-ack",
+		help:       "as elect-sentinel-failover, with WithReplicaAck(2, 250ms): both replicas hold every lease before it counts, so whichever Sentinel promotes has the leader's, and no two terms may be believed at once",
+		deploy:     sentinelGroup,
+		fault:      failOver,
+		replicaAck: 2,
+		election:   true,
 	},
 	// Read-write locks and semaphores (shared.go).
 	{name: "rw-pause", help: "read-write lock (a writer in four cycles): as pause", deploy: standalone, fault: pauseHolder, minFaults: 2, mustSignal: true, shared: rwLoad},

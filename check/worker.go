@@ -76,6 +76,8 @@ type workerConf struct {
 	AdaptiveMin time.Duration `json:"adaptive_min,omitempty"`
 	// TurnSlice > 0: the Mutex takes WithTurnSlice(TurnSlice) (turns.go).
 	TurnSlice time.Duration `json:"turn_slice,omitempty"`
+	// Election: the goroutines are candidates of an election on the lock's name (election.go).
+	Election bool `json:"election,omitempty"`
 }
 
 // who is one participant of the workload: goroutine G of incarnation Inc of the worker process
@@ -335,8 +337,11 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 	for g, w := range workers {
 		wg.Go(func() {
 			run := func() error { return w.run(ctx, m) }
-			if conf.Shared != "" {
+			switch {
+			case conf.Shared != "":
 				run = func() error { return w.runShared(ctx, client) } // shared.go
+			case conf.Election:
+				run = func() error { return w.runElection(ctx, client) } // election.go
 			}
 			if errs[g] = run(); errs[g] != nil {
 				cancel() // the others finish their cycles and stop
@@ -405,32 +410,8 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 	}
 	tok := l.Token()
 	w.add(event{K: "acq", S: s, R: r, Tok: tok, Res: "ok"})
-	lease := l.Context()
-	var signalled atomic.Bool
-	signal := func(at int64, how string) {
-		if signalled.CompareAndSwap(false, true) {
-			w.add(event{K: "sig", S: at, Tok: tok, Cause: how, Is: kindsOf(context.Cause(lease))})
-		}
-	}
-	stopAfter := context.AfterFunc(lease, func() {
-		at := mono()
-		if errors.Is(context.Cause(lease), dlock.ErrLost) {
-			signal(at, "done")
-		}
-	})
-	defer stopAfter()
-
-	// check looks at the lease context as a correct user does before each protected step.
-	check := func() bool {
-		at := mono()
-		err := lease.Err()
-		live := err == nil
-		w.add(event{K: "chk", S: at, Tok: tok, Live: live})
-		if !live && errors.Is(context.Cause(lease), dlock.ErrLost) {
-			signal(at, "err")
-		}
-		return live
-	}
+	check, stopWatch := w.watch(tok, l.Context())
+	defer stopWatch()
 
 	w.seq++
 	seq := w.seq
@@ -450,38 +431,74 @@ func (w *worker) cycle(ctx context.Context, m *dlock.Mutex) (ok bool, err error)
 		}
 	}()
 
+	return true, w.section(tok, seq, check)
+}
+
+// watch watches the context of the lease (or term) of tok: it logs the lost-lock signal
+// ("sig") when the context ends with ErrLost, and returns the check a correct user makes before
+// each protected step (logged as "chk"), and the function that stops watching.
+func (w *worker) watch(tok uint64, lease context.Context) (check func() bool, stop func() bool) {
+	var signalled atomic.Bool
+	signal := func(at int64, how string) {
+		if signalled.CompareAndSwap(false, true) {
+			w.add(event{K: "sig", S: at, Tok: tok, Cause: how, Is: kindsOf(context.Cause(lease))})
+		}
+	}
+	stop = context.AfterFunc(lease, func() {
+		at := mono()
+		if errors.Is(context.Cause(lease), dlock.ErrLost) {
+			signal(at, "done")
+		}
+	})
+	check = func() bool {
+		at := mono()
+		err := lease.Err()
+		live := err == nil
+		w.add(event{K: "chk", S: at, Tok: tok, Live: live})
+		if !live && errors.Is(context.Cause(lease), dlock.ErrLost) {
+			signal(at, "err")
+		}
+		return live
+	}
+	return check, stop
+}
+
+// section is one critical section of the lease (or term) of tok, as a correct user runs it:
+// check the context → read → (work, checking) → check → write value+1, every request carrying
+// tok. It returns an error only for failures of the resource connection.
+func (w *worker) section(tok uint64, seq int64, check func() bool) error {
 	if !check() {
-		return true, nil
+		return nil
 	}
 	rs := mono()
 	st, val, work, err := w.res.call(fmt.Sprintf("R %d %d %d %d %d\n", w.conf.Slot, w.conf.Inc, w.g, seq, tok))
 	if err != nil {
-		return true, fmt.Errorf("resource read: %w", err)
+		return fmt.Errorf("resource read: %w", err)
 	}
 	w.add(event{K: "rd", S: rs, R: mono(), Tok: tok, Seq: seq, Val: val, Res: st})
 	if st != "ok" {
-		return true, nil
+		return nil
 	}
 	if work > 0 {
 		// Long work: a correct user checks the lease between steps and gives up when it is lost.
 		end := mono() + int64(work)
 		for mono() < end {
 			if !check() {
-				return true, nil
+				return nil
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	if !check() {
-		return true, nil
+		return nil
 	}
 	ws := mono()
 	st, _, w.think, err = w.res.call(fmt.Sprintf("W %d %d %d %d %d %d\n", w.conf.Slot, w.conf.Inc, w.g, seq, tok, val+1))
 	if err != nil {
-		return true, fmt.Errorf("resource write: %w", err)
+		return fmt.Errorf("resource write: %w", err)
 	}
 	w.add(event{K: "wr", S: ws, R: mono(), Tok: tok, Seq: seq, Val: val + 1, Res: st})
-	return true, nil
+	return nil
 }
 
 // readBack reads the lock's key right after the Unlock of the lease of tok and logs what it
