@@ -474,14 +474,23 @@ func scenarioNames() []string {
 	return names
 }
 
-// ttl is the lease TTL of s's runs: --waiter-ttl where the fault hits waiters, else its
-// deployment's.
+// ttl is the lease TTL of s's runs: --waiter-ttl where the fault hits waiters, persistTTL at
+// least where the server persists, else its deployment's.
 func (s *scenario) ttl(o options) time.Duration {
 	if s.hitsWaiters() {
 		return o.waiterTTL
 	}
+	if s.persist {
+		// A lease must outlast the restart (the kill, the start, the reload) for the row to
+		// show it coming back.
+		return max(s.deploy.ttl(o), persistTTL)
+	}
 	return s.deploy.ttl(o)
 }
+
+// persistTTL is the least lease TTL of a row whose server persists: two seconds, against a
+// restart of a few hundred milliseconds.
+const persistTTL = 2 * time.Second
 
 // goroutinesPerProcess is how many goroutines each worker process of s runs: --goroutines, or
 // more where the row asks for more.
