@@ -8,14 +8,19 @@
 GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: test test-lib test-modules test-adapters deps vet fmt-check bench-go test-examples deps-examples test-web deps-chromium web-screenshot test-fence deps-fence
+.PHONY: test test-lib test-lib-lane test-modules test-adapters deps vet fmt-check bench-go test-examples deps-examples test-web deps-chromium web-screenshot test-fence deps-fence
 
-# Two lanes at once, each printed when it ends: the library's own tests, and the other modules
-# (metrics and tracing adapters, example service, browser test, bench harness, fault checker).
-# Most of their time is spent waiting (leases, timeouts, servers starting), so two lanes fit in
-# about half the time.
+# Two lanes at once, each printed when it ends, of about the same length: the library's own
+# tests, then the example service and the fenced-write drivers; and the other modules (metrics
+# and tracing adapters, browser test, bench harness, fault checker). Most of their time is
+# spent waiting (leases, timeouts, servers starting), so two lanes fit in about half the time.
 test: deps deps-examples deps-fence deps-chromium fmt-check vet big-files
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lib test-modules
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-lib-lane test-modules
+
+test-lib-lane:
+	@$(MAKE) --no-print-directory test-lib
+	@$(MAKE) --no-print-directory test-examples
+	@$(MAKE) --no-print-directory test-fence
 
 # -p 1: one package's tests at a time. Several tests hold 200-300 ms leases on purpose (as in
 # "renewal keeps a 200 ms lease through 2 s of work"); on two cores, packages racing each other
@@ -26,8 +31,6 @@ test-lib: deps
 
 test-modules:
 	@$(MAKE) --no-print-directory test-adapters
-	@$(MAKE) --no-print-directory test-examples
-	@$(MAKE) --no-print-directory test-fence
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory test-bench
 	@$(MAKE) --no-print-directory test-check
@@ -142,7 +145,7 @@ bench: deps
 # group), a resource server and 5 worker processes, all on loopback.
 # test-check: its unit and end-to-end tests, then every scenario in both modes, short (CI).
 # check-faults: the full run (>= 10,000 register operations per run where time allows; about
-# 25 minutes for its 52 runs); writes the table into docs/CORRECTNESS.md.
+# half an hour for its 79 runs); writes the table into docs/CORRECTNESS.md.
 .PHONY: test-check check-faults
 
 test-check: deps

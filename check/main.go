@@ -12,7 +12,7 @@
 // client of its own in every analysis. Faults hit whole processes.
 //
 //	cd check && go run . --help
-//	make test-check      # short: every scenario, both modes (CI)
+//	make test-check      # short: every scenario (but the few marked full-run only), both modes (CI)
 //	make check-faults    # full: ≥ 10,000 operations per run; writes docs/CORRECTNESS.md
 //
 // It is its own module so that porcupine never enters the library's dependencies.
@@ -73,7 +73,7 @@ const usage = `dlock-check: fault-injection checker for dlock.
 
 Usage (from the check/ directory; it is its own Go module):
   go run . [flags]
-  make test-check     short run of every scenario in both modes (CI, under 3 minutes)
+  make test-check     short run of every scenario in both modes (CI, under 3 minutes; the rows marked full-run only, two Sentinel election rows, run when named)
   make check-faults   full run (>= 10,000 operations per run) that writes docs/CORRECTNESS.md
 
 Each run starts its own redis-server, a resource server (one register; in fenced mode it
@@ -185,10 +185,16 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 			o.linTimeout = 20 * time.Second
 		}
 	}
+	named := false
+	fs.Visit(func(f *flag.Flag) { named = named || f.Name == "scenarios" })
 	for _, s := range strings.Split(scen, ",") {
 		s = strings.TrimSpace(s)
-		if _, ok := scenarioNamed(s); !ok {
+		sc, ok := scenarioNamed(s)
+		if !ok {
 			return o, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(scenarioNames(), ", "))
+		}
+		if o.short && !named && sc.fullRunOnly {
+			continue
 		}
 		o.scenarios = append(o.scenarios, s)
 	}
