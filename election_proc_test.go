@@ -158,13 +158,15 @@ func TestElection_FiveProcesses(t *testing.T) {
 			return 0, 0
 		}
 		var (
-			leader int
-			term   uint64
+			leader    int
+			term      uint64
+			following sync.WaitGroup // the helpers' lines, read to the end
 		)
 		for i := range 5 {
 			h := spawnHelper(t, "elect", shared.URL(), name, ttl, "DLOCK_TRANSPORT="+tr.name, fmt.Sprintf("DLOCK_VALUE=p%d", i))
 			procs = append(procs, h)
-			go cs.follow(i, h)
+			following.Add(1)
+			go func() { defer following.Done(); cs.follow(i, h) }()
 			if i == 0 {
 				leader, term = nextLead("the first leader", 20*time.Second)
 				continue
@@ -224,7 +226,7 @@ func TestElection_FiveProcesses(t *testing.T) {
 		for _, h := range procs {
 			h.cmd.Wait()
 		}
-		time.Sleep(0) // the followers read to the end of each helper's output as it closes
+		following.Wait() // every line each helper printed is taken into account
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
 		var spans []*termSpan

@@ -178,13 +178,15 @@ func lockOrWait(ctx context.Context, bound time.Duration, wait bool, once func()
 	if !wait || bound == 0 {
 		return once()
 	}
+	// start comes before the bound's deadline is set, so that a wait WithWait ended reports
+	// at least the bound as waited.
+	start := time.Now()
 	wctx := ctx
 	if bound > 0 {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeoutCause(ctx, bound, errWaited)
+		wctx, cancel = context.WithDeadlineCause(ctx, start.Add(bound), errWaited)
 		defer cancel()
 	}
-	start := time.Now()
 	l, err := waitFor(wctx)
 	if err != nil && wctx.Err() != nil {
 		var cause error
