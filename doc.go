@@ -303,7 +303,9 @@
 // one that pauses past its lease loses the parked lock (a Lock after the pause goes to the
 // server). It is off by default: strict turns (a release at every Unlock) are what a user of
 // a lock expects, and the slice is a latency the other clients pay for this client's
-// throughput, a trade to choose where one process locks the same name in a loop.
+// throughput, a trade to choose where one process locks the same name in a loop. Quorum mode
+// has turns too (the parked lock stays held on its majority); there, where every hold that
+// changes process costs a round through five servers, they pay the most (docs/BENCHMARKS.md).
 //
 // # Adaptive lease
 //
