@@ -689,6 +689,11 @@
 // down) make it campaign again, 50 ms to 2 s apart; bad input and a closed client return at
 // once.
 //
+// The lease options apply to the leadership. WithAdaptiveTTL is accepted, but it sizes each
+// lease by how long the name's holds last, and a leader holds for long: it then chooses its
+// greatest lease, so it does not shorten the failover; a short WithTTL does (a renewal every
+// third of it).
+//
 // Two campaigns of one client never pass leadership between them locally: each term goes
 // through the server, so that its token and announcement are the server's. WithTurnSlice is
 // refused. Elections need one server (standalone, Sentinel or Cluster): in quorum mode every
