@@ -484,11 +484,13 @@ func (c *Client) RunElected(ctx context.Context, name, value string, fn func(ctx
 // reports ErrLost to Resign: nothing to do). own reports whether fn's error is that context's
 // own cancellation.
 func lead(ctx context.Context, ld *Leadership, fn func(context.Context) error) (err error, own bool) {
-	fctx, cancel := context.WithCancelCause(ld.Context())
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	// A lease's own kind of context, as Do's function gets: its Err checks the lease's deadline
+	// itself, so that a leader that looks after a pause learns at once that its term is over
+	// (a plain context derived from the leadership's would say so only once the renewal loop
+	// had run).
+	fctx, done := ld.l.st.doContext(ctx)
 	defer func() {
-		stop()
-		cancel(context.Canceled)
+		done()
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout(ld))
 		_ = ld.Resign(rctx)
 		rcancel()

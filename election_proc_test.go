@@ -19,7 +19,8 @@ import (
 func init() { moreHelpers["elect"] = electHelper }
 
 // electHelper is a candidate of the election DLOCK_NAME (lease DLOCK_TTL, value DLOCK_VALUE):
-// it campaigns, and while it leads it checks its leadership's context every millisecond,
+// it campaigns (with DLOCK_ELECT_MODE=run, through RunElected instead), and while it leads it
+// checks its leadership's context (RunElected's: the context fn gets) every millisecond,
 // printing "lead <term>" when a term begins, "held <term> <first> <last>" every 10 ms and when
 // the term ends (the first and last instants, Unix ns, at which the context was live: taken
 // before each check, so a pause between the two cannot stretch them), then "lost <term>" or,
@@ -39,44 +40,58 @@ func electHelper() int {
 	resign := make(chan os.Signal, 1)
 	signal.Notify(resign, syscall.SIGUSR1)
 	ctx := context.Background()
-	e := c.Election(os.Getenv("DLOCK_NAME"))
+	name, value := os.Getenv("DLOCK_NAME"), os.Getenv("DLOCK_VALUE")
+	if os.Getenv("DLOCK_ELECT_MODE") == "run" {
+		err := c.RunElected(ctx, name, value, func(lctx context.Context) error {
+			term, _ := dlock.TokenFromContext(lctx)
+			fmt.Printf("lead %d\n", term)
+			end := believe(lctx, term, resign)
+			fmt.Printf("%s %d\n", end, term)
+			return nil // resigned, or lost: RunElected steps down and campaigns again
+		})
+		fmt.Println("RunElected:", err)
+		return 2
+	}
+	e := c.Election(name)
 	for {
-		ld, err := e.Campaign(ctx, os.Getenv("DLOCK_VALUE"))
+		ld, err := e.Campaign(ctx, value)
 		if err != nil {
 			fmt.Println("campaign:", err)
 			return 2
 		}
-		term, lctx := ld.Term(), ld.Context()
-		fmt.Printf("lead %d\n", term)
-		var first, last int64
-		tick := time.NewTicker(time.Millisecond)
-		end := "lost"
-	believe:
-		for n := 0; ; n++ {
-			t0 := time.Now().UnixNano()
-			if lctx.Err() != nil {
-				break
-			}
-			if first == 0 {
-				first = t0
-			}
-			last = t0
-			if n%10 == 0 {
-				fmt.Printf("held %d %d %d\n", term, first, last)
-			}
-			select {
-			case <-tick.C:
-			case <-resign:
-				end = "resigned"
-				break believe
-			}
-		}
-		tick.Stop()
-		fmt.Printf("held %d %d %d\n", term, first, last)
+		fmt.Printf("lead %d\n", ld.Term())
+		end := believe(ld.Context(), ld.Term(), resign)
 		if end == "resigned" {
 			ld.Resign(ctx)
 		}
-		fmt.Printf("%s %d\n", end, term)
+		fmt.Printf("%s %d\n", end, ld.Term())
+	}
+}
+
+// believe checks lctx every millisecond while it is live, printing the "held" lines of
+// electHelper, until it ends ("lost") or a SIGUSR1 comes ("resigned").
+func believe(lctx context.Context, term uint64, resign <-chan os.Signal) string {
+	var first, last int64
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	defer func() { fmt.Printf("held %d %d %d\n", term, first, last) }()
+	for n := 0; ; n++ {
+		t0 := time.Now().UnixNano()
+		if lctx.Err() != nil {
+			return "lost"
+		}
+		if first == 0 {
+			first = t0
+		}
+		last = t0
+		if n%10 == 0 {
+			fmt.Printf("held %d %d %d\n", term, first, last)
+		}
+		select {
+		case <-tick.C:
+		case <-resign:
+			return "resigned"
+		}
 	}
 }
 
@@ -93,6 +108,30 @@ type candidates struct {
 	spans map[uint64]*termSpan
 	leads chan [2]uint64 // {proc, term} at each "lead"
 	ended chan [2]uint64 // {proc, term} at each "lost" or "resigned"
+}
+
+// merged returns every term's span, in the order they began, and fails t where two processes
+// believed they led at once or a later term has a smaller token.
+func (cs *candidates) merged(t *testing.T) []*termSpan {
+	t.Helper()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var spans []*termSpan
+	for _, s := range cs.spans {
+		spans = append(spans, s)
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].first < spans[j].first })
+	for i := 1; i < len(spans); i++ {
+		a, b := spans[i-1], spans[i]
+		if a.last >= b.first {
+			t.Errorf("process %d believed it led (term %d) until %d, %v after process %d began term %d at %d",
+				a.proc, a.term, a.last, time.Duration(a.last-b.first), b.proc, b.term, b.first)
+		}
+		if b.term <= a.term {
+			t.Errorf("term %d began after term %d", b.term, a.term)
+		}
+	}
+	return spans
 }
 
 func (cs *candidates) follow(proc int, h *helperProc) {
@@ -227,23 +266,7 @@ func TestElection_FiveProcesses(t *testing.T) {
 			h.cmd.Wait()
 		}
 		following.Wait() // every line each helper printed is taken into account
-		cs.mu.Lock()
-		defer cs.mu.Unlock()
-		var spans []*termSpan
-		for _, s := range cs.spans {
-			spans = append(spans, s)
-		}
-		sort.Slice(spans, func(i, j int) bool { return spans[i].first < spans[j].first })
-		for i := 1; i < len(spans); i++ {
-			a, b := spans[i-1], spans[i]
-			if a.last >= b.first {
-				t.Errorf("process %d believed it led (term %d) until %d, after process %d began term %d at %d",
-					a.proc, a.term, a.last, b.proc, b.term, b.first)
-			}
-			if b.term <= a.term {
-				t.Errorf("term %d began after term %d", b.term, a.term)
-			}
-		}
+		spans := cs.merged(t)
 		if len(spans) < len(terms) {
 			t.Errorf("%d terms recorded, want at least %d", len(spans), len(terms))
 		}
@@ -306,5 +329,78 @@ func TestElection_DeadCandidateCostsAWindow(t *testing.T) {
 			t.Fatalf("b led %v after the resign; a dead candidate may cost at most its window (1 s)", waited)
 		}
 		lb.Resign(ctx)
+	})
+}
+
+// RunElected's leader paused past its lease: fn's context says the leadership is over as soon
+// as the process runs again (it checks the lease's deadline itself, as a lease's context does),
+// before the next leader's term could overlap with its belief; then it campaigns again.
+func TestElection_PausedRunElectedLeader(t *testing.T) {
+	eachTransport(t, func(t *testing.T, tr transport) {
+		name := uniqueName(t)
+		const ttl = time.Second
+		cs := &candidates{spans: map[uint64]*termSpan{}, leads: make(chan [2]uint64, 64), ended: make(chan [2]uint64, 64)}
+		var following sync.WaitGroup
+		var procs []*helperProc
+		nextLead := func(what string) (int, uint64) {
+			t.Helper()
+			select {
+			case l := <-cs.leads:
+				return int(l[0]), l[1]
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s: no new leader", what)
+			}
+			return 0, 0
+		}
+		for i := range 2 {
+			h := spawnHelper(t, "elect", shared.URL(), name, ttl, "DLOCK_TRANSPORT="+tr.name, "DLOCK_ELECT_MODE=run", fmt.Sprintf("DLOCK_VALUE=p%d", i))
+			procs = append(procs, h)
+			following.Add(1)
+			go func() { defer following.Done(); cs.follow(i, h) }()
+			if i == 0 {
+				if p, _ := nextLead("the first leader"); p != 0 {
+					t.Fatalf("process %d leads first, want 0", p)
+				}
+			}
+		}
+		admin := tr.dial(t, shared.URL())
+		waitFor(t, 20*time.Second, "the second candidate queued", func(ctx context.Context) error {
+			in, err := admin.Inspect(ctx, name)
+			if err == nil && in.Waiters != 1 {
+				err = fmt.Errorf("%d waiting", in.Waiters)
+			}
+			return err
+		})
+		for round := range 2 { // each process paused once while leading
+			paused := round % 2
+			procs[paused].signal(t, syscall.SIGSTOP)
+			if p, _ := nextLead("after the pause"); p != 1-paused {
+				t.Fatalf("process %d leads after process %d's pause", p, paused)
+			}
+			procs[paused].signal(t, syscall.SIGCONT)
+			select {
+			case e := <-cs.ended:
+				if int(e[0]) != paused {
+					t.Fatalf("process %d's term ended, want the resumed process %d's", e[0], paused)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the resumed leader did not find its term over")
+			}
+			waitFor(t, 20*time.Second, "the resumed process queued again", func(ctx context.Context) error {
+				in, err := admin.Inspect(ctx, name)
+				if err == nil && in.Waiters != 1 {
+					err = fmt.Errorf("%d waiting", in.Waiters)
+				}
+				return err
+			})
+		}
+		for _, h := range procs {
+			h.signal(t, syscall.SIGKILL)
+			h.cmd.Wait()
+		}
+		following.Wait()
+		if spans := cs.merged(t); len(spans) < 3 {
+			t.Errorf("%d terms recorded, want 3", len(spans))
+		}
 	})
 }
