@@ -134,8 +134,9 @@ func electionMeta(label, value string, campaign uint64) string {
 // ctx and WithWait allow, and returns the leadership. value is what the leader advertises
 // (Leader, Observe), at most MaxLeaderValue bytes. Once it leads, it announces the new term to
 // the election's observers. A wait that ends first returns Lock's error (a *NotAcquiredError
-// naming the leader, with ctx's error when ctx ended it); a ctx that carries this election's
-// own leadership is refused with ErrInvalid (a leader does not campaign again).
+// naming the leader, with ctx's error when ctx ended it), and a ctx that ends just as the
+// caller comes to lead returns ctx's error, the lock given back; a ctx that carries this
+// election's own leadership is refused with ErrInvalid (a leader does not campaign again).
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if err := e.check(); err != nil {
 		return nil, err
@@ -197,7 +198,8 @@ func (ld *Leadership) Context() context.Context {
 
 // Term returns the term's fencing token: larger than every earlier term's of this election
 // (and every earlier Mutex holder's of its name). Give it to the resources the leader writes
-// (Client.FencedSet, Fence), which then refuse a deposed leader's late writes.
+// (Client.FencedSet and its kin, or package fence for SQL rows), which then refuse a deposed
+// leader's late writes.
 func (ld *Leadership) Term() uint64 {
 	if ld == nil {
 		return 0
