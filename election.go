@@ -451,9 +451,7 @@ func (c *Client) RunElected(ctx context.Context, name, value string, fn func(ctx
 		switch {
 		case ctx.Err() != nil:
 			if err == nil {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout(ld))
-				ld.Resign(rctx)
-				cancel()
+				resignBounded(ctx, ld)
 			}
 			return ctx.Err()
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrClosed), errors.Is(err, ErrDenied):
@@ -482,8 +480,7 @@ func (c *Client) RunElected(ctx context.Context, name, value string, fn func(ctx
 
 // lead runs fn for one term, with a context that ends with the leadership or with ctx,
 // whichever ends first, and then steps down, also when fn panics (the panic goes on): before
-// campaigning again or returning, the leadership is given back (a leadership already lost
-// reports ErrLost to Resign: nothing to do). own reports whether fn's error is that context's
+// campaigning again or returning, the leadership is given back. own reports whether fn's error is that context's
 // own cancellation.
 func lead(ctx context.Context, ld *Leadership, fn func(context.Context) error) (err error, own bool) {
 	// A lease's own kind of context, as Do's function gets: its Err checks the lease's deadline
@@ -493,16 +490,17 @@ func lead(ctx context.Context, ld *Leadership, fn func(context.Context) error) (
 	fctx, done := ld.l.st.doContext(ctx)
 	defer func() {
 		done()
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout(ld))
-		_ = ld.Resign(rctx)
-		rcancel()
+		resignBounded(ctx, ld)
 	}()
 	err = fn(fctx)
 	return err, err != nil && fctx.Err() != nil && errors.Is(err, fctx.Err())
 }
 
-// resignTimeout bounds the Resign of RunElected: the lease's TTL (past it the lock is free
-// anyway).
-func resignTimeout(ld *Leadership) time.Duration {
-	return max(time.Duration(ld.l.st.ttl.Load()), time.Second)
+// resignBounded resigns ld for RunElected, whether or not ctx has ended, waiting at most the
+// lease's TTL (past it the lock is free anyway). A leadership already lost reports ErrLost:
+// nothing to do.
+func resignBounded(ctx context.Context, ld *Leadership) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(time.Duration(ld.l.st.ttl.Load()), time.Second))
+	defer cancel()
+	_ = ld.Resign(rctx)
 }

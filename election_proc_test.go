@@ -210,13 +210,7 @@ func TestElection_FiveProcesses(t *testing.T) {
 				leader, term = nextLead("the first leader", 20*time.Second)
 				continue
 			}
-			waitFor(t, 20*time.Second, "candidate queued", func(ctx context.Context) error {
-				in, err := admin.Inspect(ctx, name)
-				if err == nil && in.Waiters != i {
-					err = fmt.Errorf("%d waiting, want %d", in.Waiters, i)
-				}
-				return err
-			})
+			waitQueued(t, name, i)
 		}
 		if leader != 0 {
 			t.Fatalf("process %d leads first, want 0 (the first to campaign)", leader)
@@ -282,23 +276,13 @@ func TestElection_DeadCandidateCostsAWindow(t *testing.T) {
 	eachTransport(t, func(t *testing.T, tr transport) {
 		ctx := ctxT(t)
 		name := uniqueName(t)
-		a, b, admin := tr.dial(t, shared.URL()), tr.dial(t, shared.URL()), tr.dial(t, shared.URL())
+		a, b := tr.dial(t, shared.URL()), tr.dial(t, shared.URL())
 		la, err := a.Election(name).Campaign(ctx, "a")
 		if err != nil {
 			t.Fatal(err)
 		}
-		queued := func(n int) {
-			t.Helper()
-			waitFor(t, 20*time.Second, "candidates queued", func(ctx context.Context) error {
-				in, err := admin.Inspect(ctx, name)
-				if err == nil && in.Waiters != n {
-					err = fmt.Errorf("%d waiting, want %d", in.Waiters, n)
-				}
-				return err
-			})
-		}
 		dead := spawnHelper(t, "elect", shared.URL(), name, 10*time.Second, "DLOCK_TRANSPORT="+tr.name, "DLOCK_VALUE=dead")
-		queued(1)
+		waitQueued(t, name, 1)
 		bled := make(chan *dlock.Leadership, 1)
 		go func() {
 			lb, err := b.Election(name).Campaign(ctx, "b")
@@ -307,7 +291,7 @@ func TestElection_DeadCandidateCostsAWindow(t *testing.T) {
 			}
 			bled <- lb
 		}()
-		queued(2)
+		waitQueued(t, name, 2)
 		dead.signal(t, syscall.SIGKILL)
 		dead.cmd.Wait()
 		start := time.Now()
@@ -363,14 +347,7 @@ func TestElection_PausedRunElectedLeader(t *testing.T) {
 				}
 			}
 		}
-		admin := tr.dial(t, shared.URL())
-		waitFor(t, 20*time.Second, "the second candidate queued", func(ctx context.Context) error {
-			in, err := admin.Inspect(ctx, name)
-			if err == nil && in.Waiters != 1 {
-				err = fmt.Errorf("%d waiting", in.Waiters)
-			}
-			return err
-		})
+		waitQueued(t, name, 1)
 		for round := range 2 { // each process paused once while leading
 			paused := round % 2
 			procs[paused].signal(t, syscall.SIGSTOP)
@@ -386,13 +363,7 @@ func TestElection_PausedRunElectedLeader(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the resumed leader did not find its term over")
 			}
-			waitFor(t, 20*time.Second, "the resumed process queued again", func(ctx context.Context) error {
-				in, err := admin.Inspect(ctx, name)
-				if err == nil && in.Waiters != 1 {
-					err = fmt.Errorf("%d waiting", in.Waiters)
-				}
-				return err
-			})
+			waitQueued(t, name, 1)
 		}
 		for _, h := range procs {
 			h.signal(t, syscall.SIGKILL)

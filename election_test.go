@@ -83,16 +83,7 @@ func TestElection_CampaignOrderLeaderObserveResign(t *testing.T) {
 				ld, err := clients[i].Election(name).Campaign(ctx, values[i])
 				results[i] <- result{ld, err}
 			}()
-			waitFor(t, 10*time.Second, "candidate queued", func(ctx context.Context) error {
-				in, err := watcher.Inspect(ctx, name)
-				if err != nil {
-					return err
-				}
-				if in.Waiters != i {
-					return errors.New("waiters: " + strings.Repeat("x", in.Waiters))
-				}
-				return nil
-			})
+			waitQueued(t, name, i)
 		}
 
 		if err := first.Proclaim(ctx, "replica-a v2"); err != nil {
@@ -166,13 +157,7 @@ func TestElection_ForceUnlockDeposes(t *testing.T) {
 			}
 			bled <- lb
 		}()
-		waitFor(t, 10*time.Second, "b queued", func(ctx context.Context) error {
-			in, err := admin.Inspect(ctx, name)
-			if err == nil && in.Waiters != 1 {
-				err = errors.New("not queued yet")
-			}
-			return err
-		})
+		waitQueued(t, name, 1)
 		if _, err := admin.ForceUnlock(ctx, name); err != nil {
 			t.Fatal(err)
 		}
@@ -399,13 +384,7 @@ func TestElection_UnreadObserverBlocksNothing(t *testing.T) {
 				}
 				got <- err
 			}()
-			waitFor(t, 10*time.Second, "queued", func(ctx context.Context) error {
-				in, err := other.Inspect(ctx, name)
-				if err == nil && in.Waiters != 1 {
-					err = errors.New("not queued")
-				}
-				return err
-			})
+			waitQueued(t, name, 1)
 			if err := held.Resign(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -441,7 +441,7 @@ func killRound(ctx context.Context, srv *server, cfg config, ways []*adaptiveWay
 		out[i].kills = 1
 		for n := range cfg.adaptiveNames {
 			name := adaptiveName(crashSet(w, k), n)
-			key := dlock.DefaultPrefix + "{" + name + "}"
+			key := dlockKey(name)
 			reads = append(reads, read{i, name, pipe.Get(ctx, key), pipe.PTTL(ctx, key)})
 		}
 	}

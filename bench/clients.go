@@ -70,7 +70,7 @@ func turnContender(slice time.Duration) *contender {
 			}
 			return &dlockClient{c: c, opts: []dlock.Option{dlock.WithTurnSlice(slice)}}, nil
 		},
-		key: func(name string) string { return dlock.DefaultPrefix + "{" + name + "}" },
+		key: dlockKey,
 	}
 }
 

@@ -67,7 +67,7 @@ var contenders = []*contender{
 			}
 			return &dlockClient{c: c}, nil
 		},
-		key: func(name string) string { return dlock.DefaultPrefix + "{" + name + "}" },
+		key: dlockKey,
 	},
 	{
 		name: "dlock (go-redis)", kind: kindDlock,
@@ -81,7 +81,7 @@ var contenders = []*contender{
 			}
 			return &dlockClient{c: c, rdb: rdb}, nil
 		},
-		key: func(name string) string { return dlock.DefaultPrefix + "{" + name + "}" },
+		key: dlockKey,
 	},
 	{
 		name: "redsync", kind: kindPeer,
@@ -164,6 +164,10 @@ func openNamed(ctx context.Context, name string, addrs []string, ttl time.Durati
 }
 
 // --- dlock
+
+// dlockKey is the key of dlock's lock called name under the default prefix (a name that does
+// not start with a brace, as the bench's are).
+func dlockKey(name string) string { return dlock.DefaultPrefix + "{" + name + "}" }
 
 type dlockClient struct {
 	c    *dlock.Client

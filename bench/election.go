@@ -233,8 +233,6 @@ var electContenders = []*electContender{
 	},
 }
 
-func dlockKey(name string) string { return dlock.DefaultPrefix + "{" + name + "}" }
-
 func candidateValue() string { return "candidate " + strconv.Itoa(os.Getpid()) }
 
 func electContenderByName(name string) *electContender {

@@ -54,7 +54,7 @@ var holders = []*holder{
 			}
 			return &dlockLeases{c: c, leases: make([]*dlock.Lease, n)}, nil
 		},
-		key:      func(name string) string { return dlock.DefaultPrefix + "{" + name + "}" },
+		key:      dlockKey,
 		inScript: []string{"get", "pexpire"}, // internal/protocol/scripts/renew.lua
 	},
 	{

@@ -44,24 +44,7 @@ func (w *worker) runElection(ctx context.Context, c *dlock.Client) error {
 		return w.runElected(ctx, c, value)
 	}
 	e := c.Election(w.conf.Lock)
-	backoff := 5 * time.Millisecond
-	for ctx.Err() == nil {
-		ok, err := w.term(ctx, e, value)
-		if err != nil {
-			return err
-		}
-		if ok {
-			backoff = 5 * time.Millisecond
-			continue
-		}
-		// Redis unreachable (restart, partition, failover), or no acknowledgement: retry.
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 100*time.Millisecond)
-	}
-	return nil
+	return retryCycles(ctx, func() (bool, error) { return w.term(ctx, e, value) }, nil)
 }
 
 // term campaigns, leads for termSections sections and resigns. ok is false when the campaign

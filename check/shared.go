@@ -73,23 +73,7 @@ func (l sharedLoad) unitsOf(seq int64, g, permits int) int {
 func (w *worker) runShared(ctx context.Context, c *dlock.Client) error {
 	rw := c.RWMutex(w.conf.Lock)
 	sem := c.Semaphore(w.conf.Lock, sharedSize)
-	backoff := 5 * time.Millisecond
-	for ctx.Err() == nil {
-		ok, err := w.sharedCycle(ctx, rw, sem)
-		if err != nil {
-			return err
-		}
-		if ok {
-			backoff = 5 * time.Millisecond
-			continue
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 100*time.Millisecond)
-	}
-	return nil
+	return retryCycles(ctx, func() (bool, error) { return w.sharedCycle(ctx, rw, sem) }, nil)
 }
 
 // sharedCycle runs one cycle (see above). ok is false when the hold could not be taken;

@@ -360,24 +360,35 @@ func runProcess(ctx context.Context, conf workerConf, log *eventLog) error {
 // run loops cycles until ctx ends; it returns an error only when the resource connection
 // failed.
 func (w *worker) run(ctx context.Context, m *dlock.Mutex) error {
+	return retryCycles(ctx, func() (bool, error) { return w.cycle(ctx, m) }, func() {
+		if w.think > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(w.think):
+			}
+			w.think = 0
+		}
+	})
+}
+
+// retryCycles runs cycle until ctx ends, and returns its error (a failure of the resource
+// connection, which ends the worker). After a cycle that could not take its lock (ok false:
+// Redis unreachable in a restart, partition or failover, or no acknowledgement) it backs off,
+// 5 ms doubling up to 100 ms, bounded by ctx; after one that did, it runs done, when not nil.
+func retryCycles(ctx context.Context, cycle func() (ok bool, err error), done func()) error {
 	backoff := 5 * time.Millisecond
 	for ctx.Err() == nil {
-		ok, err := w.cycle(ctx, m)
+		ok, err := cycle()
 		if err != nil {
 			return err
 		}
 		if ok {
 			backoff = 5 * time.Millisecond
-			if w.think > 0 {
-				select {
-				case <-ctx.Done():
-				case <-time.After(w.think):
-				}
-				w.think = 0
+			if done != nil {
+				done()
 			}
 			continue
 		}
-		// Redis unreachable (restart, partition): retry, bounded by ctx.
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
