@@ -35,3 +35,37 @@ func TestHoldStats(t *testing.T) {
 		}
 	}
 }
+
+// An adaptive lease is renewed when the greater of a third of it and adaptiveMargin is left,
+// never sooner than a fixed lease of its length would be; a fixed lease every third of its TTL;
+// a grant's acceptance window (confirm) at a third, to extend it to the full lease.
+func TestRenewAfter(t *testing.T) {
+	for _, tc := range []struct {
+		ttl      time.Duration
+		adaptive bool
+		confirm  bool
+		want     time.Duration
+	}{
+		{1200 * time.Millisecond, false, false, 400 * time.Millisecond},
+		{9 * time.Second, false, false, 3 * time.Second},
+		{300 * time.Millisecond, true, false, 100 * time.Millisecond},
+		{450 * time.Millisecond, true, false, 150 * time.Millisecond},
+		{750 * time.Millisecond, true, false, 450 * time.Millisecond},
+		{900 * time.Millisecond, true, false, 600 * time.Millisecond},
+		{1200 * time.Millisecond, true, false, 800 * time.Millisecond},
+		{1500 * time.Millisecond, true, false, time.Second},
+		{3 * time.Second, true, false, 2 * time.Second},
+		{9 * time.Second, true, false, 6 * time.Second},
+		{1200 * time.Millisecond, true, true, 400 * time.Millisecond},
+	} {
+		st := &leaseState{}
+		st.ttl.Store(int64(tc.ttl))
+		if tc.adaptive {
+			st.adaptMS = int32(tc.ttl / time.Millisecond)
+		}
+		st.confirm.Store(tc.confirm)
+		if got := time.Duration(renewAfter(st)); got != tc.want {
+			t.Errorf("ttl %v adaptive %v confirm %v: renewed %v after, want %v", tc.ttl, tc.adaptive, tc.confirm, got, tc.want)
+		}
+	}
+}

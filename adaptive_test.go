@@ -773,3 +773,71 @@ func TestAdaptive_SentinelFailoverKeepsTheRecord(t *testing.T) {
 		}
 	}
 }
+
+// A renewed adaptive lease is renewed late: when the greater of a third of it and 300 ms is
+// left (never sooner than at a third), so that a hold shorter than that costs no renewal. With a 1.5 s lease, a 700 ms hold
+// sends none (a fixed lease of 1.5 s is renewed after 500 ms, or from 250 ms when it joins a
+// round); a 2.6 s hold is first renewed no sooner than 750 ms after the acquisition (1 s, less
+// the sixth by which a lease may join an earlier round) and keeps its lease throughout.
+func TestAdaptive_RenewedWhenItsMarginIsLeft(t *testing.T) {
+	needShared(t)
+	eachTransport(t, func(t *testing.T, tr transport) {
+		ctx := ctxT(t)
+		const lease = 1500 * time.Millisecond
+		var mu sync.Mutex
+		var rounds []time.Time // rounds that renewed a lease
+		c := tr.dial(t, shared.URL(), dlock.WithAdaptiveTTL(lease, lease), dlock.WithObserver(dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
+			if ev.Leases > 0 {
+				mu.Lock()
+				rounds = append(rounds, time.Now())
+				mu.Unlock()
+			}
+		}}))
+		name := uniqueName(t)
+		m := c.Mutex(name)
+		renewed := func() []time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]time.Time(nil), rounds...)
+		}
+
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkLease(t, shared, name, lease, "the first acquisition")
+		time.Sleep(700 * time.Millisecond) // the hold's work
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := renewed(); len(got) != 0 {
+			t.Fatalf("a 700 ms hold of a 1.5 s adaptive lease was renewed %d times, want none", len(got))
+		}
+
+		start := time.Now()
+		l, err = m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2600 * time.Millisecond) // a hold longer than the lease: renewed meanwhile
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("the lease was lost during a 2.6 s hold: %v", context.Cause(l.Context()))
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := renewed()
+		if len(got) == 0 {
+			t.Fatal("a 2.6 s hold of a 1.5 s lease was never renewed")
+		}
+		if first := got[0].Sub(start); first < 750*time.Millisecond {
+			t.Fatalf("first renewal %v after the acquisition began, want no sooner than 750ms", first)
+		}
+		t.Logf("renewal rounds after the acquisition began: %v", func() (d []time.Duration) {
+			for _, at := range got {
+				d = append(d, at.Sub(start).Round(time.Millisecond))
+			}
+			return d
+		}())
+	})
+}

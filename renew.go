@@ -14,7 +14,8 @@ import (
 )
 
 // renewer is the one renewal loop of a Client. Held leases wait in a heap ordered by the moment
-// they are due: renewal at a third of their TTL, or, for a fixed lease, the deadline. When the
+// they are due: renewal at a third of their TTL (an adaptive lease later: renewAfter), or, for a
+// lease without renewal, the deadline. When the
 // earliest is due, the loop renews, in one round (one pipeline on one server), every lease due
 // by then plus those within a sixth of a TTL of being due, so that leases taken at about the
 // same time are renewed together. A lease whose renewal is refused, or whose deadline passes
@@ -142,7 +143,28 @@ func dueAfter(st *leaseState, sent int64) int64 {
 	if !st.spec.renew {
 		return st.deadline.Load()
 	}
-	return sent + st.ttl.Load()/3
+	return sent + renewAfter(st)
+}
+
+// adaptiveMargin is what an adaptive lease keeps, at least, between its renewal and the end of
+// the lease, when the lease is long enough to keep more than a third.
+const adaptiveMargin = int64(300 * time.Millisecond)
+
+// renewAfter is how long after a successful renewal (or the acquisition) st is next due. A fixed
+// lease is renewed every third of its TTL, whatever it protects. An adaptive lease (WithAdaptiveTTL)
+// is three times the longest recent hold of its name, so most holds end before a third of it has
+// passed, and nearly all before two thirds: it is renewed when the greater of a third of it and
+// adaptiveMargin is left, and never sooner than a fixed lease of its length would be. A lease
+// of 900 ms or more is then renewed after two thirds of it (600 ms into a 900 ms lease instead
+// of 300 ms), one of 450 to 900 ms when 300 ms are left, and a shorter one after a third, like
+// a fixed lease: the round always has the least of 300 ms and a fixed lease's two thirds to
+// come back. A grant's acceptance window is renewed to the full lease as a fixed lease's is.
+func renewAfter(st *leaseState) int64 {
+	ttl := st.ttl.Load()
+	if st.adaptMS == 0 || st.confirm.Load() {
+		return ttl / 3
+	}
+	return max(ttl/3, min(2*ttl/3, ttl-adaptiveMargin))
 }
 
 // slack is how early st may be renewed to join a round.
