@@ -33,6 +33,7 @@ const dialTimeout = 5 * time.Second
 // serverFlags are the flags of every command that talks to a Redis server.
 type serverFlags struct {
 	url       string
+	urlSet    bool // --redis was given, even as an empty string
 	keyPrefix string
 	// locking is set (addLocking) for a command that takes locks or counts a latch down: it
 	// refuses a server that may evict keys unless --unsafe-eviction (unsafeEviction) is given.
@@ -55,10 +56,44 @@ func (f *serverFlags) addLocking(fs *flag.FlagSet) {
 func (f *serverFlags) add(fs *flag.FlagSet) {
 	// No flag default: it would show the environment's URL, password included, in --help, and
 	// "(default ...)" a second time after the text below.
-	fs.StringVar(&f.url, "redis", "", "the Redis server's `URL`: redis://[user:password@]host:port[/db], rediss://..., "+
+	fs.Var(urlFlag{f}, "redis", "the Redis server's `URL`: redis://[user:password@]host:port[/db], rediss://..., "+
 		"redis+sentinel://... or unix://path (default: $"+redisEnv+" when set, else "+defaultRedisURL+")")
 	fs.StringVar(&f.keyPrefix, "key-prefix", dlock.DefaultPrefix, "the key `prefix` of the deployment, as its programs set it with "+
 		"dlock.WithPrefix: lock NAME is the key <key-prefix>{NAME}. Not a filter on lock names")
+}
+
+// urlFlag is --redis: a string flag that also records that it was given, so that an empty
+// value (--redis "$UNSET") is refused instead of read as "not given".
+type urlFlag struct{ f *serverFlags }
+
+func (u urlFlag) String() string {
+	if u.f == nil {
+		return ""
+	}
+	return u.f.url
+}
+
+func (u urlFlag) Set(v string) error {
+	u.f.url, u.f.urlSet = v, true
+	return nil
+}
+
+// urlErr refuses an empty --redis, or a $DLOCK_REDIS_URL set to an empty string, when that is
+// where the URL would come from: an unset shell variable (--redis "$REDIS_URL") must not send
+// the command to whatever listens on localhost.
+func (f *serverFlags) urlErr() error {
+	if f.urlSet {
+		if strings.TrimSpace(f.url) == "" {
+			return fmt.Errorf("%w: --redis is empty: give the server's URL, or leave the flag out to use $%s or %s (an unset shell variable is the usual cause)",
+				dlock.ErrInvalid, redisEnv, defaultRedisURL)
+		}
+		return nil
+	}
+	if v, ok := os.LookupEnv(redisEnv); ok && strings.TrimSpace(v) == "" {
+		return fmt.Errorf("%w: $%s is set but empty: set it to the server's URL, or unset it to use %s",
+			dlock.ErrInvalid, redisEnv, defaultRedisURL)
+	}
+	return nil
 }
 
 // serverURL is --redis, else $DLOCK_REDIS_URL, else defaultRedisURL.
@@ -76,6 +111,9 @@ func (f *serverFlags) serverURL() string {
 // server whose memory policy may evict keys is refused for a command that takes locks (unless
 // --unsafe-eviction), and used with a one-line warning on stderr by the others (evictWarner).
 func (f *serverFlags) dial(ctx context.Context, std *stdio, cmd string, opts ...dlock.ClientOption) (*dlock.Client, int) {
+	if err := f.urlErr(); err != nil {
+		return nil, report(std, cmd, err)
+	}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	opts = append([]dlock.ClientOption{dlock.WithPrefix(f.keyPrefix)}, opts...)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -126,5 +127,36 @@ func TestFlags_NamePrefixAndKeyPrefix(t *testing.T) {
 		if got := strings.Join(names(tc.args...), ","); got != tc.want {
 			t.Errorf("list %v: %s, want %s", tc.args, got, tc.want)
 		}
+	}
+}
+
+// An empty --redis (--redis "$UNSET") and a $DLOCK_REDIS_URL set to an empty string are
+// refused with a usage error naming the cause, before any connection: neither falls back to
+// localhost. Leaving both out still means the built-in URL.
+func TestFlags_EmptyRedisRefused(t *testing.T) {
+	dlockBin(t)
+	s := redistest.Start(t)
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{s.URL(), []string{"status", "x", "--redis", ""}, "--redis is empty"},
+		{s.URL(), []string{"--redis=", "list"}, "--redis is empty"},
+		{s.URL(), []string{"unlock", "--force", "--redis", " ", "x"}, "--redis is empty"},
+		{"", []string{"status", "x"}, "$" + redisEnv + " is set but empty"},
+		{"", []string{"run", "x", "--", "true"}, "$" + redisEnv + " is set but empty"},
+	} {
+		t.Setenv(redisEnv, tc.env)
+		out, errOut, code := dlockCmd(t, tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) || out != "" || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("$%s=%q dlock %q: exit %d, stdout %q, stderr %q; want exit %d and one line saying %q",
+				redisEnv, tc.env, tc.args, code, out, errOut, exitUsage, tc.want)
+		}
+	}
+	// Not set at all, with --redis given: the flag's URL is used.
+	os.Unsetenv(redisEnv)
+	if out, errOut, code := dlockCmd(t, "status", "x", "--redis", s.URL()); code != 0 || !strings.HasPrefix(out, "x: free") {
+		t.Errorf("dlock status x --redis URL: exit %d, %q %q", code, out, errOut)
 	}
 }
