@@ -551,7 +551,10 @@ func TestBrowser_HotLockFoldsHistory(t *testing.T) {
 	base := startWeb(t, bin, "--redis", s.URL(), "--allow-unlock")
 	tab := openPage(t, base, "/", row("batch:stuck"))
 
-	// Two clients take "hot:counter" in turn: every release grants it to the other one.
+	// Two clients take "hot:counter" in turn: every release grants it to the other one. They go
+	// on until the test has seen the fold, the force-unlock and some holds after both (or 40 s,
+	// or 100,000 holds each, have passed): a fixed number of holds could all be done before the
+	// page's first look, leaving nothing to count on.
 	hotCtx, stopHot := context.WithTimeout(ctx, 40*time.Second)
 	var wg sync.WaitGroup
 	var locked atomic.Int64
@@ -561,7 +564,7 @@ func TestBrowser_HotLockFoldsHistory(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			m := c.Mutex("hot:counter", dlock.WithTTL(10*time.Second), dlock.WithLabel(fmt.Sprintf("hot worker %d", i)))
-			for n := 0; n < 1500 && hotCtx.Err() == nil; n++ {
+			for n := 0; n < 100_000 && hotCtx.Err() == nil; n++ {
 				l, err := m.Lock(hotCtx)
 				if err != nil {
 					return
@@ -606,12 +609,17 @@ func TestBrowser_HotLockFoldsHistory(t *testing.T) {
 		t.Fatalf("batch:stuck after the force-unlock: %+v, %v", info, err)
 	}
 
-	// The hot lock goes on; once it stops, its one row has counted on, and the force-unlock is
-	// still among the first rows.
+	// The hot lock goes on for 200 more holds, then stops; its one row has counted on, and the
+	// force-unlock is still among the first rows.
+	more := locked.Load() + 200
+	for deadline := time.Now().Add(20 * time.Second); locked.Load() < more && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopHot()
 	wg.Wait()
 	total := locked.Load()
-	if total < 200 {
-		t.Fatalf("the hot lock was taken %d times only; want at least 200 for the test to mean something", total)
+	if total < more {
+		t.Fatalf("the hot lock was taken %d times only, %d after the force-unlock; want 200 more for the test to mean something", total, total-more+200)
 	}
 	final := poll(t, tab, 20*time.Second, "the fold counting on", foldExpr, func(s string) error {
 		if foldCount(s) <= foldCount(seen) {
