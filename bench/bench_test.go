@@ -81,7 +81,7 @@ func TestHarness(t *testing.T) {
 		"| raw RESP | ", "| rueidis | ", "one pub/sub message around a ring of 10 processes",
 		"3 of 5 servers frozen", "| dlock quorum (rueidis) | 500ms |", "| redsync | 500ms |",
 		"### 8.", "**T = ", "| adaptive [100 ms, 10 s], renewed |", "(the adaptive's median recovery), renewed every ", "| watchdog: fixed 2 s, renewed every 666 ms |",
-		"| adaptive [100 ms, 10 s], WithoutRenewal |", "| fixed 50 ms = the median hold, WithoutRenewal |", "| renewal commands ≤ 0.5× the fixed lease's, at equal recovery |",
+		"| adaptive [100 ms, 10 s], WithoutRenewal |", "| fixed 50 ms = the median hold, WithoutRenewal |", "| renewals ≤ 0.5× the fixed lease's, at equal recovery |",
 		"### 9.", "| 4 | 16 |",
 		"### 10.", "| read-mostly, 1ms holds | RWMutex: RLock / Lock |", "| permits | Semaphore of 64: Acquire(1) |"} {
 		if !strings.Contains(out, want) {
