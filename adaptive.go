@@ -30,9 +30,9 @@ const (
 	// MinHoldStatsRetention is the shortest WithHoldStatsRetention accepted.
 	MinHoldStatsRetention = time.Second
 	// adaptiveFactor is how many times the high-water hold the adaptive lease is (acquire.lua
-	// says it too): with renewal every third of the lease, the first renewal falls after the
-	// longest recent hold, so that typical holds need none; without renewal, a hold up to
-	// about three times the mark still ends within the lease.
+	// says it too): renewed when the greater of a third of it and 300 ms is left (renewAfter),
+	// the first renewal falls after the longest recent hold, so that typical holds need none;
+	// without renewal, a hold up to about three times the mark still ends within the lease.
 	adaptiveFactor = 3
 )
 
@@ -49,8 +49,9 @@ func (a adaptive) on() bool { return a.max > 0 }
 // weighted average (0.8 × the old value + 0.2 × the new hold), a count and a high-water mark
 // (the larger of the new hold and 0.99 × the old mark); a new acquisition's lease is three times
 // the high-water mark, within [min, max], and max for a name with no hold recorded. The lease
-// is then what WithTTL would give: renewed every third of it (so a hold shorter than the mark
-// needs no renewal at all), or, with WithoutRenewal, fixed; a crashed holder's lock frees
+// is then renewed when the greater of a third of it and 300 ms is left, and never sooner than
+// WithTTL's lease of that length would be (so a hold no longer than the mark needs no renewal
+// at all), or, with WithoutRenewal, fixed; a crashed holder's lock frees
 // within the lease it got, typically far below max. Lease.TTL and the lease context follow the
 // chosen lease.
 //

@@ -21,6 +21,11 @@
 // has Mutex and MultiMutex and their Do forms only); Deployments, Quorum mode and Operating a
 // client apply to every one.
 //
+// Sections: [What is guaranteed], [Fenced writes], [What is not guaranteed], [Deployments],
+// [Quorum mode (Redlock)], [Waiting], [Adaptive lease], [Read-write locks and semaphores],
+// [Do and outcomes], [Re-entry], [Errors], [Operating a client], [Multi-locks],
+// [Countdown latches], [Elections], [Inspection], [Observability].
+//
 // # Use
 //
 //	c, err := dlock.Dial(ctx, "redis://127.0.0.1:6379/0")
@@ -311,44 +316,63 @@
 //
 // WithAdaptiveTTL(min, max) sizes each acquisition's lease by how long the lock's holds really
 // last, so that a lease neither runs out under typical work nor keeps a crashed holder's lock
-// blocked for a long fixed TTL. The server measures every hold of such a lock on its own clock,
-// from the acquisition (the token is the server's time of it) to the final Unlock, and keeps
-// per name one record: the number of holds, their weighted average (0.8 × the old average +
-// 0.2 × the new hold, the first hold setting it) and a high-water mark (the larger of the new
-// hold and 0.99 × the old mark: a maximum that fades by 1% per hold). The acquire script reads
-// the record and takes three times the high-water mark, within [min, max], as the lease (max
-// for a name with no record), in the same round trip; the client counts its deadline and its
-// renewals from that lease exactly as from WithTTL's. With renewal, the first renewal (a third
-// of the lease) falls after the longest recent hold, so typical holds need none; without
-// renewal (WithoutRenewal), holds up to three times the mark fit the fixed lease. A hold longer
-// than that fixed lease loses the lock as any fixed lease would (ErrExpired), and its Unlock
-// still records it, so the next holders get a longer lease.
+// blocked for a long fixed TTL.
 //
-// What it guarantees: everything above holds for the lease chosen, as for a lease of that TTL:
-// the lease context ends before the server can give the lock to anyone else, a crashed holder's
-// lock frees within the lease it got, tokens increase. What it does not: the chosen lease is a
-// statistical guess: a hold longer than three times the recent high-water mark may outlive a
-// fixed adaptive lease, and a holder that crashes right after a long hold was recorded blocks
-// the name for up to max. Nor does it renew less than a fixed lease of the same recovery: on
-// the bench's workload (docs/BENCHMARKS.md, "The adaptive lease") it sent 1.5 times the renewal
-// calls of a renewed fixed lease whose TTL equals its median recovery (as many leases renewed:
-// leases of different lengths fall due apart and share fewer calls), and its recovery had a
-// tail the fixed lease lacks (p99 7.3 s against 1.3 s) on names whose mark an outlier had just
-// raised. What it saves is choosing, and keeping up to date, a TTL per name; against the 30 s
-// watchdog it freed a killed holder's lock 25 times sooner. Holds that end without an Unlock (a crash, Close) are not recorded;
-// a release retried after a network failure records none (it may have been recorded already).
-// The hold is measured from the token, so a server clock stepped back, or in quorum mode a
-// token floor from a faster server's clock, shortens it (never below zero). Records are kept
-// only for names locked with the option, and expire after WithHoldStatsRetention (a day by
-// default) without a hold: about 165 bytes each. An adaptive lock passes among the waiters of
-// one client through the server, never locally (each hold must be measured): a hot lock
-// within one client costs a round trip per handoff that a fixed lease does not. A grant's
-// first lease (the acceptance window) is min's, at most one second, so a queued client that
-// crashes delays the others by at most that. Of WithTTL and WithAdaptiveTTL the last given
-// applies. On a Cluster the record shares the lock's hash tag (same slot); in quorum mode every
-// server keeps its own record, chooses its own lease, and the lease is the majority-th longest
-// of the granting servers' choices (a majority holds the lock that long; renewals then give
-// every server the same). Inspect, List, dlock status and dlock list --json show the record
+// What it guarantees:
+//   - everything above holds for the lease chosen, as for a lease of that TTL: the lease
+//     context ends before the server can give the lock to anyone else, a crashed holder's lock
+//     frees within the lease it got, tokens increase;
+//   - the lease is within [min, max], and max for a name with no hold recorded;
+//   - a renewed adaptive lease is renewed no sooner than a fixed lease of its length, and each
+//     renewal is sent with at least the lesser of 300 ms and two thirds of the lease left.
+//
+// What it does not guarantee:
+//   - the chosen lease is a statistical guess: without renewal, a hold longer than three times
+//     the recent high-water mark outlives it (ErrExpired, as any fixed lease);
+//   - a holder that crashes right after a long hold was recorded blocks the name for up to
+//     three times that hold (at most max);
+//   - fewer renewal round trips than a fixed lease of the same recovery (below).
+//
+// How: the server measures every hold of such a lock on its own clock, from the acquisition
+// (the token is the server's time of it) to the final Unlock, and keeps per name one record:
+// the number of holds, their weighted average (0.8 × the old average + 0.2 × the new hold, the
+// first hold setting it) and a high-water mark (the larger of the new hold and 0.99 × the old
+// mark: a maximum that fades by 1% per hold). The acquire script reads the record and takes
+// three times the high-water mark, within [min, max], as the lease (max for a name with no
+// record), in the same round trip; the client counts its deadline from that lease exactly as
+// from WithTTL's. With renewal, the lease is renewed when the greater of a third of it and
+// 300 ms is left (a lease under 450 ms at a third, as a fixed lease), instead of after a third:
+// a hold no longer than the mark never needs a renewal, nor, with a lease of 900 ms or more,
+// one up to one and a half times the mark. Without renewal
+// (WithoutRenewal), holds up to three times the mark fit the fixed lease; a longer one loses the
+// lock as any fixed lease would, and its Unlock still records it, so the next holders get a
+// longer lease.
+//
+// Measured on the bench's workload (docs/BENCHMARKS.md, "The adaptive lease": 64 names, log-normal
+// holds with a median of 50 ms, one in 500 a 3 s outlier): beside a renewed fixed lease whose
+// TTL equals the adaptive lease's median recovery after a SIGKILL (about 1.3 s), it renewed a
+// quarter as many leases (16 against 61 per 1,000 holds) at the same recovery, but in about as
+// many round trips (1.1 times the renew.lua calls: the fixed lease's renewals, all of one
+// length, share rounds); its recovery has a tail the fixed lease lacks (p99 7.2 s against
+// 1.3 s) on names whose mark an outlier had just raised. Against the 30 s watchdog it frees a
+// killed holder's lock 25 times sooner; without renewal, at the watchdog's zero renewals, it
+// does too, losing 0.4 % of holds to their lease. What it saves is choosing, and keeping up to
+// date, a TTL per name.
+//
+// Details. Holds that end without an Unlock (a crash, Close) are not recorded; a release
+// retried after a network failure records none (it may have been recorded already). The hold
+// is measured from the token, so a server clock stepped back, or in quorum mode a token floor
+// from a faster server's clock, shortens it (never below zero). Records are kept only for
+// names locked with the option, and expire after WithHoldStatsRetention (a day by default)
+// without a hold: about 165 bytes each. An adaptive lock passes among the waiters of one
+// client through the server, never locally (each hold must be measured): a hot lock within
+// one client costs a round trip per handoff that a fixed lease does not. A grant's first lease
+// (the acceptance window) is min's, at most one second, so a queued client that crashes delays
+// the others by at most that. Of WithTTL and WithAdaptiveTTL the last given applies. On a
+// Cluster the record shares the lock's hash tag (same slot); in quorum mode every server keeps
+// its own record, chooses its own lease, and the lease is the majority-th longest of the
+// granting servers' choices (a majority holds the lock that long; renewals then give every
+// server the same). Inspect, List, dlock status and dlock list --json show the record
 // (Info.HoldStats); dlock run --adaptive uses the option. docs/PROTOCOL.md ("The hold record")
 // gives the record and the scripts' arguments.
 //
@@ -764,4 +788,22 @@
 //
 // docs/PROTOCOL.md describes the keys, values, scripts and channels; docs/CORRECTNESS.md and
 // docs/BENCHMARKS.md give the measured figures.
+//
+// [What is guaranteed]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-What_is_guaranteed
+// [Fenced writes]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Fenced_writes
+// [What is not guaranteed]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-What_is_not_guaranteed
+// [Deployments]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Deployments
+// [Quorum mode (Redlock)]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Quorum_mode__Redlock_
+// [Waiting]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Waiting
+// [Adaptive lease]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Adaptive_lease
+// [Read-write locks and semaphores]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Read_write_locks_and_semaphores
+// [Do and outcomes]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Do_and_outcomes
+// [Re-entry]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Re_entry
+// [Errors]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Errors
+// [Operating a client]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Operating_a_client
+// [Multi-locks]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Multi_locks
+// [Countdown latches]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Countdown_latches
+// [Elections]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Elections
+// [Inspection]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Inspection
+// [Observability]: https://pkg.go.dev/github.com/dlock-go/dlock#hdr-Observability
 package dlock

@@ -674,8 +674,9 @@ func runUnlock(ctx context.Context, std *stdio, args []string) int {
 Release the lock NAME whoever holds it, as an administrator, as its holder's unlock would: the
 first client queued for it gets it, and the next holder's fencing token is larger than the
 released one. The holder is not told at once:
-its next renewal fails (within a third of its lease) and its lease context is cancelled then;
-a holder started with "dlock run" terminates its command and exits with 76. It prints who held
+its next renewal fails (within a third of its lease, two thirds for an adaptive one) and its
+lease context is cancelled then; a holder started with "dlock run" terminates its command and
+exits with 76. It prints who held
 the lock. When the lock NAME is not held, a held read-write lock or semaphore of that name is
 released instead: every holder loses its hold, and the callers queued get it. Exit code 1 when
 none was held.
