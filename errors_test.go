@@ -394,5 +394,20 @@ func TestDo_FnReturnsTheCause_SaidOnce(t *testing.T) {
 		if want := fmt.Sprintf("dlock: %q was lost while fn ran: %s", names[0], cause(names[0])); fmt.Sprint(err) != want || !errors.Is(err, dlock.ErrLost) {
 			t.Errorf("DoMulti whose fn returned the cause = %q, want %q (ErrLost)", err, want)
 		}
+		// The read-write lock's and the semaphore's Do forms: the loss said once too.
+		for _, tc := range []struct {
+			what string
+			do   func(name string, fn func(context.Context) error) error
+		}{
+			{"DoRead", func(name string, fn func(context.Context) error) error { return c.DoRead(ctx, name, fn) }},
+			{"DoWrite", func(name string, fn func(context.Context) error) error { return c.DoWrite(ctx, name, fn) }},
+			{"DoAcquire", func(name string, fn func(context.Context) error) error { return c.DoAcquire(ctx, name, 2, 1, fn) }},
+		} {
+			name := uniqueName(t)
+			err := tc.do(name, fn(name, same))
+			if msg := fmt.Sprint(err); !errors.Is(err, dlock.ErrLost) || strings.Count(msg, "lock lost") != 1 || strings.Count(msg, "was lost while fn ran") != 1 {
+				t.Errorf("%s whose fn returned the cause = %q, want ErrLost, its loss said once", tc.what, err)
+			}
+		}
 	})
 }
