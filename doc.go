@@ -351,7 +351,7 @@
 // Measured on the bench's workload (docs/BENCHMARKS.md, "The adaptive lease": 64 names, log-normal
 // holds with a median of 50 ms, one in 500 a 3 s outlier): beside a renewed fixed lease whose
 // TTL equals the adaptive lease's median recovery after a SIGKILL (about 1.3 s), it renewed a
-// quarter as many leases (16 against 61 per 1,000 holds) at the same recovery, but in about as
+// quarter as many leases (16 against 63 per 1,000 holds) at the same recovery, but in about as
 // many round trips (1.1 times the renew.lua calls: the fixed lease's renewals, all of one
 // length, share rounds); its recovery has a tail the fixed lease lacks (p99 7.2 s against
 // 1.3 s) on names whose mark an outlier had just raised. Against the 30 s watchdog it frees a
