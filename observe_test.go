@@ -539,18 +539,18 @@ func TestObserver_SubscriptionDropsAndComesBack(t *testing.T) {
 		})
 		// Only the subscription's connection goes: the waiter keeps waiting.
 		redisDo(t, s, "CLIENT", "KILL", "TYPE", "pubsub")
-		waitFor(t, 10*time.Second, "dropped, then restored", func(context.Context) error {
+		// The observer hears of each change first, then the log line is written: wait for both.
+		waitFor(t, 10*time.Second, "dropped, then restored, observed and logged", func(context.Context) error {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			if len(rec.subs) < 2 || rec.subs[0].Up || rec.subs[0].Err == nil || !rec.subs[1].Up {
 				return fmt.Errorf("events %+v", rec.subs)
 			}
+			if out := logs.String(); !strings.Contains(out, "level=INFO msg=\"dlock: release subscription dropped") || !strings.Contains(out, "level=INFO msg=\"dlock: release subscription restored\"") {
+				return fmt.Errorf("log: %s", out)
+			}
 			return nil
 		})
-		out := logs.String()
-		if !strings.Contains(out, "level=INFO msg=\"dlock: release subscription dropped") || !strings.Contains(out, "level=INFO msg=\"dlock: release subscription restored\"") {
-			t.Fatalf("log: %s", out)
-		}
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("the waiter's Lock: %v, want it to have waited until cancelled", err)
