@@ -318,6 +318,24 @@ func addB64Flag(fs *flag.FlagSet) *bool {
 
 // decodeNames returns names as given or, with b64, decoded from standard base64; a bad one is
 // a usage error (printed; ok false).
+// parseOneName parses args of a command that takes one lock name: NAME, or its base64 with
+// --b64 (b64, read once the flags are parsed). done reports that the command ends here, with
+// code: help was asked for, or a usage error was printed.
+func parseOneName(fs *flag.FlagSet, std *stdio, args []string, b64 *bool) (name string, done bool, code int) {
+	pos, done, code := parseInterleaved(fs, std, args)
+	if done {
+		return "", true, code
+	}
+	if len(pos) != 1 {
+		return "", true, usageErr(fs, std, pos, "NAME")
+	}
+	names, ok := decodeNames(fs, std, pos, *b64)
+	if !ok {
+		return "", true, exitUsage
+	}
+	return names[0], false, 0
+}
+
 func decodeNames(fs *flag.FlagSet, std *stdio, names []string, b64 bool) (out []string, ok bool) {
 	if !b64 {
 		return names, true
@@ -429,23 +447,16 @@ A label is always quoted in status.
 	sf.add(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object (fields below)")
 	b64 := addB64Flag(fs)
-	pos, done, code := parseInterleaved(fs, std, args)
+	name, done, code := parseOneName(fs, std, args, b64)
 	if done {
 		return code
-	}
-	if len(pos) != 1 {
-		return usageErr(fs, std, pos, "NAME")
-	}
-	names, ok := decodeNames(fs, std, pos, *b64)
-	if !ok {
-		return exitUsage
 	}
 	c, code := sf.dial(ctx, std, "status")
 	if c == nil {
 		return code
 	}
 	defer c.Close()
-	info, err := c.Inspect(ctx, names[0])
+	info, err := c.Inspect(ctx, name)
 	if err != nil {
 		return report(std, "status", err)
 	}
@@ -690,16 +701,9 @@ Examples:
 	sf.add(fs)
 	force := fs.Bool("force", false, "required: confirms that the lock is to be taken from its holder")
 	b64 := addB64Flag(fs)
-	pos, done, code := parseInterleaved(fs, std, args)
+	name, done, code := parseOneName(fs, std, args, b64)
 	if done {
 		return code
-	}
-	if len(pos) != 1 {
-		return usageErr(fs, std, pos, "NAME")
-	}
-	names, ok := decodeNames(fs, std, pos, *b64)
-	if !ok {
-		return exitUsage
 	}
 	if !*force {
 		fmt.Fprintf(std.err, "%s: refusing without --force: it takes the lock from its holder\nRun \"%s --help\" for usage.\n", fs.Name(), fs.Name())
@@ -710,7 +714,7 @@ Examples:
 		return code
 	}
 	defer c.Close()
-	info, err := c.ForceUnlock(ctx, names[0])
+	info, err := c.ForceUnlock(ctx, name)
 	if err != nil {
 		return report(std, "unlock", err)
 	}

@@ -70,16 +70,9 @@ func (f *latchFlags) add(fs *flag.FlagSet) {
 
 // open parses args, dials and returns the latch; on failure it returns nil and the exit code.
 func (f *latchFlags) open(ctx context.Context, fs *flag.FlagSet, std *stdio, args []string) (*dlock.Client, *dlock.Latch, int) {
-	pos, done, code := parseInterleaved(fs, std, args)
+	name, done, code := parseOneName(fs, std, args, f.b64)
 	if done {
 		return nil, nil, code
-	}
-	if len(pos) != 1 {
-		return nil, nil, usageErr(fs, std, pos, "NAME")
-	}
-	names, ok := decodeNames(fs, std, pos, *f.b64)
-	if !ok {
-		return nil, nil, exitUsage
 	}
 	if f.count < 0 {
 		return nil, nil, usageLine(fs, std, "--count must not be negative")
@@ -89,7 +82,7 @@ func (f *latchFlags) open(ctx context.Context, fs *flag.FlagSet, std *stdio, arg
 	if c == nil {
 		return nil, nil, code
 	}
-	return c, c.Latch(names[0], f.count, dlock.WithTTL(f.ttl)), exitOK
+	return c, c.Latch(name, f.count, dlock.WithTTL(f.ttl)), exitOK
 }
 
 // latchErrCode is the exit code of a latch call's error: a latch that expired or does not exist
@@ -206,23 +199,16 @@ expires), open (at zero), expired (its TTL ran out before zero).
 	sf.add(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	b64 := addB64Flag(fs)
-	pos, done, code := parseInterleaved(fs, std, args)
+	name, done, code := parseOneName(fs, std, args, b64)
 	if done {
 		return code
-	}
-	if len(pos) != 1 {
-		return usageErr(fs, std, pos, "NAME")
-	}
-	names, ok := decodeNames(fs, std, pos, *b64)
-	if !ok {
-		return exitUsage
 	}
 	c, code := sf.dial(ctx, std, "latch status")
 	if c == nil {
 		return code
 	}
 	defer c.Close()
-	info, err := c.Latch(names[0], 0).Inspect(ctx)
+	info, err := c.Latch(name, 0).Inspect(ctx)
 	if err != nil {
 		return report(std, "latch status", err)
 	}

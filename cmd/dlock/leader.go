@@ -58,18 +58,10 @@ func runLeader(ctx context.Context, std *stdio, args []string) int {
 	asJSON := fs.Bool("json", false, "print JSON (fields below)")
 	watch := fs.Bool("watch", false, "print the leader, then a line at each change, until interrupted")
 	b64 := addB64Flag(fs)
-	pos, done, code := parseInterleaved(fs, std, args)
+	name, done, code := parseOneName(fs, std, args, b64)
 	if done {
 		return code
 	}
-	if len(pos) != 1 {
-		return usageErr(fs, std, pos, "NAME")
-	}
-	names, ok := decodeNames(fs, std, pos, *b64)
-	if !ok {
-		return exitUsage
-	}
-	name := names[0]
 	c, code := sf.dial(ctx, std, "leader")
 	if c == nil {
 		return code
